@@ -6,6 +6,7 @@ package manifest
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 )
 
 // Kind is an entry's height in the tree: what kind of object its uid names.
@@ -96,21 +97,44 @@ type Edit struct {
 var ErrBadEdit = errors.New("edit does not apply")
 
 // Apply returns the manifest with e applied, or ErrBadEdit (wrapped, saying why) when the
-// splice is out of range or the result breaks the manifest's invariants. m is not changed.
+// splice is out of range, the edit moves next offset without being a tail append that
+// starts exactly there (so a replayed append is refused), or the result breaks the
+// manifest's invariants (see Check). m is not changed.
 func (m Manifest) Apply(e Edit) (Manifest, error) {
-	if e.At < 0 || e.Remove < 0 || e.At+e.Remove > len(m.Entries) {
+	if e.At < 0 || e.Remove < 0 || e.At > len(m.Entries) || e.Remove > len(m.Entries)-e.At {
 		return m, fmt.Errorf("%w: splice at %d removing %d of %d entries", ErrBadEdit, e.At, e.Remove, len(m.Entries))
 	}
-	size := int64(m.TotalSize) + e.SizeDelta
-	if size < 0 {
-		return m, fmt.Errorf("%w: total size %d%+d is negative", ErrBadEdit, m.TotalSize, e.SizeDelta)
+	var size uint64
+	if e.SizeDelta < 0 {
+		dec := uint64(-(e.SizeDelta + 1)) + 1 // -SizeDelta without overflow at MinInt64
+		if dec > m.TotalSize {
+			return m, fmt.Errorf("%w: total size %d%+d is negative", ErrBadEdit, m.TotalSize, e.SizeDelta)
+		}
+		size = m.TotalSize - dec
+	} else {
+		var carry uint64
+		size, carry = bits.Add64(m.TotalSize, uint64(e.SizeDelta), 0)
+		if carry != 0 {
+			return m, fmt.Errorf("%w: total size %d%+d overflows", ErrBadEdit, m.TotalSize, e.SizeDelta)
+		}
+	}
+	if e.SetNextOffset {
+		// only an append moves next offset: at the tail, starting at the current next offset
+		switch {
+		case e.NextOffset <= m.NextOffset:
+			return m, fmt.Errorf("%w: next offset would go from %d to %d (it only grows)", ErrBadEdit, m.NextOffset, e.NextOffset)
+		case e.At != len(m.Entries) || e.Remove != 0 || len(e.Insert) == 0:
+			return m, fmt.Errorf("%w: an edit that moves next offset must append at the tail", ErrBadEdit)
+		case e.Insert[0].FirstOffset != m.NextOffset:
+			return m, fmt.Errorf("%w: append at %d, manifest next offset is %d", ErrBadEdit, e.Insert[0].FirstOffset, m.NextOffset)
+		}
 	}
 	out := Manifest{
 		FirstOffset:        e.FirstOffset,
 		NextOffset:         m.NextOffset,
 		FirstTimestamp:     e.FirstTimestamp,
 		FirstLastTimestamp: e.FirstLastTimestamp,
-		TotalSize:          uint64(size),
+		TotalSize:          size,
 		Entries:            make([]Entry, 0, len(m.Entries)-e.Remove+len(e.Insert)),
 	}
 	if e.SetNextOffset {
@@ -125,9 +149,14 @@ func (m Manifest) Apply(e Edit) (Manifest, error) {
 	return out, nil
 }
 
-// Check verifies what the root alone can show: entries sorted and below next offset, the
-// first offset not above next offset, inside the first entry (readers
-// skip entries below it), and next offset never below the last entry's start.
+// Check verifies what the root alone can show: entries of known kinds, sorted and below
+// next offset; the first offset not above next offset and inside the first entry (readers
+// skip entries below it); and a header that agrees with the head entry: with no entries the
+// first offset equals next offset, timestamps are -1 and the size is 0; a fragment at the
+// head is wholly live (first offset, both timestamps and its size are the header's); a
+// group at the head may be partly consumed, so the total size lies between the size of the
+// entries after it and the size of all entries, and equals the latter when the first offset
+// is the group's own.
 func (m Manifest) Check() error {
 	if m.FirstOffset > m.NextOffset {
 		return fmt.Errorf("first offset %d above next offset %d", m.FirstOffset, m.NextOffset)
@@ -143,18 +172,78 @@ func (m Manifest) Check() error {
 			return fmt.Errorf("entry %d starts at %d, not after entry %d at %d", i, e.FirstOffset, i-1, m.Entries[i-1].FirstOffset)
 		}
 	}
-	if len(m.Entries) > 0 {
-		first := m.Entries[0].FirstOffset
-		if m.FirstOffset < first {
-			return fmt.Errorf("first offset %d below the first entry's %d", m.FirstOffset, first)
+	if len(m.Entries) == 0 {
+		if m.FirstOffset != m.NextOffset {
+			return fmt.Errorf("no entries but first offset %d differs from next offset %d", m.FirstOffset, m.NextOffset)
 		}
-		if len(m.Entries) > 1 && m.FirstOffset >= m.Entries[1].FirstOffset {
-			return fmt.Errorf("first offset %d past the first entry (next entry starts at %d)", m.FirstOffset, m.Entries[1].FirstOffset)
+		if m.FirstTimestamp != -1 || m.FirstLastTimestamp != -1 {
+			return fmt.Errorf("no entries but timestamps %d/%d are not -1", m.FirstTimestamp, m.FirstLastTimestamp)
 		}
-	} else if m.FirstOffset != m.NextOffset {
-		return fmt.Errorf("no entries but first offset %d differs from next offset %d", m.FirstOffset, m.NextOffset)
+		if m.TotalSize != 0 {
+			return fmt.Errorf("no entries but total size %d", m.TotalSize)
+		}
+		return nil
+	}
+	head := m.Entries[0]
+	if m.FirstOffset < head.FirstOffset {
+		return fmt.Errorf("first offset %d below the first entry's %d", m.FirstOffset, head.FirstOffset)
+	}
+	if end := m.EntryEnd(0); m.FirstOffset >= end {
+		return fmt.Errorf("first offset %d past the first entry (it ends at %d)", m.FirstOffset, end)
+	}
+	rest, ok := sumSizes(m.Entries[1:])
+	if !ok {
+		return fmt.Errorf("entry sizes overflow")
+	}
+	all, carry := bits.Add64(rest, head.Size, 0)
+	if carry != 0 {
+		return fmt.Errorf("entry sizes overflow")
+	}
+	whole := m.FirstOffset == head.FirstOffset // nothing of the head entry consumed
+	if head.Kind == KindFragment && !whole {
+		return fmt.Errorf("first offset %d inside fragment entry 0 at %d (fragments go whole)", m.FirstOffset, head.FirstOffset)
+	}
+	if head.Kind == KindFragment && m.FirstLastTimestamp != head.LastTimestamp {
+		return fmt.Errorf("first-last timestamp %d differs from fragment entry 0's last timestamp %d", m.FirstLastTimestamp, head.LastTimestamp)
+	}
+	if whole && m.FirstTimestamp != head.FirstTimestamp {
+		return fmt.Errorf("first timestamp %d differs from entry 0's %d", m.FirstTimestamp, head.FirstTimestamp)
+	}
+	if whole && m.TotalSize != all {
+		return fmt.Errorf("total size %d differs from the entries' %d", m.TotalSize, all)
+	}
+	if m.TotalSize < rest || m.TotalSize > all {
+		return fmt.Errorf("total size %d outside [%d, %d] that the entries allow", m.TotalSize, rest, all)
 	}
 	return nil
+}
+
+// sumSizes adds the entries' sizes, reporting false on overflow.
+func sumSizes(es []Entry) (uint64, bool) {
+	var sum, carry uint64
+	for _, e := range es {
+		sum, carry = bits.Add64(sum, e.Size, 0)
+		if carry != 0 {
+			return 0, false
+		}
+	}
+	return sum, true
+}
+
+// Equal reports whether two manifests hold the same header and entries (a nil and an
+// empty entry slice are equal).
+func (m Manifest) Equal(o Manifest) bool {
+	if m.FirstOffset != o.FirstOffset || m.NextOffset != o.NextOffset ||
+		m.FirstTimestamp != o.FirstTimestamp || m.FirstLastTimestamp != o.FirstLastTimestamp ||
+		m.TotalSize != o.TotalSize || len(m.Entries) != len(o.Entries) {
+		return false
+	}
+	for i := range m.Entries {
+		if m.Entries[i] != o.Entries[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // EntryEnd is the first offset after entry i: the next entry's start, or the root's next

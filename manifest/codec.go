@@ -1,0 +1,270 @@
+package manifest
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// Byte layout constants of remote-format.md: every integer big-endian, one CRC-32 (IEEE) of
+// every byte before it at the end of each object.
+const (
+	// FormatVersion is the version written after the magic of root and group objects.
+	FormatVersion = 1
+	// EntrySize is the size of one entry, the same in the root and in groups.
+	EntrySize = 48
+	// RootHeaderSize is the root's bytes before its first entry.
+	RootHeaderSize = 52
+	// GroupHeaderSize is a group object's bytes before its first entry.
+	GroupHeaderSize = 12
+	// CRCSize is the trailing CRC-32 of root and group objects.
+	CRCSize = 4
+)
+
+// Magics of the manifest objects.
+const (
+	RootMagic      = "OSIR"
+	GroupMagic     = "OSIG"
+	KiloGroupMagic = "OSIK"
+	MegaGroupMagic = "OSIM"
+)
+
+// ErrCorrupt marks a root or group object that a decoder refuses: wrong magic, unknown
+// version, bad CRC, truncation, entries out of order, or a header that contradicts them.
+// Such an object is never treated as empty.
+var ErrCorrupt = errors.New("corrupt manifest object")
+
+// CorruptError says which object a decoder refused, at which byte, and why. It matches
+// ErrCorrupt with errors.Is.
+type CorruptError struct {
+	Object string // "root" or the group kind ("group", "kgroup", "mgroup")
+	At     int    // byte position of the offending field
+	Reason string
+}
+
+// Error names the object, the byte and the reason.
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%s: %s object at byte %d: %s", ErrCorrupt, e.Object, e.At, e.Reason)
+}
+
+// Unwrap lets errors.Is(err, ErrCorrupt) classify every decoder refusal.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+func corrupt(object string, at int, format string, args ...any) error {
+	return &CorruptError{Object: object, At: at, Reason: fmt.Sprintf(format, args...)}
+}
+
+// RootSize is the encoded length of a root with n entries.
+func RootSize(n int) int { return RootHeaderSize + EntrySize*n + CRCSize }
+
+// GroupSize is the encoded length of a group object with n entries.
+func GroupSize(n int) int { return GroupHeaderSize + EntrySize*n + CRCSize }
+
+// EncodeRoot serialises the root manifest as remote-format.md lays it out. It encodes what
+// it is given; callers keep m valid (Apply does).
+func EncodeRoot(m Manifest) []byte {
+	b := make([]byte, RootSize(len(m.Entries)))
+	copy(b, RootMagic)
+	binary.BigEndian.PutUint32(b[4:], FormatVersion)
+	binary.BigEndian.PutUint64(b[8:], m.FirstOffset)
+	binary.BigEndian.PutUint64(b[16:], m.NextOffset)
+	binary.BigEndian.PutUint64(b[24:], uint64(m.FirstTimestamp))
+	binary.BigEndian.PutUint64(b[32:], uint64(m.FirstLastTimestamp))
+	binary.BigEndian.PutUint64(b[40:], m.TotalSize)
+	binary.BigEndian.PutUint32(b[48:], uint32(len(m.Entries)))
+	putEntries(b[RootHeaderSize:], m.Entries)
+	putCRC(b)
+	return b
+}
+
+// DecodeRoot parses a root object, refusing (with a *CorruptError naming the byte) a wrong
+// magic or version, a length that does not match the entry count, a bad CRC, entries of
+// unknown kinds, with non-zero reserved bytes, unsorted or overlapping, and a header that
+// contradicts the entries (see Manifest.Check).
+func DecodeRoot(b []byte) (Manifest, error) {
+	const obj = "root"
+	if len(b) < RootSize(0) {
+		return Manifest{}, corrupt(obj, len(b), "truncated: %d bytes, a root has at least %d", len(b), RootSize(0))
+	}
+	if string(b[:4]) != RootMagic {
+		return Manifest{}, corrupt(obj, 0, "magic %q, want %q", b[:4], RootMagic)
+	}
+	if v := binary.BigEndian.Uint32(b[4:]); v != FormatVersion {
+		return Manifest{}, corrupt(obj, 4, "unknown version %d (this decoder reads %d)", v, FormatVersion)
+	}
+	n := binary.BigEndian.Uint32(b[48:])
+	if err := checkLength(obj, b, 48, RootHeaderSize, n); err != nil {
+		return Manifest{}, err
+	}
+	if err := checkCRC(obj, b); err != nil {
+		return Manifest{}, err
+	}
+	m := Manifest{
+		FirstOffset:        binary.BigEndian.Uint64(b[8:]),
+		NextOffset:         binary.BigEndian.Uint64(b[16:]),
+		FirstTimestamp:     int64(binary.BigEndian.Uint64(b[24:])),
+		FirstLastTimestamp: int64(binary.BigEndian.Uint64(b[32:])),
+		TotalSize:          binary.BigEndian.Uint64(b[40:]),
+	}
+	entries, err := readEntries(obj, b, RootHeaderSize, int(n), nil)
+	if err != nil {
+		return Manifest{}, err
+	}
+	m.Entries = entries
+	for i, e := range entries {
+		if e.FirstOffset >= m.NextOffset {
+			return Manifest{}, corrupt(obj, RootHeaderSize+EntrySize*i, "entry %d starts at offset %d, not below next offset %d", i, e.FirstOffset, m.NextOffset)
+		}
+	}
+	if err := m.Check(); err != nil {
+		return Manifest{}, corrupt(obj, 8, "header inconsistent with entries: %v", err)
+	}
+	return m, nil
+}
+
+// groupMagic is the magic of a group object of kind k; "OSI?" for a kind that has none,
+// so that no decoder accepts it.
+func groupMagic(k Kind) string {
+	switch k {
+	case KindGroup:
+		return GroupMagic
+	case KindKiloGroup:
+		return KiloGroupMagic
+	case KindMegaGroup:
+		return MegaGroupMagic
+	}
+	return "OSI?"
+}
+
+// EncodeGroup serialises a group object of the given kind (1 to 3) holding entries of kind
+// one lower. It encodes what it is given; a kind outside 1..3 gets a magic no decoder
+// accepts.
+func EncodeGroup(kind Kind, entries []Entry) []byte {
+	b := make([]byte, GroupSize(len(entries)))
+	copy(b, groupMagic(kind))
+	binary.BigEndian.PutUint32(b[4:], FormatVersion)
+	binary.BigEndian.PutUint32(b[8:], uint32(len(entries)))
+	putEntries(b[GroupHeaderSize:], entries)
+	putCRC(b)
+	return b
+}
+
+// DecodeGroup parses a group, kilo-group or mega-group object and returns its kind and
+// entries, refusing (with a *CorruptError naming the byte) a wrong magic or version, a
+// length that does not match the count, a bad CRC, no entries, entries not of the kind one
+// lower, with non-zero reserved bytes, unsorted or overlapping.
+func DecodeGroup(b []byte) (Kind, []Entry, error) {
+	obj := "group"
+	if len(b) < GroupSize(0) {
+		return 0, nil, corrupt(obj, len(b), "truncated: %d bytes, a group has at least %d", len(b), GroupSize(0))
+	}
+	var kind Kind
+	switch string(b[:4]) {
+	case GroupMagic:
+		kind = KindGroup
+	case KiloGroupMagic:
+		kind = KindKiloGroup
+	case MegaGroupMagic:
+		kind = KindMegaGroup
+	default:
+		return 0, nil, corrupt(obj, 0, "magic %q, want %q, %q or %q", b[:4], GroupMagic, KiloGroupMagic, MegaGroupMagic)
+	}
+	obj = kind.String()
+	if v := binary.BigEndian.Uint32(b[4:]); v != FormatVersion {
+		return 0, nil, corrupt(obj, 4, "unknown version %d (this decoder reads %d)", v, FormatVersion)
+	}
+	n := binary.BigEndian.Uint32(b[8:])
+	if err := checkLength(obj, b, 8, GroupHeaderSize, n); err != nil {
+		return 0, nil, err
+	}
+	if err := checkCRC(obj, b); err != nil {
+		return 0, nil, err
+	}
+	if n == 0 {
+		return 0, nil, corrupt(obj, 8, "no entries")
+	}
+	child := kind - 1
+	entries, err := readEntries(obj, b, GroupHeaderSize, int(n), &child)
+	if err != nil {
+		return 0, nil, err
+	}
+	return kind, entries, nil
+}
+
+// checkLength compares the object's length with what its entry count (at byte countAt)
+// requires, so that truncation and stray bytes are named as such rather than as a CRC error.
+func checkLength(obj string, b []byte, countAt, header int, n uint32) error {
+	want := uint64(header) + EntrySize*uint64(n) + CRCSize
+	switch {
+	case uint64(len(b)) < want:
+		return corrupt(obj, countAt, "truncated: %d entries need %d bytes, the object has %d", n, want, len(b))
+	case uint64(len(b)) > want:
+		return corrupt(obj, countAt, "%d entries need %d bytes, the object has %d (count and length disagree)", n, want, len(b))
+	}
+	return nil
+}
+
+func checkCRC(obj string, b []byte) error {
+	at := len(b) - CRCSize
+	stored := binary.BigEndian.Uint32(b[at:])
+	if sum := crc32.ChecksumIEEE(b[:at]); sum != stored {
+		return corrupt(obj, at, "CRC-32 mismatch: stored %08x, computed %08x", stored, sum)
+	}
+	return nil
+}
+
+func putCRC(b []byte) {
+	at := len(b) - CRCSize
+	binary.BigEndian.PutUint32(b[at:], crc32.ChecksumIEEE(b[:at]))
+}
+
+func putEntries(b []byte, entries []Entry) {
+	for i, e := range entries {
+		p := b[EntrySize*i : EntrySize*(i+1)]
+		binary.BigEndian.PutUint64(p[0:], e.FirstOffset)
+		binary.BigEndian.PutUint64(p[8:], uint64(e.FirstTimestamp))
+		binary.BigEndian.PutUint64(p[16:], uint64(e.LastTimestamp))
+		binary.BigEndian.PutUint64(p[24:], e.Size)
+		binary.BigEndian.PutUint64(p[32:], e.UID)
+		p[40] = byte(e.Kind)
+		// bytes 41..47 stay zero
+	}
+}
+
+// readEntries decodes n entries starting at byte start, checking kinds (all equal to
+// *want when want is set), reserved bytes and strictly increasing first offsets.
+func readEntries(obj string, b []byte, start, n int, want *Kind) ([]Entry, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	entries := make([]Entry, n)
+	for i := range entries {
+		at := start + EntrySize*i
+		p := b[at : at+EntrySize]
+		e := Entry{
+			FirstOffset:    binary.BigEndian.Uint64(p[0:]),
+			FirstTimestamp: int64(binary.BigEndian.Uint64(p[8:])),
+			LastTimestamp:  int64(binary.BigEndian.Uint64(p[16:])),
+			Size:           binary.BigEndian.Uint64(p[24:]),
+			UID:            binary.BigEndian.Uint64(p[32:]),
+			Kind:           Kind(p[40]),
+		}
+		if e.Kind > KindMegaGroup {
+			return nil, corrupt(obj, at+40, "entry %d has unknown kind %d", i, p[40])
+		}
+		if want != nil && e.Kind != *want {
+			return nil, corrupt(obj, at+40, "entry %d is a %s, a %s holds only %ss", i, e.Kind, obj, *want)
+		}
+		for j := 41; j < EntrySize; j++ {
+			if p[j] != 0 {
+				return nil, corrupt(obj, at+j, "entry %d: reserved byte %d is %#x, not zero", i, j, p[j])
+			}
+		}
+		if i > 0 && e.FirstOffset <= entries[i-1].FirstOffset {
+			return nil, corrupt(obj, at, "entry %d starts at offset %d, not after entry %d at %d (unsorted or overlapping)", i, e.FirstOffset, i-1, entries[i-1].FirstOffset)
+		}
+		entries[i] = e
+	}
+	return entries, nil
+}

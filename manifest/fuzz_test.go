@@ -1,0 +1,87 @@
+package manifest
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func fuzzSeedRoots() [][]byte {
+	roots := [][]byte{
+		EncodeRoot(Empty()),
+		EncodeRoot(EmptyAt(1 << 40)),
+		EncodeRoot(sampleRoot()),
+	}
+	tr := newTier(Empty(), 2)
+	for i := uint64(0); i < 7; i++ {
+		if _, err := tr.appendFragment(10*i, 10*i+10, 5, int64(i), int64(i)); err != nil {
+			panic(err)
+		}
+	}
+	for {
+		if _, _, ok, err := tr.rebalanceOnce(); err != nil || !ok {
+			break
+		}
+	}
+	roots = append(roots, EncodeRoot(tr.m))
+	full := EncodeRoot(sampleRoot())
+	roots = append(roots, full[:len(full)-1], full[:60], []byte("OSIR"), nil)
+	return roots
+}
+
+// FuzzDecodeRoot: no input panics; whatever decodes is a valid root that encodes back to
+// the same bytes; every refusal is classified as ErrCorrupt.
+func FuzzDecodeRoot(f *testing.F) {
+	for _, b := range fuzzSeedRoots() {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeRoot(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("refusal not classified as corrupt: %v", err)
+			}
+			return
+		}
+		if err := m.Check(); err != nil {
+			t.Fatalf("decoded an invalid root: %v", err)
+		}
+		if again := EncodeRoot(m); !bytes.Equal(again, b) {
+			t.Fatalf("decode then encode changed the bytes")
+		}
+		back, err := DecodeRoot(EncodeRoot(m))
+		if err != nil || !back.Equal(m) {
+			t.Fatalf("decode(encode(m)) != m: %v", err)
+		}
+	})
+}
+
+// FuzzDecodeGroup: no input panics; whatever decodes has entries of the kind one lower,
+// sorted, and encodes back to the same bytes.
+func FuzzDecodeGroup(f *testing.F) {
+	f.Add(EncodeGroup(KindGroup, []Entry{{FirstOffset: 1, Size: 2, UID: 3}, {FirstOffset: 5, Size: 1, UID: 4}}))
+	f.Add(EncodeGroup(KindKiloGroup, []Entry{{FirstOffset: 0, Size: 9, UID: 1, Kind: KindGroup}}))
+	f.Add(EncodeGroup(KindMegaGroup, []Entry{{FirstOffset: 7, LastTimestamp: -1, Size: 9, UID: 1, Kind: KindKiloGroup}}))
+	f.Add(EncodeGroup(KindGroup, nil))
+	f.Add([]byte("OSIG\x00\x00\x00\x01"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		kind, entries, err := DecodeGroup(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("refusal not classified as corrupt: %v", err)
+			}
+			return
+		}
+		if kind < KindGroup || kind > KindMegaGroup || len(entries) == 0 {
+			t.Fatalf("decoded kind %d with %d entries", kind, len(entries))
+		}
+		for i, e := range entries {
+			if e.Kind != kind-1 || (i > 0 && e.FirstOffset <= entries[i-1].FirstOffset) {
+				t.Fatalf("entry %d out of place: %+v", i, e)
+			}
+		}
+		if again := EncodeGroup(kind, entries); !bytes.Equal(again, b) {
+			t.Fatalf("decode then encode changed the bytes")
+		}
+	})
+}

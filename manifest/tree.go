@@ -1,0 +1,190 @@
+package manifest
+
+import (
+	"fmt"
+	"math/bits"
+	"sort"
+)
+
+// GroupFetcher downloads and decodes the group object e names and returns its entries. The
+// read path, verify and garbage collection each pass their own (S3, a cache, a map in tests).
+type GroupFetcher func(e Entry) ([]Entry, error)
+
+// maxDepth bounds any descent: a root entry is at most a mega-group, three levels above
+// fragments; CheckGroup makes each level exactly one kind lower, so this is a safety net.
+const maxDepth = 4
+
+// CheckGroup verifies that children are what group's entry promises: at least one, all of
+// the kind one lower, sorted, the first starting at the group's first offset with its first
+// timestamp, the last ending with its last timestamp, and sizes adding up to its size. A
+// mismatch means a corrupt or wrong object and wraps ErrCorrupt.
+func CheckGroup(group Entry, children []Entry) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s at offset %d (uid %016x): %s", ErrCorrupt, group.Kind, group.FirstOffset, group.UID, fmt.Sprintf(format, args...))
+	}
+	if group.Kind == KindFragment || group.Kind > KindMegaGroup {
+		return bad("not a group entry")
+	}
+	if len(children) == 0 {
+		return bad("no entries")
+	}
+	var sum, carry uint64
+	for i, c := range children {
+		if c.Kind != group.Kind-1 {
+			return bad("entry %d is a %s, want %s", i, c.Kind, group.Kind-1)
+		}
+		if i > 0 && c.FirstOffset <= children[i-1].FirstOffset {
+			return bad("entry %d starts at %d, not after entry %d at %d", i, c.FirstOffset, i-1, children[i-1].FirstOffset)
+		}
+		sum, carry = bits.Add64(sum, c.Size, 0)
+		if carry != 0 {
+			return bad("entry sizes overflow")
+		}
+	}
+	first, last := children[0], children[len(children)-1]
+	switch {
+	case first.FirstOffset != group.FirstOffset:
+		return bad("first entry starts at %d", first.FirstOffset)
+	case first.FirstTimestamp != group.FirstTimestamp:
+		return bad("first timestamp %d, the entry says %d", first.FirstTimestamp, group.FirstTimestamp)
+	case last.LastTimestamp != group.LastTimestamp:
+		return bad("last timestamp %d, the entry says %d", last.LastTimestamp, group.LastTimestamp)
+	case sum != group.Size:
+		return bad("entry sizes add up to %d, the entry says %d", sum, group.Size)
+	}
+	return nil
+}
+
+// fetchChildren fetches the children of group e, which ends at end, for a lookup. It
+// checks in constant time what a wrong or stale object would break: the ends, kinds and
+// timestamps against e; sortedness and uniform kinds come from DecodeGroup, and CheckTree
+// and retention (which use sizes) run the full CheckGroup.
+func fetchChildren(fetch GroupFetcher, e Entry, end uint64) ([]Entry, error) {
+	if fetch == nil {
+		return nil, fmt.Errorf("%s at offset %d (uid %016x): no group fetcher given", e.Kind, e.FirstOffset, e.UID)
+	}
+	children, err := fetch(e)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s at offset %d (uid %016x): %w", e.Kind, e.FirstOffset, e.UID, err)
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s at offset %d (uid %016x): %s", ErrCorrupt, e.Kind, e.FirstOffset, e.UID, fmt.Sprintf(format, args...))
+	}
+	if e.Kind == KindFragment || e.Kind > KindMegaGroup {
+		return nil, bad("not a group entry")
+	}
+	if len(children) == 0 {
+		return nil, bad("no entries")
+	}
+	first, last := children[0], children[len(children)-1]
+	switch {
+	case first.Kind != e.Kind-1 || last.Kind != e.Kind-1:
+		return nil, bad("holds %ss, want %ss", first.Kind, e.Kind-1)
+	case first.FirstOffset != e.FirstOffset || first.FirstTimestamp != e.FirstTimestamp:
+		return nil, bad("first entry at %d (timestamp %d) does not match", first.FirstOffset, first.FirstTimestamp)
+	case last.LastTimestamp != e.LastTimestamp:
+		return nil, bad("last timestamp %d, the entry says %d", last.LastTimestamp, e.LastTimestamp)
+	case last.FirstOffset >= end:
+		return nil, bad("last entry starts at %d, not below the group's end %d", last.FirstOffset, end)
+	}
+	return children, nil
+}
+
+// checkChildren is CheckGroup plus the end the parent level gives the group.
+func checkChildren(e Entry, end uint64, children []Entry) error {
+	if err := CheckGroup(e, children); err != nil {
+		return err
+	}
+	if last := children[len(children)-1]; last.FirstOffset >= end {
+		return fmt.Errorf("%w: %s at offset %d (uid %016x): last entry starts at %d, not below the group's end %d",
+			ErrCorrupt, e.Kind, e.FirstOffset, e.UID, last.FirstOffset, end)
+	}
+	return nil
+}
+
+// containing is the index of the entry whose range holds offset: the last one starting at
+// or below it (-1 when offset is below the first).
+func containing(entries []Entry, offset uint64) int {
+	return sort.Search(len(entries), func(i int) bool { return entries[i].FirstOffset > offset }) - 1
+}
+
+// endOf is the first offset after entries[i] at a level that ends at end.
+func endOf(entries []Entry, i int, end uint64) uint64 {
+	if i+1 < len(entries) {
+		return entries[i+1].FirstOffset
+	}
+	return end
+}
+
+// CheckTree verifies the whole tree below m, fetching every group: m.Check, each group
+// against its entry (CheckGroup) and its end, and then invariants 1 and 10 of the spec:
+// the live fragments (those ending above the first offset) start exactly at the first
+// offset and tile [first offset, next offset) with no hole, their sizes add up to the total
+// size, and the header's timestamps are the first live fragment's. It is for tests, verify
+// and tools: it reads every group object.
+func CheckTree(m Manifest, fetch GroupFetcher) error {
+	if err := m.Check(); err != nil {
+		return fmt.Errorf("root: %w", err)
+	}
+	var (
+		live  uint64
+		first *Entry
+		prev  = m.FirstOffset // where the next live fragment must start
+	)
+	var walk func(entries []Entry, end uint64, depth int) error
+	walk = func(entries []Entry, end uint64, depth int) error {
+		for i, e := range entries {
+			eEnd := endOf(entries, i, end)
+			if eEnd <= e.FirstOffset {
+				return fmt.Errorf("%s at offset %d covers nothing (ends at %d)", e.Kind, e.FirstOffset, eEnd)
+			}
+			if eEnd <= m.FirstOffset {
+				continue // wholly below the first offset: skipped by readers
+			}
+			if e.Kind != KindFragment {
+				if depth >= maxDepth {
+					return fmt.Errorf("%s at offset %d: tree deeper than %d levels", e.Kind, e.FirstOffset, maxDepth)
+				}
+				children, err := fetchChildren(fetch, e, eEnd)
+				if err != nil {
+					return err
+				}
+				if err := CheckGroup(e, children); err != nil {
+					return err
+				}
+				if err := walk(children, eEnd, depth+1); err != nil {
+					return err
+				}
+				continue
+			}
+			if e.FirstOffset != prev {
+				return fmt.Errorf("live fragment at %d, expected one at %d (hole or overlap)", e.FirstOffset, prev)
+			}
+			if first == nil {
+				f := e
+				first = &f
+			}
+			var carry uint64
+			live, carry = bits.Add64(live, e.Size, 0)
+			if carry != 0 {
+				return fmt.Errorf("live sizes overflow")
+			}
+			prev = eEnd
+		}
+		return nil
+	}
+	if err := walk(m.Entries, m.NextOffset, 1); err != nil {
+		return err
+	}
+	if prev != m.NextOffset {
+		return fmt.Errorf("live fragments end at %d, next offset is %d", prev, m.NextOffset)
+	}
+	if live != m.TotalSize {
+		return fmt.Errorf("live fragments hold %d bytes, total size says %d", live, m.TotalSize)
+	}
+	if first != nil && (first.FirstTimestamp != m.FirstTimestamp || first.LastTimestamp != m.FirstLastTimestamp) {
+		return fmt.Errorf("first live fragment has timestamps %d..%d, header says %d and %d",
+			first.FirstTimestamp, first.LastTimestamp, m.FirstTimestamp, m.FirstLastTimestamp)
+	}
+	return nil
+}
