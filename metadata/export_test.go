@@ -1,0 +1,41 @@
+package metadata
+
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// StaleMemberWatch prepares a watcher of the members prefix that reported everything up to
+// rev and then fell behind (as after a long disconnect); start runs it, so that tests can
+// compact rev away in between.
+func StaleMemberWatch(ctx context.Context, s *Store, rev int64) (start func() <-chan MemberEvent, err error) {
+	w := &prefixWatcher{cli: s.cli, prefix: MembersPrefix(s.prefix)}
+	resp, err := s.cli.Get(ctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		return nil, err
+	}
+	w.known = make(map[string][]byte)
+	for _, kv := range resp.Kvs {
+		w.known[string(kv.Key)] = kv.Value
+	}
+	w.rev = rev
+	return func() <-chan MemberEvent {
+		ch := make(chan MemberEvent, 16)
+		go func() {
+			defer close(ch)
+			send := func(ev MemberEvent) bool {
+				select {
+				case ch <- ev:
+					return true
+				case <-ctx.Done():
+					return false
+				}
+			}
+			if err := w.run(ctx, func(c kvChange) bool { return send(memberEvent(w.prefix, c)) }); err != nil {
+				send(MemberEvent{Err: err})
+			}
+		}()
+		return ch
+	}, nil
+}

@@ -1,0 +1,53 @@
+package metadata
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The stream records' keys (anchor, manifest, epoch) are defined in package manifest; the
+// cluster's own records live beside them under the same etcd prefix.
+
+// MembersPrefix is the etcd prefix (ending in "/") under which every live node has one key.
+func MembersPrefix(etcdPrefix string) string { return etcdPrefix + "/members/" }
+
+// MemberKey is the key a node keeps alive under its lease while it is up.
+func MemberKey(etcdPrefix, node string) string { return MembersPrefix(etcdPrefix) + node }
+
+// PlacementsPrefix is the etcd prefix (ending in "/") of every stream's placement record.
+func PlacementsPrefix(etcdPrefix string) string { return etcdPrefix + "/placements/" }
+
+// PlacementKey holds which node writes a stream at which epoch, and its replicas.
+func PlacementKey(etcdPrefix, stream string) string { return PlacementsPrefix(etcdPrefix) + stream }
+
+// MaxNodeNameLen is the longest node name accepted.
+const MaxNodeNameLen = 200
+
+// ErrInvalidNodeName marks a node name that would be unsafe or ambiguous in a key.
+var ErrInvalidNodeName = errors.New("invalid node name")
+
+// ValidateNodeName refuses anything but 1 to 200 characters of [A-Za-z0-9._-], starting with
+// a letter or digit and never containing "..", the same rule as stream ids.
+func ValidateNodeName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidNodeName)
+	}
+	if len(name) > MaxNodeNameLen {
+		return fmt.Errorf("%w: %d characters, at most %d", ErrInvalidNodeName, len(name), MaxNodeNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if i == 0 && !alnum {
+			return fmt.Errorf("%w: %q must start with a letter or digit", ErrInvalidNodeName, name)
+		}
+		if !alnum && c != '.' && c != '_' && c != '-' {
+			return fmt.Errorf("%w: %q has character %q at %d (allowed: A-Z a-z 0-9 . _ -)", ErrInvalidNodeName, name, c, i)
+		}
+	}
+	if strings.Contains(name, "..") {
+		return fmt.Errorf("%w: %q contains \"..\"", ErrInvalidNodeName, name)
+	}
+	return nil
+}
