@@ -1,0 +1,226 @@
+// Package embeds3 runs an S3-compatible endpoint inside the node process, on loopback, so
+// that `go run ./cmd/node` works with nothing installed. It is versitygw (embedgw) over its
+// posix backend: signatures are verified, PUT checksums are verified (BadDigest), objects
+// are files under a directory.
+//
+// Two properties of the posix backend shape its use: it changes the process's working
+// directory to the data directory (everything else in the process must use absolute
+// paths), and only one instance may run per process.
+package embeds3
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/versity/versitygw/backend/meta"
+	"github.com/versity/versitygw/backend/posix"
+	"github.com/versity/versitygw/embedgw"
+
+	"streamtier/s3io"
+)
+
+// DefaultRegion is the region the embedded endpoint signs for unless told otherwise.
+const DefaultRegion = "us-east-1"
+
+// healthPath answers 200 without authentication once the gateway serves.
+const healthPath = "/healthz"
+
+// startTimeout bounds how long Start waits for the gateway to answer.
+const startTimeout = 30 * time.Second
+
+// Options configure the embedded endpoint; zero values get defaults.
+type Options struct {
+	Dir       string // where objects live (created if missing); required
+	Addr      string // loopback host:port to listen on; empty picks a free port on 127.0.0.1
+	AccessKey string // root credentials; empty draws random ones
+	SecretKey string
+	Region    string // DefaultRegion when empty
+}
+
+// running guards the one instance a process may hold: a second posix backend would move
+// the working directory under the first.
+var running atomic.Bool
+
+// Server is a running embedded endpoint.
+type Server struct {
+	Endpoint  string // http://host:port
+	Region    string
+	AccessKey string
+	SecretKey string
+	Dir       string // absolute data directory
+
+	cancel context.CancelFunc
+	done   chan error
+	closed sync.Once
+}
+
+// Start runs the endpoint with defaults over dir: a free loopback port, random credentials.
+func Start(ctx context.Context, dir string) (*Server, error) {
+	return StartWith(ctx, Options{Dir: dir})
+}
+
+// StartWith runs the endpoint and returns once it answers requests. The context bounds
+// the start only; Close stops the endpoint.
+func StartWith(ctx context.Context, o Options) (*Server, error) {
+	if o.Dir == "" {
+		return nil, errors.New("embedded s3: data directory: required")
+	}
+	if !running.CompareAndSwap(false, true) {
+		return nil, errors.New("embedded s3: already running in this process (one instance per process)")
+	}
+	started := false
+	defer func() {
+		if !started {
+			running.Store(false)
+		}
+	}()
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("embedded s3: data directory %q: %w", o.Dir, err)
+	}
+	if o.Addr == "" {
+		if o.Addr, err = freeLoopbackAddr(); err != nil {
+			return nil, fmt.Errorf("embedded s3: %w", err)
+		}
+	} else if err := checkLoopback(o.Addr); err != nil {
+		return nil, err
+	}
+	if (o.AccessKey == "") != (o.SecretKey == "") {
+		return nil, errors.New("embedded s3: access key and secret key: set both or neither")
+	}
+	if o.AccessKey == "" {
+		o.AccessKey, o.SecretKey = "streamtier-"+randomHex(6), randomHex(20)
+	}
+	if o.Region == "" {
+		o.Region = DefaultRegion
+	}
+	root, sidecar := filepath.Join(dir, "data"), filepath.Join(dir, "meta")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded s3: %w", err)
+	}
+	var ms meta.MetadataStorer = meta.XattrMeta{}
+	opts := posix.PosixOpts{Concurrency: 1000}
+	if err := (meta.XattrMeta{}).Test(root); err != nil {
+		// No extended attributes on this file system: keep metadata in a side directory.
+		if err := os.MkdirAll(sidecar, 0o755); err != nil {
+			return nil, fmt.Errorf("embedded s3: %w", err)
+		}
+		sc, err := meta.NewSideCar(sidecar)
+		if err != nil {
+			return nil, fmt.Errorf("embedded s3: metadata directory: %w", err)
+		}
+		ms, opts.SideCarDir = sc, sidecar
+	}
+	be, err := posix.New(root, ms, opts) // changes the working directory to root
+	if err != nil {
+		return nil, fmt.Errorf("embedded s3: posix backend: %w", err)
+	}
+	cfg := &embedgw.Config{
+		RootUserAccess:    o.AccessKey,
+		RootUserSecret:    o.SecretKey,
+		Region:            o.Region,
+		Ports:             []string{o.Addr},
+		MaxConnections:    10_000,
+		MaxRequests:       10_000,
+		MultipartMaxParts: 10_000,
+		HealthPath:        healthPath,
+		Quiet:             true,
+		KeepAlive:         true,
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		Endpoint: "http://" + o.Addr, Region: o.Region, AccessKey: o.AccessKey, SecretKey: o.SecretKey, Dir: dir,
+		cancel: cancel, done: make(chan error, 1),
+	}
+	go func() { s.done <- embedgw.RunVersityGW(runCtx, be, cfg) }() // owned by s: Close ends it
+	started = true                                                  // from here Close releases the instance
+	if err := s.waitHealthy(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// waitHealthy polls the health path until it answers, the gateway stops or ctx ends.
+// Nothing signals that the listener is up, so polling it is the way to know.
+func (s *Server) waitHealthy(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	client := &http.Client{Timeout: time.Second}
+	defer client.CloseIdleConnections()
+	for wait := 2 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+healthPath, nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err // Close reads it again
+			return fmt.Errorf("embedded s3: gateway stopped during start: %w", err)
+		case <-ctx.Done():
+			return fmt.Errorf("embedded s3: no answer on %s: %w", s.Endpoint, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Config is an s3io configuration for bucket on this endpoint (path-style, its keys).
+func (s *Server) Config(bucket string) s3io.Config {
+	return s3io.Config{Endpoint: s.Endpoint, Region: s.Region, Bucket: bucket, PathStyle: true, AccessKey: s.AccessKey, SecretKey: s.SecretKey}
+}
+
+// Close stops the endpoint and waits for it; objects stay in the directory.
+func (s *Server) Close() error {
+	s.cancel()
+	err := <-s.done
+	s.done <- err
+	s.closed.Do(func() { running.Store(false) })
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("embedded s3: %w", err)
+	}
+	return nil
+}
+
+// checkLoopback refuses listen addresses that are not loopback: the endpoint has one
+// root account and is meant for this host only.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("embedded s3: listen address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("embedded s3: listen address %q: only loopback addresses are allowed", addr)
+	}
+	return nil
+}
+
+func freeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,125 @@
+package embeds3_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	smithy "github.com/aws/smithy-go"
+
+	"streamtier/s3io"
+	"streamtier/s3io/embeds3"
+	"streamtier/s3io/s3test"
+)
+
+// TestEmbedded runs the in-process endpoint (one per process, so one test does it all):
+// fragments round-trip, the server verifies CRC-32 and signatures, a second instance is
+// refused, and Close stops it.
+func TestEmbedded(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chdir(wd) }) // the posix backend moves the working directory
+	logDir := t.TempDir()              // absolute, as everything must be once the gateway runs
+	chunks, err := s3test.WriteLog(logDir, s3test.LogSpec{Seed: 21, Chunks: 80, MinData: 100, MaxData: 40_000, MaxTrailer: 40, SegmentBytes: 600_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := context.Background()
+	srv, err := embeds3.Start(ctx, filepath.Join(t.TempDir(), "s3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if !strings.HasPrefix(srv.Endpoint, "http://127.0.0.1:") {
+		t.Fatalf("endpoint %s is not on loopback", srv.Endpoint)
+	}
+	st, err := s3io.NewStore(ctx, srv.Config("streams"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.EnsureBucket(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for i, d := range s3test.Describe(chunks, 1<<20) {
+		key := "streams/x/data/" + string(rune('a'+i)) + ".fragment"
+		if _, err := st.PutFragment(ctx, key, logDir, d); err != nil {
+			t.Fatalf("fragment %d: %v", i, err)
+		}
+		want, err := s3test.ExpectedObject(logDir, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj, err := st.ReadFragment(ctx, key)
+		if err != nil || !bytes.Equal(obj.Bytes, want) {
+			t.Fatalf("fragment %d read back: %v (equal: %v)", i, err, bytes.Equal(obj.Bytes, want))
+		}
+	}
+
+	// The server checks the CRC-32 it is given: a wrong one is BadDigest, nothing stored.
+	client := s3.NewFromConfig(aws.Config{Region: srv.Region, Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey}, nil
+	})}, func(o *s3.Options) { o.BaseEndpoint, o.UsePathStyle = aws.String(srv.Endpoint), true })
+	_, err = client.PutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String("streams"), Key: aws.String("bad-crc"), Body: bytes.NewReader([]byte("payload")),
+		ChecksumCRC32: aws.String("AAAAAA=="),
+	})
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode() != "BadDigest" {
+		t.Fatalf("put with a wrong CRC-32: %v, want BadDigest", err)
+	}
+	if _, err := st.Head(ctx, "bad-crc"); !s3io.IsNotFound(err) {
+		t.Fatalf("object with a wrong CRC was stored: %v", err)
+	}
+
+	// Signatures are checked: a wrong secret is refused.
+	bad := srv.Config("streams")
+	bad.SecretKey = "wrong"
+	bst, err := s3io.NewStore(ctx, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bst.PutObject(ctx, "forged", []byte("x"))
+	if s3io.Classify(err) != s3io.ClassNonTransient {
+		t.Fatalf("put with a wrong secret: %v, want a non-transient refusal", err)
+	}
+
+	// One instance per process.
+	if second, err := embeds3.Start(ctx, filepath.Join(t.TempDir(), "s3b")); err == nil {
+		second.Close()
+		t.Fatal("a second embedded endpoint started in the same process")
+	}
+	if _, err := embeds3.StartWith(ctx, embeds3.Options{Dir: t.TempDir(), Addr: "0.0.0.0:0"}); err == nil {
+		t.Fatal("a non-loopback listen address was accepted")
+	}
+
+	if err := srv.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := st.PutObject(ctx, "after-close", []byte("x")); s3io.Classify(err) != s3io.ClassRetriable {
+		t.Fatalf("put after close: %v, want a retriable connection error", err)
+	}
+
+	// Once closed, the process may run one again; objects stay in the directory.
+	again, err := embeds3.StartWith(ctx, embeds3.Options{Dir: srv.Dir, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	ast, err := s3io.NewStore(ctx, again.Config("streams"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ast.ReadFragment(ctx, "streams/x/data/a.fragment"); err != nil {
+		t.Fatalf("fragment after restart: %v", err)
+	}
+}
