@@ -1,0 +1,118 @@
+package readercore
+
+import (
+	"fmt"
+	"time"
+
+	"streamtier/fragment"
+	"streamtier/manifest"
+)
+
+// Defaults from the operations spec; a zero Config field takes the default.
+const (
+	DefaultFragmentTargetSize   = 64 << 20
+	DefaultPersistThreshold     = 5
+	DefaultPersistInterval      = 2 * time.Second
+	DefaultRebalanceThreshold   = 1024
+	DefaultUploadRetryDelay     = time.Second
+	DefaultUploadRetryMaxDelay  = 30 * time.Second
+	DefaultTransientBackoffBase = 10 * time.Millisecond
+	DefaultTransientBackoffMax  = 5 * time.Second
+	DefaultTransferDeadline     = 180 * time.Second
+	DefaultRetentionTimeout     = 60 * time.Second
+)
+
+// Config is what a core needs to decide: the stream, the writer's epoch, the cut and
+// persist triggers, the retry schedules and the remote retention policy. Durations are
+// handed to the shell in effects; the core itself never reads a clock.
+type Config struct {
+	StreamID string // validated like an S3 key component
+	Epoch    uint64 // the writer's epoch; LogOpened may raise it, never lower it
+
+	FragmentTargetSize uint64        // cut when a fragment's chunk bytes reach this (crossing chunk included)
+	PersistThreshold   int           // unpersisted edits that trigger a persist
+	PersistInterval    time.Duration // longest an edit waits for a persist
+	RebalanceThreshold int           // M: entries per group object
+
+	UploadRetryDelay     time.Duration // first delay after a non-transient transfer failure
+	UploadRetryMaxDelay  time.Duration // the delay doubles up to this
+	TransientBackoffBase time.Duration // second retriable failure waits this; the first retries at once
+	TransientBackoffMax  time.Duration // the transient delay doubles up to this
+	TransferDeadline     time.Duration // resubmit a transfer whose result never came
+	RetentionTimeout     time.Duration // bound on a group download for remote retention
+
+	Retention manifest.Policy // remote retention; zero means keep everything
+
+	// RefBase is where this core's references start. A shell that replaces its core (after
+	// a supervisor restart) passes a base above every reference the previous core handed
+	// out, so that results addressed to the old core can never match the new one.
+	RefBase uint64
+}
+
+// withDefaults fills zero fields with the spec's defaults.
+func (c Config) withDefaults() Config {
+	if c.FragmentTargetSize == 0 {
+		c.FragmentTargetSize = DefaultFragmentTargetSize
+	}
+	if c.PersistThreshold == 0 {
+		c.PersistThreshold = DefaultPersistThreshold
+	}
+	if c.PersistInterval == 0 {
+		c.PersistInterval = DefaultPersistInterval
+	}
+	if c.RebalanceThreshold == 0 {
+		c.RebalanceThreshold = DefaultRebalanceThreshold
+	}
+	if c.UploadRetryDelay == 0 {
+		c.UploadRetryDelay = DefaultUploadRetryDelay
+	}
+	if c.UploadRetryMaxDelay == 0 {
+		c.UploadRetryMaxDelay = DefaultUploadRetryMaxDelay
+	}
+	if c.TransientBackoffBase == 0 {
+		c.TransientBackoffBase = DefaultTransientBackoffBase
+	}
+	if c.TransientBackoffMax == 0 {
+		c.TransientBackoffMax = DefaultTransientBackoffMax
+	}
+	if c.TransferDeadline == 0 {
+		c.TransferDeadline = DefaultTransferDeadline
+	}
+	if c.RetentionTimeout == 0 {
+		c.RetentionTimeout = DefaultRetentionTimeout
+	}
+	return c
+}
+
+// validate refuses a configuration the core cannot run with, naming the setting.
+func (c Config) validate() error {
+	if err := manifest.ValidateStreamID(c.StreamID); err != nil {
+		return fmt.Errorf("replica reader config: stream id: %w", err)
+	}
+	bad := func(setting string, v any, why string) error {
+		return fmt.Errorf("replica reader config for %s: %s = %v: %s", c.StreamID, setting, v, why)
+	}
+	switch {
+	case c.FragmentTargetSize > fragment.MaxTargetSize:
+		return bad("fragment_target_size", c.FragmentTargetSize, fmt.Sprintf("above %d (index positions are 32-bit)", uint64(fragment.MaxTargetSize)))
+	case c.PersistThreshold < 1:
+		return bad("persist_threshold", c.PersistThreshold, "must be at least 1")
+	case c.PersistInterval < 0:
+		return bad("persist_interval", c.PersistInterval, "must be positive")
+	case c.RebalanceThreshold < 2:
+		return bad("rebalance_threshold", c.RebalanceThreshold, "must be at least 2")
+	case c.UploadRetryDelay < 0:
+		return bad("upload_retry_delay", c.UploadRetryDelay, "must be positive")
+	case c.UploadRetryMaxDelay < c.UploadRetryDelay:
+		return bad("upload_retry_max_delay", c.UploadRetryMaxDelay, "below upload_retry_delay")
+	case c.TransientBackoffBase < 0:
+		return bad("transient_backoff_base", c.TransientBackoffBase, "must be positive")
+	case c.TransientBackoffMax < c.TransientBackoffBase:
+		return bad("transient_backoff_max", c.TransientBackoffMax, "below transient_backoff_base")
+	case c.TransferDeadline < 0:
+		return bad("transfer_deadline", c.TransferDeadline, "must be positive")
+	case c.RetentionTimeout < 0:
+		return bad("retention_task_timeout", c.RetentionTimeout, "must be positive")
+	}
+	return nil
+}

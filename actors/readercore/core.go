@@ -1,0 +1,372 @@
+// Package readercore is the replica reader's decision logic as a pure state machine: the
+// upload path's core. The shell (an actor) feeds it events (a drained chunk header, a
+// transfer result, a timer, a persist result, a request) through Step and executes the
+// effects it returns (submit a transfer, persist, publish, delete, reply). The core does no
+// I/O, reads no clock and draws no random numbers: time, uids and jitter come in with the
+// events, so the same events always give the same effects.
+//
+// The design, the rules and how the scenario files read are in docs/replica-reader-core.md.
+package readercore
+
+import (
+	"fmt"
+	"slices"
+
+	"streamtier/fragment"
+	"streamtier/manifest"
+)
+
+// phase is where the core is in its life.
+type phase uint8
+
+const (
+	phaseStarting phase = iota // waiting for Resolved and LogOpened (at start, after Reinitialize)
+	phaseRunning
+	phaseStopped // the stream is gone; every event is ignored
+)
+
+func (p phase) String() string {
+	switch p {
+	case phaseStarting:
+		return "starting"
+	case phaseRunning:
+		return "running"
+	case phaseStopped:
+		return "stopped"
+	}
+	return "phase(?)"
+}
+
+// transferState is where one cut fragment is in its upload.
+type transferState uint8
+
+const (
+	transferInFlight transferState = iota // an attempt is with the governor
+	transferWaiting                       // a failed attempt waits for its retry timer
+	transferDone                          // uploaded; waits for the fragments cut before it
+)
+
+// transfer is one cut fragment from its cut until its completion is applied in cut order.
+type transfer struct {
+	ref          Ref
+	desc         fragment.Description
+	attempt      int
+	state        transferState
+	uid          uint64
+	transient    int // retriable failures so far
+	nonTransient int // non-transient failures so far
+	stalled      bool
+}
+
+// pendingEdit is an edit applied to the in-memory manifest and not yet persisted, with the
+// objects it stops referencing: they may be deleted once a persist has recorded it.
+type pendingEdit struct {
+	edit       manifest.Edit
+	deletes    []manifest.Entry
+	deleteFrom uint64 // groups in deletes go with everything under them from this offset
+	append     bool   // a fragment append (does not touch the head)
+}
+
+// pendingReset is a reset that has not been persisted yet.
+type pendingReset struct {
+	reason ResetReason
+	at     uint64           // the new next offset: the local first offset
+	stale  []manifest.Entry // objects of the discarded manifests, deleted once the reset is persisted
+}
+
+// persistOp is the one persist in flight.
+type persistOp struct {
+	ref        Ref
+	root       manifest.Manifest
+	edits      []pendingEdit
+	reset      *pendingReset
+	expected   int64
+	superseded bool // a reset happened meanwhile: the result still counts, but pending edits are gone
+}
+
+// rebalanceOp is the one group upload in flight.
+type rebalanceOp struct {
+	ref      Ref
+	attempt  int
+	r        manifest.Rebalance
+	failures int
+	waiting  bool // a retry timer is armed
+}
+
+// retentionOp is the one group fetch for remote retention in flight.
+type retentionOp struct {
+	ref   Ref
+	group manifest.Entry
+	walk  manifest.Retention // the evaluation that asked for the group; Resume continues it
+}
+
+type waiter struct {
+	id     WaiterID
+	offset uint64
+}
+
+// Core is the replica reader's state for one stream. Create it with New, feed it events with
+// Step, execute the returned effects. It is owned by one goroutine (the actor).
+type Core struct {
+	cfg   Config
+	epoch uint64
+	phase phase
+	ref   Ref // last reference handed out
+	out   []Effect
+	now   int64 // latest time an event brought (ms); only remote retention reads it
+
+	resolved *Resolved
+	logInfo  *LogOpened
+
+	// The persisted truth: the last manifest etcd accepted, its revision and root object.
+	persisted manifest.Manifest
+	revision  int64
+	root      RootRef
+	hasRoot   bool
+
+	// The speculative state: in-memory manifest = persisted (or the reset base) with pending folded.
+	mem       manifest.Manifest
+	pending   []pendingEdit
+	nonAppend int // pending edits that changed the head (rebalance, retention)
+	reset     *pendingReset
+
+	drainNext uint64
+	asm       *fragment.Assembly
+	transfers []*transfer // cut order
+
+	inflight        *persistOp
+	timer           Ref // the armed persist timer, 0 when none
+	persistDue      bool
+	persistBackoff  bool
+	persistFailures int
+	lastPersistErr  string
+	lastPersistAt   int64
+
+	rebalance     *rebalanceOp
+	rebalanceHeld bool // a rebalance was given up: wait for the next persist before trying again
+	retention     *retentionOp
+	retentionWant bool
+	policy        manifest.Policy
+
+	waiters  []waiter
+	replicas []string // sorted
+
+	stats Counters
+}
+
+// Counters are the core's monotonic counts, for status and metrics.
+type Counters struct {
+	Cuts                uint64
+	Completions         uint64
+	TransientRetries    uint64
+	NonTransientRetries uint64
+	DeadlineResubmits   uint64
+	IgnoredResults      uint64 // late, duplicate or previous-generation results
+	Persists            uint64
+	PersistFailures     uint64
+	Resets              uint64
+	GapOffsets          uint64 // offsets given up by local-ahead and segment-gone resets
+	Reinitializations   uint64
+	Rebalances          uint64
+	RebalancesGivenUp   uint64
+	RetentionRuns       uint64
+	RetentionFailures   uint64
+}
+
+// New returns a core waiting for Resolved and LogOpened. Zero Config fields take the spec's
+// defaults; an invalid setting is refused with an error naming it.
+func New(cfg Config) (*Core, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	asm, err := fragment.NewAssembly(cfg.FragmentTargetSize)
+	if err != nil {
+		return nil, fmt.Errorf("replica reader config for %s: %w", cfg.StreamID, err)
+	}
+	return &Core{
+		cfg:       cfg,
+		epoch:     cfg.Epoch,
+		ref:       Ref(cfg.RefBase),
+		asm:       asm,
+		policy:    cfg.Retention,
+		persisted: manifest.Empty(),
+		mem:       manifest.Empty(),
+	}, nil
+}
+
+// Step applies one event and returns the effects to execute, in order. The returned slice
+// is reused by the next Step. An event that breaks the shell's contract (a chunk out of
+// sequence, a result that contradicts itself, a start message at the wrong time) is refused
+// with an error and changes nothing. Late, duplicate and stale results are not errors: they
+// are ignored and counted.
+func (c *Core) Step(ev Event) ([]Effect, error) {
+	clear(c.out)
+	c.out = c.out[:0]
+	if c.phase == phaseStopped {
+		if e, ok := ev.(AwaitOffset); ok {
+			c.emit(ReplyWaiters{Waiters: []WaiterID{e.Waiter}, OK: false, Reason: "reader stopped: stream deleted"})
+		}
+		return c.out, nil
+	}
+	var err error
+	switch e := ev.(type) {
+	case ChunkDrained:
+		err = c.onChunk(e)
+	case TransferResult:
+		err = c.onTransferResult(e)
+	case DrainSegmentGone:
+		err = c.onDrainSegmentGone(e)
+	case EndOfStream:
+		if c.phase == phaseRunning {
+			c.emit(RegisterOffsetListener{Offset: c.drainNext})
+		}
+	case ForceCut:
+		if c.phase == phaseRunning {
+			c.cut()
+		}
+	case TransferDeadline:
+		c.onDeadline(e)
+	case RetryTimer:
+		c.onRetryTimer(e)
+	case PersistTimer:
+		c.onPersistTimer(e)
+	case PersistResult:
+		err = c.onPersistResult(e)
+	case GroupUploadResult:
+		err = c.onGroupResult(e)
+	case RetentionGroupFetched:
+		c.onRetentionFetched(e)
+	case RetentionGroupFailed:
+		c.onRetentionFailed(e.Ref)
+	case RetentionTimeout:
+		c.onRetentionFailed(e.Ref)
+	case AwaitOffset:
+		err = c.onAwait(e)
+	case CancelAwait:
+		c.onCancelAwait(e)
+	case RetentionPolicyChanged:
+		err = c.onPolicy(e)
+	case EvaluateRetention:
+		c.now = e.Now
+		if c.phase == phaseRunning {
+			c.wantRetention()
+		}
+	case ReplicaRegistered:
+		err = c.onReplica(e.Replica)
+	case ResyncRequested:
+		err = c.onReplica(e.Replica)
+	case Resolved:
+		err = c.onResolved(e)
+	case LogOpened:
+		err = c.onLogOpened(e)
+	case nil:
+		err = fmt.Errorf("stream %s: nil event", c.cfg.StreamID)
+	default:
+		// Event is sealed (its method is unexported), so only an event type added to this
+		// package without a case here gets this far. Not naming the type keeps ev from
+		// escaping: boxing a drained chunk then costs no allocation.
+		err = fmt.Errorf("stream %s: event not handled by the core", c.cfg.StreamID)
+	}
+	if err != nil {
+		clear(c.out)
+		c.out = c.out[:0]
+		return nil, err
+	}
+	return c.out, nil
+}
+
+func (c *Core) emit(e Effect) { c.out = append(c.out, e) }
+
+func (c *Core) newRef() Ref {
+	c.ref++
+	return c.ref
+}
+
+// afterChange re-runs the decisions that depend on the pipeline's state, in the order the
+// design wants: a due rebalance goes first (so the persist includes it), then a wanted
+// retention, then a due persist; finally the persist timer is armed for unpersisted edits.
+func (c *Core) afterChange() {
+	if c.phase != phaseRunning {
+		return
+	}
+	c.maybeRebalance()
+	if c.retentionWant {
+		c.runRetention()
+	}
+	c.maybePersist()
+	c.maybeArmTimer()
+}
+
+// dropAll forgets everything in progress: transfers, the assembly, the persist, the
+// rebalance, the retention, the pending edits and reset. Their results become stale.
+func (c *Core) dropAll() {
+	if c.timer != 0 {
+		c.emit(CancelPersistTimer{Ref: c.timer})
+	}
+	c.timer = 0
+	c.transfers = nil
+	c.asm.Discard()
+	c.inflight = nil
+	c.rebalance = nil
+	c.rebalanceHeld = false
+	c.retention = nil
+	c.retentionWant = false
+	c.pending = nil
+	c.nonAppend = 0
+	c.reset = nil
+	c.persistDue = false
+	c.persistBackoff = false
+	c.persistFailures = 0
+}
+
+// reinitialize answers a conflict: another writer persisted, so everything this core holds
+// is stale. The shell resolves again and feeds Resolved and LogOpened; waiters and
+// registered replicas carry over.
+func (c *Core) reinitialize(reason string) {
+	c.emit(Reinitialize{Reason: reason})
+	c.dropAll()
+	c.mem = c.persisted
+	c.phase = phaseStarting
+	c.resolved = nil
+	c.logInfo = nil
+	c.stats.Reinitializations++
+}
+
+// stop answers a not-found after an earlier success: the stream was deleted. Waiters are
+// told, nothing more is written, and every later event is ignored.
+func (c *Core) stop(reason string) {
+	c.dropAll()
+	if len(c.waiters) > 0 {
+		ids := make([]WaiterID, len(c.waiters))
+		for i, w := range c.waiters {
+			ids[i] = w.id
+		}
+		c.waiters = nil
+		c.emit(ReplyWaiters{Waiters: ids, OK: false, Reason: "reader stopped: " + reason})
+	}
+	c.emit(Stop{Reason: reason})
+	c.phase = phaseStopped
+}
+
+// onReplica registers a replica (registration or resync request) and syncs it with the
+// persisted manifest, unless a reset is pending: the manifest it would get is being
+// discarded, and the reset's persist syncs every replica.
+func (c *Core) onReplica(name string) error {
+	if name == "" {
+		return fmt.Errorf("stream %s: replica with an empty name", c.cfg.StreamID)
+	}
+	if i, found := slices.BinarySearch(c.replicas, name); !found {
+		c.replicas = slices.Insert(c.replicas, i, name)
+	}
+	if c.phase == phaseRunning && c.reset == nil {
+		c.emit(SyncReplica{Replica: name, Manifest: c.persisted, Revision: c.revision, Epoch: c.epoch})
+	}
+	return nil
+}
+
+func (c *Core) syncAll() {
+	for _, r := range c.replicas {
+		c.emit(SyncReplica{Replica: r, Manifest: c.persisted, Revision: c.revision, Epoch: c.epoch})
+	}
+}

@@ -1,0 +1,168 @@
+package readercore
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"streamtier/manifest"
+	"streamtier/segments"
+)
+
+func TestNewFillsDefaults(t *testing.T) {
+	c, err := New(Config{StreamID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		StreamID:             "s",
+		FragmentTargetSize:   64 << 20,
+		PersistThreshold:     5,
+		PersistInterval:      2 * time.Second,
+		RebalanceThreshold:   1024,
+		UploadRetryDelay:     time.Second,
+		UploadRetryMaxDelay:  30 * time.Second,
+		TransientBackoffBase: 10 * time.Millisecond,
+		TransientBackoffMax:  5 * time.Second,
+		TransferDeadline:     180 * time.Second,
+		RetentionTimeout:     60 * time.Second,
+	}
+	if c.cfg != want {
+		t.Fatalf("defaults:\n got %+v\nwant %+v", c.cfg, want)
+	}
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	cases := []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "stream id"},
+		{Config{StreamID: "a/b"}, "stream id"},
+		{Config{StreamID: "s", PersistThreshold: -1}, "persist_threshold"},
+		{Config{StreamID: "s", PersistInterval: -time.Second}, "persist_interval"},
+		{Config{StreamID: "s", RebalanceThreshold: 1}, "rebalance_threshold"},
+		{Config{StreamID: "s", UploadRetryDelay: 40 * time.Second}, "upload_retry_max_delay"},
+		{Config{StreamID: "s", TransientBackoffBase: 10 * time.Second}, "transient_backoff_max"},
+		{Config{StreamID: "s", TransferDeadline: -1}, "transfer_deadline"},
+		{Config{StreamID: "s", RetentionTimeout: -1}, "retention_task_timeout"},
+		{Config{StreamID: "s", FragmentTargetSize: 1 << 40}, "fragment_target_size"},
+	}
+	for _, tc := range cases {
+		_, err := New(tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("config %+v: err %v, want one naming %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// TestRefusedEventChangesNothing: an event that breaks the contract returns an error, no
+// effects, and leaves the core exactly as it was.
+func TestRefusedEventChangesNothing(t *testing.T) {
+	c, err := New(Config{StreamID: "s", FragmentTargetSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStep(t, c, Resolved{Manifest: manifest.Empty()})
+	mustStep(t, c, LogOpened{})
+	h := segments.Header{Records: 1, DataLen: 52}
+	mustStep(t, c, ChunkDrained{Header: h, Location: segments.Location{Segment: "s", Position: 8, Size: 100}})
+	before := c.Status().String()
+	bad := []Event{
+		nil,
+		ChunkDrained{Header: segments.Header{ChunkID: 7, Records: 1, DataLen: 52}, Location: segments.Location{Segment: "s", Position: 108, Size: 100}},
+		ChunkDrained{Header: segments.Header{ChunkID: 1, Records: 1, DataLen: 52}, Location: segments.Location{Segment: "s", Position: 108, Size: 99}},
+		Resolved{Manifest: manifest.Empty()},
+		LogOpened{},
+		TransferResult{Ref: 1, Attempt: 1, Outcome: Outcome(9)},
+		PersistResult{Ref: 1, Outcome: PersistOutcome(9)},
+		GroupUploadResult{Ref: 1, Attempt: 1, Outcome: SegmentGone},
+		ReplicaRegistered{},
+		DrainSegmentGone{LocalFirst: 1},
+	}
+	for _, ev := range bad {
+		effs, err := c.Step(ev)
+		if err == nil {
+			t.Errorf("%T%+v accepted", ev, ev)
+		}
+		if len(effs) != 0 {
+			t.Errorf("%T%+v: effects %v with an error", ev, ev, effs)
+		}
+		if after := c.Status().String(); after != before {
+			t.Errorf("%T%+v changed the core:\n%s\n%s", ev, ev, before, after)
+		}
+	}
+	mustStep(t, c, AwaitOffset{Offset: 1, Waiter: 1})
+	if _, err := c.Step(AwaitOffset{Offset: 2, Waiter: 1}); err == nil {
+		t.Error("a waiter id used twice was accepted")
+	}
+}
+
+// TestStepReusesItsSlice documents the Ready-like contract: the slice is the core's.
+func TestStepReusesItsSlice(t *testing.T) {
+	c, err := New(Config{StreamID: "s", FragmentTargetSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := mustStep(t, c, Resolved{Manifest: manifest.Empty()})
+	if len(first) != 0 {
+		t.Fatalf("effects before the log is open: %v", first)
+	}
+	start := append([]Effect(nil), mustStep(t, c, LogOpened{})...)
+	if len(start) != 3 || start[2].String() != "start-drain from=0" {
+		t.Fatalf("start effects %v", start)
+	}
+	h := segments.Header{Records: 1, DataLen: 52}
+	effs := mustStep(t, c, ChunkDrained{Header: h, Location: segments.Location{Segment: "s", Position: 8, Size: 100}})
+	if len(effs) != 2 {
+		t.Fatalf("cut effects %v", effs)
+	}
+	sub, ok := effs[0].(SubmitTransfer)
+	if !ok || sub.Fragment.NextOffset != 1 || sub.Size != 8+100+20 {
+		t.Fatalf("submit %v", effs[0])
+	}
+	// the description handed out stays valid after further steps
+	mustStep(t, c, EndOfStream{})
+	if sub.Fragment.FirstOffset != 0 || len(sub.Fragment.Chunks) != 1 {
+		t.Fatalf("description changed under the shell: %+v", sub.Fragment)
+	}
+}
+
+func mustStep(t *testing.T, c *Core, ev Event) []Effect {
+	t.Helper()
+	effs, err := c.Step(ev)
+	if err != nil {
+		t.Fatalf("%T: %v", ev, err)
+	}
+	return effs
+}
+
+func TestBackoffSchedules(t *testing.T) {
+	c, err := New(Config{StreamID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var transient []string
+	for n := 2; n <= 13; n++ {
+		transient = append(transient, c.transientDelay(n, 0).String())
+	}
+	if got := strings.Join(transient, " "); got != "10ms 20ms 40ms 80ms 160ms 320ms 640ms 1.28s 2.56s 5s 5s 5s" {
+		t.Fatalf("transient schedule %s", got)
+	}
+	var upload []string
+	for n := 1; n <= 8; n++ {
+		upload = append(upload, c.uploadRetryDelay(n).String())
+	}
+	if got := strings.Join(upload, " "); got != "1s 2s 4s 8s 16s 30s 30s 30s" {
+		t.Fatalf("non-transient schedule %s", got)
+	}
+	for _, j := range []float64{-1, 1, 2, 0.999999} {
+		d := c.transientDelay(3, j)
+		if d < 10*time.Millisecond || d > 20*time.Millisecond {
+			t.Errorf("jitter %v gave %s, outside [10ms, 20ms]", j, d)
+		}
+	}
+	if d := doubling(time.Hour, time.Duration(1<<62), 100); d != time.Duration(1<<62) {
+		t.Errorf("doubling overflow: %s", d)
+	}
+}

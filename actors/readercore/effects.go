@@ -1,0 +1,427 @@
+package readercore
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"streamtier/fragment"
+	"streamtier/manifest"
+)
+
+// Effect is one thing the shell must do, as a value. String is stable: scenario files print it.
+// The slice Step returns is only valid until the next Step; effects themselves may be kept,
+// and the data they point at (descriptions, manifests, edits) is never changed afterwards.
+type Effect interface {
+	fmt.Stringer
+	isEffect()
+}
+
+// ResetReason says why the core discarded its manifest and jumped to the local first offset.
+type ResetReason uint8
+
+// Reset reasons: the remote tier holds a previous timeline, local retention dropped data
+// the remote tier never got (found at start), or a segment vanished under an upload.
+const (
+	ResetS3Ahead ResetReason = iota + 1
+	ResetLocalAhead
+	ResetSegmentGone
+)
+
+// String names the reason as logs and scenarios print it.
+func (r ResetReason) String() string {
+	switch r {
+	case ResetS3Ahead:
+		return "s3-ahead"
+	case ResetLocalAhead:
+		return "local-ahead"
+	case ResetSegmentGone:
+		return "segment-gone"
+	}
+	return "reset(?)"
+}
+
+// StartDrain tells the shell to open the data reader at From and drain.
+type StartDrain struct{ From uint64 }
+
+// Reset tells the shell the core discarded its manifest (and every fragment in progress or in
+// flight) and that draining restarts at DrainFrom. GapFrom..DrainFrom is the range never
+// uploaded that is given up (empty for s3-ahead). Stale lists the objects of the discarded
+// manifest: they are deleted by a DeleteObjects once the reset is persisted, not before.
+type Reset struct {
+	Reason           ResetReason
+	DrainFrom        uint64
+	GapFrom          uint64
+	DroppedTransfers int
+	DroppedChunks    int
+	Stale            []manifest.Entry
+}
+
+// RegisterOffsetListener tells the shell to register the one-shot offset listener for
+// Offset and then check once more for committed data (the commit may have raced).
+type RegisterOffsetListener struct{ Offset uint64 }
+
+// SubmitTransfer hands a cut fragment to the governor: Size bytes are charged, the task
+// uploads Fragment under a fresh uid and reports TransferResult{Ref, Attempt}.
+type SubmitTransfer struct {
+	Ref      Ref
+	Attempt  int
+	Fragment *fragment.Description
+	Size     int64 // the object's length: what the governor charges
+}
+
+// ResubmitTransfer submits the same fragment again, now, as a new attempt under the same ref.
+type ResubmitTransfer struct {
+	Ref      Ref
+	Attempt  int
+	Fragment *fragment.Description
+	Size     int64
+}
+
+// ArmTransferDeadline asks for TransferDeadline{Ref, Attempt} after After.
+type ArmTransferDeadline struct {
+	Ref     Ref
+	Attempt int
+	After   time.Duration
+}
+
+// ResubmitTransferAfter schedules a delayed retry: after Delay the shell delivers
+// RetryTimer{Ref, Attempt} and the core resubmits (if the fragment still needs it).
+type ResubmitTransferAfter struct {
+	Ref     Ref
+	Attempt int // the attempt that failed
+	Delay   time.Duration
+}
+
+// Stalled reports that the upload pipeline cannot advance past Offset: the fragment there
+// failed non-transiently (or its local chunk is corrupt) and waits for a delayed retry.
+type Stalled struct {
+	Offset   uint64
+	Ref      Ref
+	Failures int
+	Reason   string
+}
+
+// Unstalled reports that the fragment at Offset, which had stalled, is now durable.
+type Unstalled struct {
+	Offset uint64
+	Ref    Ref
+}
+
+// StartPersist asks the shell to PUT Root as a new root object (fresh uid) and then write the
+// etcd record conditionally on ExpectedRevision and Epoch; it answers PersistResult{Ref}.
+// Edits are the edits captured since the last persist: folded over the last persisted
+// manifest (or, for a reset, over the empty manifest at the reset offset) they give Root.
+type StartPersist struct {
+	Ref              Ref
+	Root             manifest.Manifest
+	ExpectedRevision int64
+	Epoch            uint64
+	Edits            []manifest.Edit
+	Reset            bool // persists a reset: replicas get a sync instead of the edits
+}
+
+// ArmPersistTimer asks for PersistTimer{Ref} after After.
+type ArmPersistTimer struct {
+	Ref   Ref
+	After time.Duration
+}
+
+// CancelPersistTimer says the timer Ref is no longer wanted (firing it anyway is harmless).
+type CancelPersistTimer struct{ Ref Ref }
+
+// UploadGroup asks for one group object of Kind holding Children to be written under a
+// fresh uid, directly (not through the governor); the answer is GroupUploadResult.
+type UploadGroup struct {
+	Ref      Ref
+	Attempt  int
+	Kind     manifest.Kind
+	Children []manifest.Entry
+}
+
+// RetryGroupUploadAfter schedules a group upload retry: after Delay the shell delivers
+// RetryTimer{Ref, Attempt}.
+type RetryGroupUploadAfter struct {
+	Ref     Ref
+	Attempt int
+	Delay   time.Duration
+}
+
+// FetchGroupForRetention asks for the group object Group to be downloaded (bounded by
+// Timeout) and its entries returned as RetentionGroupFetched, or RetentionGroupFailed /
+// RetentionTimeout.
+type FetchGroupForRetention struct {
+	Ref     Ref
+	Group   manifest.Entry
+	Timeout time.Duration
+}
+
+// RemoteRetention reports that remote retention dropped a prefix (or moved the first offset
+// inside the head group) of the in-memory manifest. Nothing is deleted yet: Deferred goes to
+// the reaper after the persist that records Edit. For the shell's log and metrics.
+type RemoteRetention struct {
+	Edit     manifest.Edit
+	Deferred []manifest.Entry
+}
+
+// UpdateRange publishes a persisted manifest to the manifest cache and the range table.
+type UpdateRange struct {
+	Manifest manifest.Manifest
+	Revision int64
+}
+
+// Broadcast sends every replica in To the edits of one persist, sequenced by the revision.
+type Broadcast struct {
+	To    []string
+	Edits []manifest.Edit
+	Seq   int64
+	Epoch uint64
+}
+
+// SyncReplica sends one replica the whole persisted manifest.
+type SyncReplica struct {
+	Replica  string
+	Manifest manifest.Manifest
+	Revision int64
+	Epoch    uint64
+}
+
+// EvaluateLocalRetention lets local retention delete segments wholly below PersistedNext.
+type EvaluateLocalRetention struct{ PersistedNext uint64 }
+
+// DeleteObjects hands objects to the reaper, only ever after the persist that stopped
+// referencing them. A group entry means the group object and every object under it that
+// holds offsets at or after From (manifest.CollectForDelete); objects below From went
+// earlier, and deleting a key already gone is harmless. Roots are replaced root objects.
+type DeleteObjects struct {
+	Entries []manifest.Entry
+	From    uint64
+	Roots   []RootRef
+}
+
+// ReplyWaiters answers await_offset callers: OK means their offset is persisted; otherwise
+// Reason says why it never will be (given up by a reset, the reader stopped).
+type ReplyWaiters struct {
+	Waiters []WaiterID
+	OK      bool
+	Reason  string
+}
+
+// Reinitialize tells the shell another writer persisted: drop everything in flight,
+// resolve the manifest again and feed Resolved and LogOpened.
+type Reinitialize struct{ Reason string }
+
+// Stop tells the shell the stream is gone: shut the reader down and write nothing more.
+type Stop struct{ Reason string }
+
+// Problem reports an operation the core gave up because a computed change did not apply (a
+// bug, or a manifest function that disagreed with the core); the core carries on without it.
+type Problem struct {
+	Op  string
+	Err error
+}
+
+func (StartDrain) isEffect()             {}
+func (Reset) isEffect()                  {}
+func (RegisterOffsetListener) isEffect() {}
+func (SubmitTransfer) isEffect()         {}
+func (ResubmitTransfer) isEffect()       {}
+func (ArmTransferDeadline) isEffect()    {}
+func (ResubmitTransferAfter) isEffect()  {}
+func (Stalled) isEffect()                {}
+func (Unstalled) isEffect()              {}
+func (StartPersist) isEffect()           {}
+func (ArmPersistTimer) isEffect()        {}
+func (CancelPersistTimer) isEffect()     {}
+func (UploadGroup) isEffect()            {}
+func (RetryGroupUploadAfter) isEffect()  {}
+func (FetchGroupForRetention) isEffect() {}
+func (RemoteRetention) isEffect()        {}
+func (UpdateRange) isEffect()            {}
+func (Broadcast) isEffect()              {}
+func (SyncReplica) isEffect()            {}
+func (EvaluateLocalRetention) isEffect() {}
+func (DeleteObjects) isEffect()          {}
+func (ReplyWaiters) isEffect()           {}
+func (Reinitialize) isEffect()           {}
+func (Stop) isEffect()                   {}
+func (Problem) isEffect()                {}
+
+func (e StartDrain) String() string { return fmt.Sprintf("start-drain from=%d", e.From) }
+
+func (e Reset) String() string {
+	return fmt.Sprintf("reset reason=%s drain-from=%d gap=[%d,%d) dropped-transfers=%d dropped-chunks=%d stale=%s",
+		e.Reason, e.DrainFrom, e.GapFrom, e.DrainFrom, e.DroppedTransfers, e.DroppedChunks, FormatEntries(e.Stale))
+}
+
+func (e RegisterOffsetListener) String() string { return fmt.Sprintf("listen offset=%d", e.Offset) }
+
+func (e SubmitTransfer) String() string {
+	return fmt.Sprintf("submit ref=%d attempt=%d %s bytes=%d", e.Ref, e.Attempt, formatFragment(e.Fragment), e.Size)
+}
+
+func (e ResubmitTransfer) String() string {
+	return fmt.Sprintf("resubmit ref=%d attempt=%d %s bytes=%d", e.Ref, e.Attempt, formatFragment(e.Fragment), e.Size)
+}
+
+func (e ArmTransferDeadline) String() string {
+	return fmt.Sprintf("arm-deadline ref=%d attempt=%d after=%s", e.Ref, e.Attempt, e.After)
+}
+
+func (e ResubmitTransferAfter) String() string {
+	return fmt.Sprintf("resubmit-after ref=%d attempt=%d delay=%s", e.Ref, e.Attempt, e.Delay)
+}
+
+func (e Stalled) String() string {
+	return fmt.Sprintf("stalled offset=%d ref=%d failures=%d reason=%q", e.Offset, e.Ref, e.Failures, e.Reason)
+}
+
+func (e Unstalled) String() string { return fmt.Sprintf("unstalled offset=%d ref=%d", e.Offset, e.Ref) }
+
+func (e StartPersist) String() string {
+	return fmt.Sprintf("start-persist ref=%d expect-rev=%d epoch=%d reset=%t edits=%s root=%s",
+		e.Ref, e.ExpectedRevision, e.Epoch, e.Reset, FormatEdits(e.Edits), FormatManifest(e.Root))
+}
+
+func (e ArmPersistTimer) String() string {
+	return fmt.Sprintf("arm-persist-timer ref=%d after=%s", e.Ref, e.After)
+}
+
+func (e CancelPersistTimer) String() string { return fmt.Sprintf("cancel-persist-timer ref=%d", e.Ref) }
+
+func (e UploadGroup) String() string {
+	return fmt.Sprintf("upload-group ref=%d attempt=%d kind=%s children=%d %s", e.Ref, e.Attempt, e.Kind, len(e.Children), FormatEntries(e.Children))
+}
+
+func (e RetryGroupUploadAfter) String() string {
+	return fmt.Sprintf("retry-group-after ref=%d attempt=%d delay=%s", e.Ref, e.Attempt, e.Delay)
+}
+
+func (e FetchGroupForRetention) String() string {
+	return fmt.Sprintf("fetch-group ref=%d group=%s timeout=%s", e.Ref, FormatEntry(e.Group), e.Timeout)
+}
+
+func (e RemoteRetention) String() string {
+	return fmt.Sprintf("remote-retention %s deferred-deletes=%s", FormatEdit(e.Edit), FormatEntries(e.Deferred))
+}
+
+func (e UpdateRange) String() string {
+	return fmt.Sprintf("update-range rev=%d %s", e.Revision, FormatManifest(e.Manifest))
+}
+
+func (e Broadcast) String() string {
+	return fmt.Sprintf("broadcast seq=%d epoch=%d to=[%s] edits=%s", e.Seq, e.Epoch, strings.Join(e.To, " "), FormatEdits(e.Edits))
+}
+
+func (e SyncReplica) String() string {
+	return fmt.Sprintf("sync-replica %s rev=%d epoch=%d %s", e.Replica, e.Revision, e.Epoch, FormatManifest(e.Manifest))
+}
+
+func (e EvaluateLocalRetention) String() string {
+	return fmt.Sprintf("local-retention persisted-next=%d", e.PersistedNext)
+}
+
+func (e DeleteObjects) String() string {
+	roots := make([]string, len(e.Roots))
+	for i, r := range e.Roots {
+		roots[i] = fmt.Sprintf("root-%d-%d", r.Epoch, r.UID)
+	}
+	return fmt.Sprintf("delete entries=%s from=%d roots=[%s]", FormatEntries(e.Entries), e.From, strings.Join(roots, " "))
+}
+
+func (e ReplyWaiters) String() string {
+	ids := make([]string, len(e.Waiters))
+	for i, w := range e.Waiters {
+		ids[i] = fmt.Sprint(w)
+	}
+	if e.OK {
+		return fmt.Sprintf("reply-waiters ok [%s]", strings.Join(ids, " "))
+	}
+	return fmt.Sprintf("reply-waiters failed [%s] reason=%q", strings.Join(ids, " "), e.Reason)
+}
+
+func (e Reinitialize) String() string { return fmt.Sprintf("reinitialize reason=%q", e.Reason) }
+
+func (e Stop) String() string { return fmt.Sprintf("stop reason=%q", e.Reason) }
+
+func (e Problem) String() string { return fmt.Sprintf("problem op=%s err=%q", e.Op, e.Err) }
+
+// formatFragment prints a fragment description compactly: offsets, chunk bytes, chunks, spans.
+func formatFragment(d *fragment.Description) string {
+	if d == nil {
+		return "frag=<nil>"
+	}
+	spans := make([]string, len(d.Spans))
+	for i, s := range d.Spans {
+		spans[i] = fmt.Sprintf("%s[%d,%d)", s.Segment, s.Start, s.End)
+	}
+	return fmt.Sprintf("frag=[%d,%d) size=%d chunks=%d ts=%d..%d spans=%s",
+		d.FirstOffset, d.NextOffset, d.Size, len(d.Chunks), d.FirstTimestamp, d.LastTimestamp, strings.Join(spans, ","))
+}
+
+// FormatEntry prints an entry as kind letter, first offset, '#', uid: f100#7, g0#900.
+func FormatEntry(e manifest.Entry) string {
+	k := "?"
+	switch e.Kind {
+	case manifest.KindFragment:
+		k = "f"
+	case manifest.KindGroup:
+		k = "g"
+	case manifest.KindKiloGroup:
+		k = "k"
+	case manifest.KindMegaGroup:
+		k = "m"
+	}
+	return fmt.Sprintf("%s%d#%d", k, e.FirstOffset, e.UID)
+}
+
+// FormatEntries prints entries in braces, eliding the middle of long lists.
+func FormatEntries(es []manifest.Entry) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, e := range es {
+		if len(es) > 8 && i == 3 {
+			fmt.Fprintf(&b, " ..%d more..", len(es)-5)
+		}
+		if len(es) > 8 && i >= 3 && i < len(es)-2 {
+			continue
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(FormatEntry(e))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// FormatManifest prints a manifest's header and entries on one line.
+func FormatManifest(m manifest.Manifest) string {
+	return fmt.Sprintf("[%d,%d) ts=%d/%d size=%d entries=%s",
+		m.FirstOffset, m.NextOffset, m.FirstTimestamp, m.FirstLastTimestamp, m.TotalSize, FormatEntries(m.Entries))
+}
+
+// FormatEdit prints one edit by its shape: an append, a replace (rebalance), a truncate
+// (retention) or a header move (retention stopping inside a group).
+func FormatEdit(e manifest.Edit) string {
+	switch {
+	case e.SetNextOffset && e.Remove == 0 && len(e.Insert) == 1:
+		return fmt.Sprintf("append %s next=%d", FormatEntry(e.Insert[0]), e.NextOffset)
+	case e.Remove > 0 && len(e.Insert) > 0:
+		return fmt.Sprintf("replace@%d -%d +%s", e.At, e.Remove, FormatEntries(e.Insert))
+	case e.Remove > 0:
+		return fmt.Sprintf("truncate@%d -%d first=%d size-delta=%d", e.At, e.Remove, e.FirstOffset, e.SizeDelta)
+	case len(e.Insert) == 0 && !e.SetNextOffset:
+		return fmt.Sprintf("move first=%d size-delta=%d", e.FirstOffset, e.SizeDelta)
+	}
+	return fmt.Sprintf("edit@%d -%d +%s first=%d size%+d next=%t/%d", e.At, e.Remove, FormatEntries(e.Insert), e.FirstOffset, e.SizeDelta, e.SetNextOffset, e.NextOffset)
+}
+
+// FormatEdits prints a list of edits in brackets.
+func FormatEdits(es []manifest.Edit) string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = FormatEdit(e)
+	}
+	return "[" + strings.Join(parts, "; ") + "]"
+}

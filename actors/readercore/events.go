@@ -1,0 +1,225 @@
+package readercore
+
+import (
+	"streamtier/manifest"
+	"streamtier/segments"
+)
+
+// Event is one input to the core: something the shell observed (a drained chunk, a result,
+// a timer, a request). Events are plain values; Step never keeps them.
+type Event interface{ isEvent() }
+
+// Ref names one asynchronous operation the core started: a transfer, a persist, a group
+// upload, a retention fetch or a timer. Results and timers carry it back; a ref never
+// repeats within a core, so a result addressed to a discarded operation (a late duplicate,
+// or one from before a reset or reinitialize) matches nothing and is ignored.
+type Ref uint64
+
+// WaiterID is the shell's handle for one await_offset caller.
+type WaiterID uint64
+
+// RootRef names a root manifest object: the writer's epoch and the object's uid.
+type RootRef struct {
+	Epoch uint64
+	UID   uint64
+}
+
+// Resolved hands the core the persisted manifest the shell resolved (etcd record, then the
+// root from S3), at start and after a Reinitialize. Revision 0 means no record: the stream
+// never persisted, and Manifest must then be empty.
+type Resolved struct {
+	Manifest manifest.Manifest
+	Revision int64   // the manifest record's etcd Version
+	Root     RootRef // the root object the record names (zero when Revision is 0)
+}
+
+// LogOpened reports the local log's bounds when the shell opens it, at start and after a
+// Reinitialize: First is the oldest offset held, Next one past the last (First == Next is an
+// empty log). Epoch, when not zero, is the writer's epoch for this run.
+type LogOpened struct {
+	First uint64
+	Next  uint64
+	Epoch uint64
+}
+
+// ChunkDrained is the next committed chunk's header and its place on disk.
+type ChunkDrained struct {
+	Header   segments.Header
+	Location segments.Location
+}
+
+// DrainSegmentGone says the data reader cannot give the chunk at the drain position because
+// the local log no longer (or never did) hold it: the stream's own retention outran the
+// drain, or a log that was empty at start began above the manifest's next offset.
+// LocalFirst is the local log's oldest offset now; the core resets there.
+type DrainSegmentGone struct{ LocalFirst uint64 }
+
+// EndOfStream says the data reader has no further committed chunk for now.
+type EndOfStream struct{}
+
+// ForceCut asks for the fragment being assembled to be cut now (operator command, tests).
+type ForceCut struct{}
+
+// Outcome classifies the result of an upload (fragment transfer or group object).
+type Outcome uint8
+
+// Upload outcomes: success, a transient failure (5xx, SlowDown, timeout, connection reset), a
+// non-transient failure (4xx, checksum rejected, unexpected status, crash, corrupt local
+// chunk) and, for fragment transfers only, a segment file deleted under the upload.
+const (
+	OK Outcome = iota
+	Retriable
+	NonTransient
+	SegmentGone
+)
+
+// String names the outcome as scenarios print it.
+func (o Outcome) String() string {
+	switch o {
+	case OK:
+		return "ok"
+	case Retriable:
+		return "retriable"
+	case NonTransient:
+		return "non-transient"
+	case SegmentGone:
+		return "segment-gone"
+	}
+	return "outcome(?)"
+}
+
+// TransferResult is what a transfer task reported for one attempt of a fragment upload.
+type TransferResult struct {
+	Ref     Ref
+	Attempt int // the attempt the result belongs to (1 for the first submission)
+	Outcome Outcome
+	UID     uint64 // OK: the uid of the uploaded object
+	// LocalFirst, for SegmentGone, is the local log's oldest offset now: where draining resumes.
+	LocalFirst uint64
+	Reason     string  // failures: what went wrong, for logs and the stalled report
+	Jitter     float64 // a random draw in [0, 1) for the transient backoff; keeps the core deterministic
+}
+
+// TransferDeadline fires when an attempt's deadline (ArmTransferDeadline) passed.
+type TransferDeadline struct {
+	Ref     Ref
+	Attempt int
+}
+
+// RetryTimer fires when a delayed retry (ResubmitTransferAfter, RetryGroupUploadAfter) is due.
+type RetryTimer struct {
+	Ref     Ref
+	Attempt int // the attempt that failed
+}
+
+// PersistTimer fires when an ArmPersistTimer's delay passed.
+type PersistTimer struct{ Ref Ref }
+
+// PersistOutcome classifies a persist attempt's result.
+type PersistOutcome uint8
+
+// Persist outcomes: success, an etcd conflict (another writer persisted), not-found (the
+// stream's records are gone) and any other failure (root PUT, etcd unavailable).
+const (
+	PersistOK PersistOutcome = iota
+	PersistConflict
+	PersistNotFound
+	PersistFailed
+)
+
+// String names the outcome as scenarios print it.
+func (o PersistOutcome) String() string {
+	switch o {
+	case PersistOK:
+		return "ok"
+	case PersistConflict:
+		return "conflict"
+	case PersistNotFound:
+		return "not-found"
+	case PersistFailed:
+		return "error"
+	}
+	return "persist-outcome(?)"
+}
+
+// PersistResult is the outcome of a StartPersist.
+type PersistResult struct {
+	Ref      Ref
+	Outcome  PersistOutcome
+	Revision int64  // OK: the manifest record's new Version
+	RootUID  uint64 // OK: the uid of the root object written
+	Reason   string
+	Now      int64 // ms since the Unix epoch: remote retention runs after a success
+}
+
+// GroupUploadResult is the outcome of an UploadGroup attempt (OK, Retriable or NonTransient).
+type GroupUploadResult struct {
+	Ref     Ref
+	Attempt int
+	Outcome Outcome
+	UID     uint64 // OK: the uid of the group object written
+	Reason  string
+	Jitter  float64
+}
+
+// RetentionGroupFetched delivers the entries of a group fetched for remote retention.
+type RetentionGroupFetched struct {
+	Ref      Ref
+	Children []manifest.Entry
+	Now      int64
+}
+
+// RetentionGroupFailed says a group fetch for remote retention failed (missing, corrupt, S3 error).
+type RetentionGroupFailed struct {
+	Ref    Ref
+	Reason string
+}
+
+// RetentionTimeout says a group fetch for remote retention ran past its timeout.
+type RetentionTimeout struct{ Ref Ref }
+
+// AwaitOffset asks to be told once Offset is persisted (Offset < persisted next offset).
+type AwaitOffset struct {
+	Offset uint64
+	Waiter WaiterID
+}
+
+// CancelAwait withdraws a waiter (its caller gave up); it gets no reply.
+type CancelAwait struct{ Waiter WaiterID }
+
+// RetentionPolicyChanged sets a new remote retention policy and evaluates it.
+type RetentionPolicyChanged struct {
+	Policy manifest.Policy
+	Now    int64
+}
+
+// EvaluateRetention asks for remote retention to be evaluated now (operator command, timer).
+type EvaluateRetention struct{ Now int64 }
+
+// ReplicaRegistered says a replica node (re)started and needs a sync.
+type ReplicaRegistered struct{ Replica string }
+
+// ResyncRequested says a replica saw a gap or an epoch change and needs a full sync.
+type ResyncRequested struct{ Replica string }
+
+func (Resolved) isEvent()               {}
+func (LogOpened) isEvent()              {}
+func (ChunkDrained) isEvent()           {}
+func (EndOfStream) isEvent()            {}
+func (DrainSegmentGone) isEvent()       {}
+func (ForceCut) isEvent()               {}
+func (TransferResult) isEvent()         {}
+func (TransferDeadline) isEvent()       {}
+func (RetryTimer) isEvent()             {}
+func (PersistTimer) isEvent()           {}
+func (PersistResult) isEvent()          {}
+func (GroupUploadResult) isEvent()      {}
+func (RetentionGroupFetched) isEvent()  {}
+func (RetentionGroupFailed) isEvent()   {}
+func (RetentionTimeout) isEvent()       {}
+func (AwaitOffset) isEvent()            {}
+func (CancelAwait) isEvent()            {}
+func (RetentionPolicyChanged) isEvent() {}
+func (EvaluateRetention) isEvent()      {}
+func (ReplicaRegistered) isEvent()      {}
+func (ResyncRequested) isEvent()        {}

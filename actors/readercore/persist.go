@@ -1,0 +1,230 @@
+package readercore
+
+import (
+	"fmt"
+
+	"streamtier/manifest"
+)
+
+// uncaptured counts the pending edits the in-flight persist (if any) does not carry.
+func (c *Core) uncaptured() int {
+	if c.inflight != nil && !c.inflight.superseded {
+		return len(c.pending) - len(c.inflight.edits)
+	}
+	return len(c.pending)
+}
+
+// maybePersist starts a persist when one is due and nothing holds it back: one persist at a
+// time, and none while a rebalance or a remote retention changes the head.
+func (c *Core) maybePersist() {
+	if c.phase != phaseRunning || c.inflight != nil || c.rebalance != nil || c.retention != nil {
+		return
+	}
+	if len(c.pending) == 0 && c.reset == nil {
+		c.persistDue = false
+		return
+	}
+	due := c.persistDue || (!c.persistBackoff && (c.reset != nil || len(c.pending) >= c.cfg.PersistThreshold))
+	if due {
+		c.startPersist()
+	}
+}
+
+// startPersist captures the in-memory manifest and the edits since the last persist.
+func (c *Core) startPersist() {
+	if c.timer != 0 {
+		c.emit(CancelPersistTimer{Ref: c.timer})
+		c.timer = 0
+	}
+	c.persistDue = false
+	c.persistBackoff = false
+	op := &persistOp{
+		ref:      c.newRef(),
+		root:     c.mem,
+		edits:    append([]pendingEdit(nil), c.pending...),
+		reset:    c.reset,
+		expected: c.revision,
+	}
+	c.inflight = op
+	edits := make([]manifest.Edit, len(op.edits))
+	for i, p := range op.edits {
+		edits[i] = p.edit
+	}
+	c.emit(StartPersist{Ref: op.ref, Root: op.root, ExpectedRevision: op.expected, Epoch: c.epoch, Edits: edits, Reset: op.reset != nil})
+}
+
+// maybeArmTimer arms the persist timer when the first edit not carried by a persist appears,
+// so that no edit waits longer than the persist interval.
+func (c *Core) maybeArmTimer() {
+	if c.phase != phaseRunning || c.timer != 0 || c.persistDue || c.uncaptured() == 0 {
+		return
+	}
+	c.timer = c.newRef()
+	c.emit(ArmPersistTimer{Ref: c.timer, After: c.cfg.PersistInterval})
+}
+
+func (c *Core) onPersistTimer(e PersistTimer) {
+	if c.phase != phaseRunning || e.Ref == 0 || e.Ref != c.timer {
+		return
+	}
+	c.timer = 0
+	c.persistDue = true
+	c.afterChange()
+}
+
+func (c *Core) onPersistResult(e PersistResult) error {
+	if e.Outcome > PersistFailed {
+		return fmt.Errorf("stream %s: persist result ref %d: unknown outcome %d", c.cfg.StreamID, e.Ref, e.Outcome)
+	}
+	if c.phase != phaseRunning || c.inflight == nil || e.Ref != c.inflight.ref {
+		c.ignored()
+		return nil
+	}
+	op := c.inflight
+	if e.Outcome == PersistOK && e.Revision <= op.expected {
+		return fmt.Errorf("stream %s: persist ref %d succeeded at revision %d, not above the expected %d", c.cfg.StreamID, e.Ref, e.Revision, op.expected)
+	}
+	c.now = e.Now
+	switch e.Outcome {
+	case PersistOK:
+		c.inflight = nil
+		c.persistSucceeded(op, e)
+	case PersistConflict:
+		c.inflight = nil
+		c.stats.PersistFailures++
+		c.reinitialize(fmt.Sprintf("persist conflict at revision %d: another writer persisted", op.expected))
+	case PersistNotFound:
+		c.inflight = nil
+		c.stats.PersistFailures++
+		if op.expected > 0 {
+			c.stop(fmt.Sprintf("manifest record not found after revision %d: the stream was deleted", op.expected))
+			return nil
+		}
+		// Revision 0 expects to create the record, so not-found tells nothing about a
+		// deletion: nothing was ever persisted by anyone. Retry like any other failure.
+		c.persistFailed(fmt.Sprintf("not found on the first persist: %s", e.Reason))
+	case PersistFailed:
+		c.inflight = nil
+		c.stats.PersistFailures++
+		c.persistFailed(e.Reason)
+	}
+	return nil
+}
+
+// persistFailed retries the persist: at once after the first failure, then each time the
+// persist timer (re-armed for the persist interval) fires. Edits keep gathering meanwhile.
+func (c *Core) persistFailed(reason string) {
+	if reason == "" {
+		reason = "persist failed"
+	}
+	c.lastPersistErr = reason
+	c.persistFailures++
+	if c.persistFailures == 1 {
+		c.persistDue = true
+	} else {
+		if c.timer != 0 {
+			c.emit(CancelPersistTimer{Ref: c.timer})
+		}
+		c.persistBackoff = true
+		c.persistDue = false
+		c.timer = c.newRef()
+		c.emit(ArmPersistTimer{Ref: c.timer, After: c.cfg.PersistInterval})
+	}
+	c.afterChange()
+}
+
+// persistSucceeded makes the captured manifest the persisted truth and releases, in order,
+// everything the persist gates: cache and range table, replicas, local then remote
+// retention, deferred deletions (with the replaced root) and the waiters now below the
+// persisted next offset.
+func (c *Core) persistSucceeded(op *persistOp, e PersistResult) {
+	prevRoot, hadRoot := c.root, c.hasRoot
+	c.persisted = op.root
+	c.revision = e.Revision
+	c.root = RootRef{Epoch: c.epoch, UID: e.RootUID}
+	c.hasRoot = true
+	c.persistFailures = 0
+	c.lastPersistErr = ""
+	c.lastPersistAt = e.Now
+	c.rebalanceHeld = false
+	c.stats.Persists++
+	if !op.superseded {
+		c.pending = append([]pendingEdit(nil), c.pending[len(op.edits):]...)
+		c.nonAppend = 0
+		for _, p := range c.pending {
+			if !p.append {
+				c.nonAppend++
+			}
+		}
+		if op.reset != nil && op.reset == c.reset {
+			c.reset = nil
+		}
+	}
+
+	c.emit(UpdateRange{Manifest: c.persisted, Revision: c.revision})
+	if op.reset != nil {
+		c.syncAll()
+	} else {
+		edits := make([]manifest.Edit, len(op.edits))
+		for i, p := range op.edits {
+			edits[i] = p.edit
+		}
+		c.emit(Broadcast{To: append([]string(nil), c.replicas...), Edits: edits, Seq: c.revision, Epoch: c.epoch})
+	}
+	c.emit(EvaluateLocalRetention{PersistedNext: c.persisted.NextOffset})
+	if c.reset == nil {
+		c.retentionWant = true // remote retention runs after every successful persist
+		c.runRetention()
+	}
+
+	var del []manifest.Entry
+	from := uint64(0)
+	first := true
+	for _, p := range op.edits {
+		if len(p.deletes) > 0 {
+			del = append(del, p.deletes...)
+			if first || p.deleteFrom < from {
+				from, first = p.deleteFrom, false
+			}
+		}
+	}
+	if op.reset != nil && len(op.reset.stale) > 0 {
+		del = append(del, op.reset.stale...)
+		from = 0 // a discarded manifest goes whole
+	}
+	var roots []RootRef
+	if hadRoot && prevRoot != c.root {
+		roots = append(roots, prevRoot)
+	}
+	if len(del) > 0 || len(roots) > 0 {
+		c.emit(DeleteObjects{Entries: dedupeEntries(del), From: from, Roots: roots})
+	}
+
+	if op.reset != nil {
+		c.replyWaiters(func(o uint64) bool { return o < op.reset.at }, false,
+			fmt.Sprintf("offset given up by a %s reset to %d", op.reset.reason, op.reset.at))
+	}
+	c.releaseWaiters()
+	c.afterChange()
+}
+
+// dedupeEntries drops repeated objects (same kind and uid), keeping the first.
+func dedupeEntries(es []manifest.Entry) []manifest.Entry {
+	if len(es) < 2 {
+		return es
+	}
+	type key struct {
+		kind manifest.Kind
+		uid  uint64
+	}
+	seen := make(map[key]bool, len(es))
+	out := es[:0:0]
+	for _, e := range es {
+		k := key{e.Kind, e.UID}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, e)
+		}
+	}
+	return out
+}

@@ -1,0 +1,427 @@
+package readercore
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"streamtier/fragment"
+	"streamtier/manifest"
+	"streamtier/segments"
+)
+
+// TestScenarios runs every file under testdata/: one interleaving per file, events in,
+// effects out. The command language is described in docs/replica-reader-core.md.
+func TestScenarios(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		if strings.Contains(path, "rapid") {
+			return // failure files of the property tests, not scenarios
+		}
+		h := &harness{}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return h.run(t, d)
+		})
+	})
+}
+
+// harness drives one core through a scenario and remembers what the scripts refer to by
+// name: the n-th cut fragment, the last persist, timer, group upload and retention fetch.
+type harness struct {
+	c         *Core
+	cfg       Config
+	frags     []Ref // transfer refs in cut order: frag=N is frags[N-1]
+	descs     map[Ref]*fragment.Description
+	attempts  map[Ref]int // latest attempt seen per ref
+	persist   Ref
+	expected  int64
+	timer     Ref
+	group     Ref
+	fetch     Ref
+	nextID    uint64 // where the next drained chunk starts
+	seg       string
+	pos       int64
+	uidSeq    uint64
+	groupUIDs uint64
+}
+
+func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
+	if d.Cmd != "init" && h.c == nil {
+		h.init(t, &datadriven.TestData{})
+	}
+	var evs []Event
+	switch d.Cmd {
+	case "init":
+		if err := h.init(t, d); err != nil {
+			return "error: " + err.Error() + "\n"
+		}
+		return "ok\n"
+	case "start":
+		evs = append(evs, Resolved{Manifest: manifest.Empty()}, LogOpened{First: argU(t, d, "log-first", 0), Next: argU(t, d, "log-next", 0)})
+	case "resolved":
+		evs = append(evs, h.resolved(t, d))
+	case "log":
+		evs = append(evs, LogOpened{First: argU(t, d, "first", 0), Next: argU(t, d, "next", 0), Epoch: argU(t, d, "epoch", 0)})
+	case "chunk", "chunks":
+		n := int(argU(t, d, "n", 1))
+		for i := 0; i < n; i++ {
+			evs = append(evs, h.chunk(t, d))
+		}
+	case "roll":
+		h.seg, h.pos = fmt.Sprintf("s%d", h.nextID), 8
+		return "ok\n"
+	case "drain-gone":
+		evs = append(evs, DrainSegmentGone{LocalFirst: argU(t, d, "local-first", 0)})
+	case "describe":
+		ref := h.fragRef(t, d)
+		desc, ok := h.descs[ref]
+		if !ok {
+			t.Fatalf("%s: no fragment submitted under ref %d", d.Pos, ref)
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s object=%d\n", formatFragment(desc), desc.ObjectSize())
+		for _, c := range desc.Chunks {
+			fmt.Fprintf(&b, "  chunk %d records=%d ts=%d at %s:%d size=%d -> object position %d\n",
+				c.Header.ChunkID, c.Header.Records, c.Header.Timestamp, c.Location.Segment, c.Location.Position, c.Location.Size, c.Position)
+		}
+		return b.String()
+	case "eos":
+		evs = append(evs, EndOfStream{})
+	case "force-cut":
+		evs = append(evs, ForceCut{})
+	case "result":
+		ref := h.fragRef(t, d)
+		e := TransferResult{Ref: ref, Attempt: int(argU(t, d, "attempt", uint64(h.attempts[ref]))), Reason: argS(d, "reason", strings.TrimSpace(d.Input))}
+		switch {
+		case d.HasArg("ok"):
+			h.uidSeq++
+			e.Outcome, e.UID = OK, argU(t, d, "uid", 100+h.uidSeq)
+		case d.HasArg("retriable"):
+			e.Outcome = Retriable
+			e.Jitter = argF(t, d, "jitter")
+		case d.HasArg("non-transient"):
+			e.Outcome = NonTransient
+		case d.HasArg("segment-gone"):
+			e.Outcome, e.LocalFirst = SegmentGone, argU(t, d, "local-first", 0)
+		default:
+			t.Fatalf("%s: result needs ok, retriable, non-transient or segment-gone", d.Pos)
+		}
+		evs = append(evs, e)
+	case "deadline":
+		ref := h.fragRef(t, d)
+		evs = append(evs, TransferDeadline{Ref: ref, Attempt: int(argU(t, d, "attempt", uint64(h.attempts[ref])))})
+	case "retry":
+		ref := h.refArg(t, d)
+		evs = append(evs, RetryTimer{Ref: ref, Attempt: int(argU(t, d, "attempt", uint64(h.attempts[ref])))})
+	case "persist-timer":
+		evs = append(evs, PersistTimer{Ref: Ref(argU(t, d, "ref", uint64(h.timer)))})
+	case "persist-result":
+		e := PersistResult{Ref: Ref(argU(t, d, "ref", uint64(h.persist))), Reason: argS(d, "reason", ""), Now: int64(argU(t, d, "now", 0))}
+		switch {
+		case d.HasArg("ok"):
+			rev := int64(argU(t, d, "rev", uint64(h.expected+1)))
+			e.Outcome, e.Revision, e.RootUID = PersistOK, rev, argU(t, d, "root", uint64(900+rev))
+		case d.HasArg("conflict"):
+			e.Outcome = PersistConflict
+		case d.HasArg("not-found"):
+			e.Outcome = PersistNotFound
+		case d.HasArg("error"):
+			e.Outcome = PersistFailed
+		default:
+			t.Fatalf("%s: persist-result needs ok, conflict, not-found or error", d.Pos)
+		}
+		evs = append(evs, e)
+	case "group-result":
+		ref := Ref(argU(t, d, "ref", uint64(h.group)))
+		e := GroupUploadResult{Ref: ref, Attempt: int(argU(t, d, "attempt", uint64(h.attempts[ref]))), Reason: argS(d, "reason", "")}
+		switch {
+		case d.HasArg("ok"):
+			h.groupUIDs++
+			e.Outcome, e.UID = OK, argU(t, d, "uid", 500+h.groupUIDs)
+		case d.HasArg("retriable"):
+			e.Outcome, e.Jitter = Retriable, argF(t, d, "jitter")
+		case d.HasArg("non-transient"):
+			e.Outcome = NonTransient
+		default:
+			t.Fatalf("%s: group-result needs ok, retriable or non-transient", d.Pos)
+		}
+		evs = append(evs, e)
+	case "fetched":
+		evs = append(evs, RetentionGroupFetched{Ref: Ref(argU(t, d, "ref", uint64(h.fetch))), Children: parseEntries(t, d), Now: int64(argU(t, d, "now", 0))})
+	case "fetch-failed":
+		evs = append(evs, RetentionGroupFailed{Ref: Ref(argU(t, d, "ref", uint64(h.fetch))), Reason: argS(d, "reason", "")})
+	case "retention-timeout":
+		evs = append(evs, RetentionTimeout{Ref: Ref(argU(t, d, "ref", uint64(h.fetch)))})
+	case "await":
+		evs = append(evs, AwaitOffset{Offset: argU(t, d, "offset", 0), Waiter: WaiterID(argU(t, d, "waiter", 0))})
+	case "cancel-await":
+		evs = append(evs, CancelAwait{Waiter: WaiterID(argU(t, d, "waiter", 0))})
+	case "policy":
+		evs = append(evs, RetentionPolicyChanged{Policy: manifest.Policy{MaxBytes: argU(t, d, "max-bytes", 0), MaxAgeMillis: int64(argU(t, d, "max-age", 0))}, Now: int64(argU(t, d, "now", 0))})
+	case "evaluate-retention":
+		evs = append(evs, EvaluateRetention{Now: int64(argU(t, d, "now", 0))})
+	case "replica":
+		evs = append(evs, ReplicaRegistered{Replica: argS(d, "name", "")})
+	case "resync":
+		evs = append(evs, ResyncRequested{Replica: argS(d, "name", "")})
+	case "restart":
+		// a crash: the reader's memory is gone; a new core starts with refs above the old
+		// one's, so results still addressed to the old core match nothing
+		cfg := h.cfg
+		cfg.RefBase = uint64(h.c.ref) + 1000
+		c, err := New(cfg)
+		if err != nil {
+			t.Fatalf("%s: restart: %v", d.Pos, err)
+		}
+		h.c = c
+		return fmt.Sprintf("new core, refs from %d\n", cfg.RefBase+1)
+	case "status":
+		return h.c.Status().String() + "\n"
+	case "manifest":
+		p, rev := h.c.Persisted()
+		return fmt.Sprintf("mem: %s\npersisted rev=%d: %s\n", FormatManifest(h.c.Manifest()), rev, FormatManifest(p))
+	default:
+		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
+	}
+	var b strings.Builder
+	for _, ev := range evs {
+		effs, err := h.c.Step(ev)
+		if err != nil {
+			fmt.Fprintf(&b, "error: %v\n", err)
+			continue
+		}
+		for _, e := range effs {
+			h.observe(e)
+			b.WriteString(e.String())
+			b.WriteByte('\n')
+		}
+	}
+	if b.Len() == 0 {
+		return "(no effects)\n"
+	}
+	return b.String()
+}
+
+// observe remembers the references effects hand out and where draining goes on.
+func (h *harness) observe(e Effect) {
+	switch e := e.(type) {
+	case StartDrain:
+		h.nextID, h.seg, h.pos = e.From, fmt.Sprintf("s%d", e.From), 8
+	case Reset:
+		h.nextID, h.seg, h.pos = e.DrainFrom, fmt.Sprintf("s%d", e.DrainFrom), 8
+	case SubmitTransfer:
+		h.frags = append(h.frags, e.Ref)
+		h.attempts[e.Ref] = e.Attempt
+		h.descs[e.Ref] = e.Fragment
+	case ResubmitTransfer:
+		h.attempts[e.Ref] = e.Attempt
+	case StartPersist:
+		h.persist, h.expected = e.Ref, e.ExpectedRevision
+	case ArmPersistTimer:
+		h.timer = e.Ref
+	case UploadGroup:
+		h.group = e.Ref
+		h.attempts[e.Ref] = e.Attempt
+	case FetchGroupForRetention:
+		h.fetch = e.Ref
+	}
+}
+
+func (h *harness) init(t *testing.T, d *datadriven.TestData) error {
+	cfg := Config{
+		StreamID:           argS(d, "stream", "s1"),
+		Epoch:              argU(t, d, "epoch", 1),
+		FragmentTargetSize: argU(t, d, "target", 1000),
+		PersistThreshold:   int(argU(t, d, "threshold", 0)),
+		PersistInterval:    argD(t, d, "interval"),
+		RebalanceThreshold: int(argU(t, d, "rebalance", 4)),
+		UploadRetryDelay:   argD(t, d, "retry-delay"),
+		TransferDeadline:   argD(t, d, "deadline"),
+		Retention:          manifest.Policy{MaxBytes: argU(t, d, "max-bytes", 0), MaxAgeMillis: int64(argU(t, d, "max-age", 0))},
+		RefBase:            argU(t, d, "ref-base", 0),
+	}
+	if d.HasArg("persist-threshold") {
+		var v int
+		d.ScanArgs(t, "persist-threshold", &v)
+		cfg.PersistThreshold = v
+	}
+	c, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	*h = harness{c: c, cfg: cfg, attempts: map[Ref]int{}, descs: map[Ref]*fragment.Description{}}
+	return nil
+}
+
+// resolved builds a Resolved event from arguments and entry lines (see parseEntries).
+func (h *harness) resolved(t *testing.T, d *datadriven.TestData) Event {
+	es := parseEntries(t, d)
+	m := manifest.Empty()
+	m.Entries = es
+	var sum uint64
+	for _, e := range es {
+		sum += e.Size
+	}
+	m.NextOffset = argU(t, d, "next", 0)
+	if len(es) > 0 {
+		m.FirstOffset = es[0].FirstOffset
+		m.FirstTimestamp, m.FirstLastTimestamp = es[0].FirstTimestamp, es[0].LastTimestamp
+	} else {
+		m.FirstOffset = m.NextOffset
+	}
+	m.FirstOffset = argU(t, d, "first", m.FirstOffset)
+	m.TotalSize = argU(t, d, "size", sum)
+	if d.HasArg("first-ts") {
+		m.FirstTimestamp = int64(argU(t, d, "first-ts", 0))
+	}
+	if d.HasArg("first-last-ts") {
+		m.FirstLastTimestamp = int64(argU(t, d, "first-last-ts", 0))
+	}
+	rev := int64(argU(t, d, "rev", 0))
+	return Resolved{Manifest: m, Revision: rev, Root: RootRef{Epoch: argU(t, d, "root-epoch", 1), UID: argU(t, d, "root", 0)}}
+}
+
+// chunk builds the next drained chunk: it follows the previous one unless id/seg/pos say
+// otherwise; size is the chunk's whole size on disk.
+func (h *harness) chunk(t *testing.T, d *datadriven.TestData) Event {
+	id := argU(t, d, "id", h.nextID)
+	size := int64(argU(t, d, "size", 100))
+	if size < segments.HeaderSize {
+		t.Fatalf("%s: chunk size %d below the 48-byte header", d.Pos, size)
+	}
+	if h.seg == "" {
+		h.seg, h.pos = fmt.Sprintf("s%d", id), 8
+	}
+	seg := argS(d, "seg", h.seg)
+	pos := int64(argU(t, d, "pos", uint64(h.pos)))
+	ts := int64(id)
+	if d.HasArg("ts") {
+		ts = int64(argU(t, d, "ts", 0))
+	}
+	hd := segments.Header{Records: uint32(argU(t, d, "records", 1)), Timestamp: ts, Epoch: 1, ChunkID: id, DataLen: uint32(size - segments.HeaderSize)}
+	h.nextID, h.seg, h.pos = hd.NextID(), seg, pos+size
+	return ChunkDrained{Header: hd, Location: segments.Location{Segment: seg, Position: pos, Size: size}}
+}
+
+// fragRef resolves frag=N (the N-th cut fragment) or ref=R.
+func (h *harness) fragRef(t *testing.T, d *datadriven.TestData) Ref {
+	if d.HasArg("frag") {
+		n := int(argU(t, d, "frag", 0))
+		if n < 1 || n > len(h.frags) {
+			t.Fatalf("%s: frag=%d but %d fragments were cut", d.Pos, n, len(h.frags))
+		}
+		return h.frags[n-1]
+	}
+	return Ref(argU(t, d, "ref", 0))
+}
+
+// refArg resolves frag=N, group (the last group upload) or ref=R.
+func (h *harness) refArg(t *testing.T, d *datadriven.TestData) Ref {
+	if d.HasArg("group") {
+		return h.group
+	}
+	return h.fragRef(t, d)
+}
+
+// parseEntries reads entry lines: "<kind> <first> size=<n> uid=<u> [ts=<a>..<b>]", kind one
+// of frag, group, kgroup, mgroup; timestamps default to the first offset.
+func parseEntries(t *testing.T, d *datadriven.TestData) []manifest.Entry {
+	var es []manifest.Entry
+	for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) < 2 {
+			t.Fatalf("%s: entry line %q: want <kind> <first> ...", d.Pos, line)
+		}
+		var e manifest.Entry
+		switch f[0] {
+		case "frag":
+			e.Kind = manifest.KindFragment
+		case "group":
+			e.Kind = manifest.KindGroup
+		case "kgroup":
+			e.Kind = manifest.KindKiloGroup
+		case "mgroup":
+			e.Kind = manifest.KindMegaGroup
+		default:
+			t.Fatalf("%s: entry kind %q", d.Pos, f[0])
+		}
+		first, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			t.Fatalf("%s: entry first offset %q: %v", d.Pos, f[1], err)
+		}
+		e.FirstOffset, e.FirstTimestamp, e.LastTimestamp = first, int64(first), int64(first)
+		for _, kv := range f[2:] {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "size":
+				e.Size, err = strconv.ParseUint(v, 10, 64)
+			case "uid":
+				e.UID, err = strconv.ParseUint(v, 10, 64)
+			case "ts":
+				a, b, _ := strings.Cut(v, "..")
+				e.FirstTimestamp, err = strconv.ParseInt(a, 10, 64)
+				if err == nil {
+					e.LastTimestamp, err = strconv.ParseInt(b, 10, 64)
+				}
+			default:
+				t.Fatalf("%s: entry attribute %q", d.Pos, kv)
+			}
+			if err != nil {
+				t.Fatalf("%s: entry attribute %q: %v", d.Pos, kv, err)
+			}
+		}
+		es = append(es, e)
+	}
+	return es
+}
+
+func argS(d *datadriven.TestData, key, def string) string {
+	for _, a := range d.CmdArgs {
+		if a.Key == key && len(a.Vals) > 0 {
+			return strings.Join(a.Vals, ",")
+		}
+	}
+	return def
+}
+
+func argU(t *testing.T, d *datadriven.TestData, key string, def uint64) uint64 {
+	s := argS(d, key, "")
+	if s == "" {
+		return def
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %s=%q: %v", d.Pos, key, s, err)
+	}
+	return v
+}
+
+func argF(t *testing.T, d *datadriven.TestData, key string) float64 {
+	s := argS(d, key, "")
+	if s == "" {
+		return 0
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatalf("%s: %s=%q: %v", d.Pos, key, s, err)
+	}
+	return v
+}
+
+func argD(t *testing.T, d *datadriven.TestData, key string) time.Duration {
+	s := argS(d, key, "")
+	if s == "" {
+		return 0
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("%s: %s=%q: %v", d.Pos, key, s, err)
+	}
+	return v
+}

@@ -1,0 +1,154 @@
+package readercore
+
+import (
+	"fmt"
+	"strings"
+
+	"streamtier/manifest"
+)
+
+// Status is a snapshot of the core for the status command and metrics.
+type Status struct {
+	Phase    string
+	Epoch    uint64
+	Revision int64
+
+	PersistedFirst uint64
+	PersistedNext  uint64
+	First          uint64 // in-memory manifest
+	Next           uint64
+	TotalSize      uint64
+	Entries        int
+	DrainNext      uint64
+
+	AssemblyFirst  uint64
+	AssemblyNext   uint64
+	AssemblyBytes  uint64
+	AssemblyChunks int
+
+	InFlight      int    // transfers with an attempt at the governor
+	WaitingRetry  int    // transfers waiting for a retry timer
+	Buffered      int    // uploaded, waiting for an earlier fragment (completions out of order)
+	InFlightBytes uint64 // chunk bytes of every transfer not yet applied
+
+	PersistState     string // idle, timer, due, in-flight, backoff
+	UnpersistedEdits int
+	UnpersistedBytes uint64 // chunk bytes applied in memory, not yet persisted (the persist stage)
+	LastPersistAt    int64  // ms, from the last successful PersistResult (0 before any)
+	// OldestUnpersistedTimestamp is the timestamp of the oldest drained chunk not yet
+	// persisted (-1 when everything drained is persisted): the lag in seconds is now minus it.
+	OldestUnpersistedTimestamp int64
+	LastPersistError           string
+	ResetPending               bool
+
+	Stalled       bool
+	StalledOffset uint64
+	Rebalancing   bool
+	RetentionBusy bool
+	Waiters       int
+	Replicas      int
+
+	Counters Counters
+}
+
+// Status reports where the core is.
+func (c *Core) Status() Status {
+	s := Status{
+		Phase:            c.phase.String(),
+		Epoch:            c.epoch,
+		Revision:         c.revision,
+		PersistedFirst:   c.persisted.FirstOffset,
+		PersistedNext:    c.persisted.NextOffset,
+		First:            c.mem.FirstOffset,
+		Next:             c.mem.NextOffset,
+		TotalSize:        c.mem.TotalSize,
+		Entries:          len(c.mem.Entries),
+		DrainNext:        c.drainNext,
+		AssemblyFirst:    c.asm.FirstOffset(),
+		AssemblyNext:     c.asm.NextOffset(),
+		AssemblyBytes:    c.asm.Size(),
+		AssemblyChunks:   c.asm.Len(),
+		UnpersistedEdits: len(c.pending),
+		LastPersistError: c.lastPersistErr,
+		ResetPending:     c.reset != nil,
+		Rebalancing:      c.rebalance != nil,
+		RetentionBusy:    c.retention != nil,
+		Waiters:          len(c.waiters),
+		Replicas:         len(c.replicas),
+		Counters:         c.stats,
+	}
+	s.OldestUnpersistedTimestamp = -1
+	for _, p := range c.pending {
+		if p.append {
+			e := p.edit.Insert[0]
+			s.UnpersistedBytes += e.Size
+			if s.OldestUnpersistedTimestamp == -1 {
+				s.OldestUnpersistedTimestamp = e.FirstTimestamp
+			}
+		}
+	}
+	s.LastPersistAt = c.lastPersistAt
+	for _, t := range c.transfers {
+		if s.OldestUnpersistedTimestamp == -1 {
+			s.OldestUnpersistedTimestamp = t.desc.FirstTimestamp
+		}
+		s.InFlightBytes += t.desc.Size
+		switch t.state {
+		case transferInFlight:
+			s.InFlight++
+		case transferWaiting:
+			s.WaitingRetry++
+		case transferDone:
+			s.Buffered++
+		}
+		if t.stalled && !s.Stalled {
+			s.Stalled, s.StalledOffset = true, t.desc.FirstOffset
+		}
+	}
+	if s.OldestUnpersistedTimestamp == -1 && !c.asm.Empty() {
+		s.OldestUnpersistedTimestamp = c.asm.Snapshot().FirstTimestamp
+	}
+	switch {
+	case c.inflight != nil:
+		s.PersistState = "in-flight"
+	case c.persistBackoff:
+		s.PersistState = "backoff"
+	case c.persistDue:
+		s.PersistState = "due"
+	case c.timer != 0:
+		s.PersistState = "timer"
+	default:
+		s.PersistState = "idle"
+	}
+	return s
+}
+
+// String prints the status as the scenario files show it.
+func (s Status) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase=%s epoch=%d rev=%d persisted=[%d,%d) mem=[%d,%d) size=%d entries=%d drain-next=%d\n",
+		s.Phase, s.Epoch, s.Revision, s.PersistedFirst, s.PersistedNext, s.First, s.Next, s.TotalSize, s.Entries, s.DrainNext)
+	fmt.Fprintf(&b, "assembly=[%d,%d) bytes=%d chunks=%d\n", s.AssemblyFirst, s.AssemblyNext, s.AssemblyBytes, s.AssemblyChunks)
+	fmt.Fprintf(&b, "transfers: in-flight=%d waiting-retry=%d buffered=%d bytes=%d\n", s.InFlight, s.WaitingRetry, s.Buffered, s.InFlightBytes)
+	fmt.Fprintf(&b, "persist=%s unpersisted-edits=%d unpersisted-bytes=%d last-persist-at=%d oldest-unpersisted-ts=%d reset-pending=%t",
+		s.PersistState, s.UnpersistedEdits, s.UnpersistedBytes, s.LastPersistAt, s.OldestUnpersistedTimestamp, s.ResetPending)
+	if s.LastPersistError != "" {
+		fmt.Fprintf(&b, " last-error=%q", s.LastPersistError)
+	}
+	b.WriteByte('\n')
+	if s.Stalled {
+		fmt.Fprintf(&b, "stalled at %d\n", s.StalledOffset)
+	}
+	fmt.Fprintf(&b, "rebalancing=%t retention-busy=%t waiters=%d replicas=%d\n", s.Rebalancing, s.RetentionBusy, s.Waiters, s.Replicas)
+	k := s.Counters
+	fmt.Fprintf(&b, "counters: cuts=%d completions=%d transient=%d non-transient=%d deadlines=%d ignored=%d persists=%d persist-failures=%d resets=%d gap=%d reinits=%d rebalances=%d rebalances-given-up=%d retention-runs=%d retention-failures=%d",
+		k.Cuts, k.Completions, k.TransientRetries, k.NonTransientRetries, k.DeadlineResubmits, k.IgnoredResults, k.Persists, k.PersistFailures,
+		k.Resets, k.GapOffsets, k.Reinitializations, k.Rebalances, k.RebalancesGivenUp, k.RetentionRuns, k.RetentionFailures)
+	return b.String()
+}
+
+// Persisted returns the last persisted manifest and its revision (never the in-memory one).
+func (c *Core) Persisted() (manifest.Manifest, int64) { return c.persisted, c.revision }
+
+// Manifest returns the in-memory manifest: the persisted one with the unpersisted edits.
+func (c *Core) Manifest() manifest.Manifest { return c.mem }
