@@ -1,0 +1,150 @@
+// Package actors runs the upload path as protoactor-go actors: per node a governor, a reaper
+// and a supervisor per stream; per stream a replica reader (the shell around the pure
+// readercore) with a drain child, persist and group tasks. Node is the API a Go broker embeds.
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"streamtier/actors/governorcore"
+	"streamtier/actors/readercore"
+	"streamtier/manifest"
+	"streamtier/segments"
+)
+
+// Config is a node's configuration. Zero values take the defaults of the operations spec.
+type Config struct {
+	// NodeID names this node in logs, membership and replica messages.
+	NodeID string
+	// KeyPrefix is the S3 key prefix of every stream (default "streams").
+	KeyPrefix string
+	// Governor paces uploads node-wide; the zero value is unlimited.
+	Governor governorcore.Config
+	// Stream holds the per-stream defaults (fragment size, persist triggers, retries);
+	// StreamID, Epoch and Retention in it are ignored: they come with each stream.
+	Stream readercore.Config
+	// LocalHotWindowBytes keeps up to this many bytes of already-uploaded segments locally
+	// as a cache; 0 deletes them right after the persist that made them durable.
+	LocalHotWindowBytes int64
+	// LocalHotWindowAge keeps uploaded segments younger than this; 0 means no age window.
+	LocalHotWindowAge time.Duration
+	// ResolveBackoffMax bounds the wait between attempts to resolve a manifest at start.
+	ResolveBackoffMax time.Duration
+	// Logger receives the node's structured logs.
+	Logger zerolog.Logger
+	// Replicas, when set, carries broadcasts and syncs to replica nodes; nil drops them
+	// (a single node has no replicas).
+	Replicas ReplicaSender
+}
+
+func (c Config) withDefaults() Config {
+	if c.NodeID == "" {
+		c.NodeID = "node-1"
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = manifest.DefaultKeyPrefix
+	}
+	if c.ResolveBackoffMax == 0 {
+		c.ResolveBackoffMax = 5 * time.Second
+	}
+	return c
+}
+
+// Validate refuses a configuration the node cannot run with, naming the setting.
+func (c Config) Validate() error {
+	if err := c.Governor.Validate(); err != nil {
+		return fmt.Errorf("node config: %w", err)
+	}
+	if c.LocalHotWindowBytes < 0 {
+		return fmt.Errorf("node config: local_hot_window_bytes = %d: negative", c.LocalHotWindowBytes)
+	}
+	if c.LocalHotWindowAge < 0 {
+		return fmt.Errorf("node config: local_hot_window_age = %s: negative", c.LocalHotWindowAge)
+	}
+	if c.KeyPrefix != "" && !validKeyPrefix(c.KeyPrefix) {
+		return fmt.Errorf("node config: key_prefix = %q: use [A-Za-z0-9._-/], no leading or trailing '/'", c.KeyPrefix)
+	}
+	cfg := c.Stream
+	cfg.StreamID = "validation"
+	if _, err := readercore.New(cfg); err != nil {
+		return fmt.Errorf("node config: %w", err)
+	}
+	return nil
+}
+
+func validKeyPrefix(p string) bool {
+	if p[0] == '/' || p[len(p)-1] == '/' {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' || c == '/') {
+			return false
+		}
+	}
+	return true
+}
+
+// StreamSpec is one stream the node tiers: its id, the local log the broker writes, the
+// writer's epoch, its remote retention policy and its replica nodes.
+type StreamSpec struct {
+	ID        string
+	Log       *segments.Log
+	Epoch     uint64
+	Retention manifest.Policy
+	Replicas  []string
+	// Overrides, when non-zero, replace the node's per-stream defaults for this stream.
+	FragmentTargetSize uint64
+	PersistThreshold   int
+	PersistInterval    time.Duration
+	RebalanceThreshold int
+}
+
+// Validate refuses a spec with a hostile id or no log.
+func (s StreamSpec) Validate() error {
+	if err := manifest.ValidateStreamID(s.ID); err != nil {
+		return fmt.Errorf("add stream: %w", err)
+	}
+	if s.Log == nil {
+		return fmt.Errorf("add stream %s: no local log", s.ID)
+	}
+	return nil
+}
+
+// ErrUnknownStream is returned for a stream the node does not run.
+var ErrUnknownStream = errors.New("unknown stream")
+
+// ErrStreamExists is returned when adding a stream the node already runs.
+var ErrStreamExists = errors.New("stream already running")
+
+// ErrStreamStopped is returned to await_offset callers of a stream that stopped (deleted,
+// removed or node stopped) before their offset was persisted.
+var ErrStreamStopped = errors.New("stream stopped")
+
+// ErrNodeStopped is returned by calls made after Stop.
+var ErrNodeStopped = errors.New("node stopped")
+
+// coreConfig merges the node's defaults with one stream's spec.
+func (c Config) coreConfig(s StreamSpec) readercore.Config {
+	cfg := c.Stream
+	cfg.StreamID = s.ID
+	cfg.Epoch = s.Epoch
+	cfg.Retention = s.Retention
+	if s.FragmentTargetSize != 0 {
+		cfg.FragmentTargetSize = s.FragmentTargetSize
+	}
+	if s.PersistThreshold != 0 {
+		cfg.PersistThreshold = s.PersistThreshold
+	}
+	if s.PersistInterval != 0 {
+		cfg.PersistInterval = s.PersistInterval
+	}
+	if s.RebalanceThreshold != 0 {
+		cfg.RebalanceThreshold = s.RebalanceThreshold
+	}
+	return cfg
+}

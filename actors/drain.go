@@ -1,0 +1,171 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"streamtier/actors/readercore"
+	"streamtier/segments"
+)
+
+// drainBatch is how many chunk headers the drain reads before it waits for its parent.
+const drainBatch = 512
+
+// drainRetryDelay is the wait after an unexpected local read error before trying again.
+const drainRetryDelay = time.Second
+
+// drainStart (re)opens the data reader at From; Gen tags every batch read from it.
+type drainStart struct {
+	From uint64
+	Gen  uint64
+}
+
+// drainAck lets the drain read its next batch: one batch is in flight at a time, so the
+// drain never runs far ahead of the reader and memory stays bounded.
+type drainAck struct{ Gen uint64 }
+
+// drainListen registers the one-shot offset listener at Offset, then checks once more.
+type drainListen struct {
+	Offset uint64
+	Gen    uint64
+}
+
+// drainWake is sent by the offset listener (or a retry timer): try to read again.
+type drainWake struct{ Gen uint64 }
+
+// chunksDrained carries a batch of committed chunk headers to the reader. End says the
+// reader reached the end of committed data; Gone says the next segment was deleted.
+type chunksDrained struct {
+	Gen        uint64
+	Chunks     []readercore.ChunkDrained
+	End        bool
+	Gone       bool
+	LocalFirst uint64
+}
+
+// drain is the reader's child that reads committed chunk headers (never bodies) from the
+// local log and hands them up in batches.
+type drain struct {
+	log    *segments.Log
+	logger zerolog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	timers timers
+
+	rd       *segments.Reader
+	gen      uint64
+	awaiting bool // a batch is with the parent, waiting for its ack
+	idle     bool // end of stream reached: wait for a wake
+}
+
+func (d *drain) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		d.ctx, d.cancel = context.WithCancel(context.Background())
+	case *actor.Stopping, *actor.Restarting:
+		d.cancel()
+		d.timers.stopAll()
+		d.closeReader()
+	case drainStart:
+		d.closeReader()
+		d.gen, d.awaiting, d.idle = m.Gen, false, false
+		rd, err := d.log.NewReader(m.From)
+		if err != nil {
+			d.openFailed(c, m.From, err)
+			return
+		}
+		d.rd = rd
+		d.read(c, false)
+	case drainAck:
+		if m.Gen == d.gen {
+			d.awaiting = false
+			d.read(c, false)
+		}
+	case drainListen:
+		if m.Gen != d.gen {
+			return
+		}
+		ch := d.log.NotifyWhenCommittedPast(m.Offset)
+		pid, gen, root, ctx := c.Self(), d.gen, c.ActorSystem().Root, d.ctx
+		go func() {
+			select {
+			case <-ch:
+				root.Send(pid, drainWake{Gen: gen})
+			case <-ctx.Done():
+			}
+		}()
+		d.idle = false
+		d.read(c, true) // the commit may have raced the registration
+	case drainWake:
+		if m.Gen == d.gen && d.idle {
+			d.idle = false
+			d.read(c, false)
+		}
+	}
+}
+
+func (d *drain) openFailed(c actor.Context, from uint64, err error) {
+	if errors.Is(err, segments.ErrBelowFirst) || errors.Is(err, segments.ErrSegmentGone) {
+		c.Send(c.Parent(), &chunksDrained{Gen: d.gen, Gone: true, LocalFirst: d.log.FirstOffset()})
+		d.awaiting = true
+		return
+	}
+	d.logger.Error().Err(err).Uint64("from", from).Msg("drain: cannot open the local log reader; retrying")
+	d.timers.after(c.ActorSystem().Root, c.Self(), drainRetryDelay, drainStart{From: from, Gen: d.gen})
+}
+
+// read sends the next batch of committed chunk headers, unless one is with the parent.
+// Right after a listener registration an empty end of stream is not reported again: the
+// listener is in place and will wake the drain (reporting it would re-register forever).
+func (d *drain) read(c actor.Context, afterListen bool) {
+	if d.awaiting || d.idle || d.rd == nil {
+		return
+	}
+	batch := &chunksDrained{Gen: d.gen, Chunks: make([]readercore.ChunkDrained, 0, 16)}
+loop:
+	for len(batch.Chunks) < drainBatch {
+		h, loc, err := d.rd.Next()
+		if err == nil {
+			batch.Chunks = append(batch.Chunks, readercore.ChunkDrained{Header: h, Location: loc})
+			continue
+		}
+		switch {
+		case errors.Is(err, segments.ErrEndOfStream):
+			batch.End = true
+			d.idle = true
+		case errors.Is(err, segments.ErrSegmentGone):
+			batch.Gone = true
+			batch.LocalFirst = d.log.FirstOffset()
+			d.closeReader()
+		case errors.Is(err, segments.ErrClosed):
+			// The broker closed the log (removing the stream): nothing more to read.
+			d.logger.Info().Msg("drain: local log closed")
+			d.idle = true
+			d.closeReader()
+		default:
+			d.logger.Error().Err(err).Uint64("offset", d.rd.NextOffset()).Msg("drain: local read failed; retrying")
+			d.idle = true
+			d.timers.after(c.ActorSystem().Root, c.Self(), drainRetryDelay, drainWake{Gen: d.gen})
+		}
+		break loop
+	}
+	if len(batch.Chunks) == 0 && !batch.Gone && (!batch.End || afterListen) {
+		return
+	}
+	// Wait for the parent's ack only when more may follow at once; after the end of the
+	// stream the listener wakes the drain, after a vanished segment a new drainStart does.
+	d.awaiting = !batch.End && !batch.Gone
+	c.Send(c.Parent(), batch)
+}
+
+func (d *drain) closeReader() {
+	if d.rd != nil {
+		d.rd.Close()
+		d.rd = nil
+	}
+}

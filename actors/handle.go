@@ -1,0 +1,121 @@
+package actors
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"streamtier/actors/readercore"
+	"streamtier/manifest"
+)
+
+// ReplicaSender carries a writer's persisted edits and syncs to its replica nodes. It must
+// not block: a send to a dead node is dropped, and the next persist's gap check repairs it.
+type ReplicaSender interface {
+	Broadcast(stream string, to []string, edits []manifest.Edit, seq int64, epoch uint64)
+	Sync(stream, replica string, m manifest.Manifest, revision int64, epoch uint64)
+}
+
+// Persisted is a stream's manifest cache entry: the last manifest etcd accepted.
+type Persisted struct {
+	Manifest manifest.Manifest
+	Revision int64
+}
+
+// streamHandle is the part of a stream that outlives its reader actor's restarts: the spec,
+// the await_offset waiters, the manifest cache and the incarnation count (which keeps the
+// references of each incarnation's core apart).
+type streamHandle struct {
+	spec       StreamSpec
+	supervisor *actor.PID
+	done       chan struct{} // closed when the stream's actors have stopped for good
+
+	incarnations atomic.Uint64
+	cache        atomic.Pointer[Persisted]
+	restarts     atomic.Uint64
+
+	mu       sync.Mutex
+	nextID   readercore.WaiterID
+	waiters  map[readercore.WaiterID]waiterEntry
+	stopped  error // set once the reader stopped: later waiters fail at once
+	reader   *actor.PID
+	stopOnce sync.Once
+}
+
+type waiterEntry struct {
+	offset uint64
+	reply  chan error
+}
+
+func newStreamHandle(spec StreamSpec) *streamHandle {
+	return &streamHandle{spec: spec, done: make(chan struct{}), waiters: make(map[readercore.WaiterID]waiterEntry)}
+}
+
+// addWaiter registers an await_offset caller; the reader learns of it by message (and every
+// new incarnation re-reads them all).
+func (h *streamHandle) addWaiter(offset uint64) (readercore.WaiterID, chan error, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped != nil {
+		return 0, nil, h.stopped
+	}
+	h.nextID++
+	ch := make(chan error, 1)
+	h.waiters[h.nextID] = waiterEntry{offset: offset, reply: ch}
+	return h.nextID, ch, nil
+}
+
+func (h *streamHandle) removeWaiter(id readercore.WaiterID) {
+	h.mu.Lock()
+	delete(h.waiters, id)
+	h.mu.Unlock()
+}
+
+// reply answers waiters; err nil means their offset is persisted.
+func (h *streamHandle) reply(ids []readercore.WaiterID, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		if w, ok := h.waiters[id]; ok {
+			w.reply <- err
+			delete(h.waiters, id)
+		}
+	}
+}
+
+// outstanding lists the waiters a new reader incarnation must know about.
+func (h *streamHandle) outstanding() []readercore.AwaitOffset {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]readercore.AwaitOffset, 0, len(h.waiters))
+	for id, w := range h.waiters {
+		out = append(out, readercore.AwaitOffset{Offset: w.offset, Waiter: id})
+	}
+	return out
+}
+
+// stop fails every waiter with err and refuses new ones.
+func (h *streamHandle) stop(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped == nil {
+		h.stopped = err
+	}
+	for id, w := range h.waiters {
+		w.reply <- err
+		delete(h.waiters, id)
+	}
+}
+
+func (h *streamHandle) setReader(pid *actor.PID) {
+	h.mu.Lock()
+	h.reader = pid
+	h.mu.Unlock()
+}
+
+func (h *streamHandle) readerPID() *actor.PID {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reader
+}

@@ -1,0 +1,98 @@
+package actors
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"streamtier/actors/readercore"
+	"streamtier/s3io"
+)
+
+// Metrics are the node's counters and gauges (plain atomics; the binary exports them to
+// Prometheus). Counters only rise; gauges say where the pipeline is now.
+type Metrics struct {
+	StreamsRunning       atomic.Int64
+	TransfersRunning     atomic.Int64
+	GovernorQueued       atomic.Int64
+	GovernorTokens       atomic.Int64
+	FragmentsUploaded    atomic.Int64
+	BytesUploaded        atomic.Int64
+	TransferErrors       [s3io.ClassCanceled + 1]atomic.Int64 // by s3io.Class
+	Persists             atomic.Int64
+	PersistConflicts     atomic.Int64
+	PersistNotFound      atomic.Int64
+	PersistFailures      atomic.Int64
+	ResolveFailures      atomic.Int64
+	Resets               atomic.Int64
+	GapOffsets           atomic.Int64
+	Reinitializations    atomic.Int64
+	ReaderCrashes        atomic.Int64
+	CoreErrors           atomic.Int64
+	Stalls               atomic.Int64
+	RemoteRetentionRuns  atomic.Int64
+	LocalSegmentsDeleted atomic.Int64
+	Reaper               ReaperStats
+
+	mu             sync.Mutex
+	persistLatency []time.Duration // recent successful persists, for p50/p99
+	uploadLatency  []time.Duration
+}
+
+const latencyWindow = 1024
+
+func (m *Metrics) observeTransfer(class s3io.Class, bytes int64, d time.Duration) {
+	if class == s3io.ClassNone {
+		m.FragmentsUploaded.Add(1)
+		m.BytesUploaded.Add(bytes)
+		m.record(&m.uploadLatency, d)
+		return
+	}
+	if int(class) < len(m.TransferErrors) {
+		m.TransferErrors[class].Add(1)
+	}
+}
+
+func (m *Metrics) observePersist(o readercore.PersistOutcome, d time.Duration) {
+	switch o {
+	case readercore.PersistOK:
+		m.Persists.Add(1)
+		m.record(&m.persistLatency, d)
+	case readercore.PersistConflict:
+		m.PersistConflicts.Add(1)
+	case readercore.PersistNotFound:
+		m.PersistNotFound.Add(1)
+	default:
+		m.PersistFailures.Add(1)
+	}
+}
+
+
+func (m *Metrics) record(window *[]time.Duration, d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(*window) >= latencyWindow {
+		copy(*window, (*window)[1:])
+		*window = (*window)[:latencyWindow-1]
+	}
+	*window = append(*window, d)
+}
+
+// LatencyQuantiles returns the p50 and p99 of recent successful persists and uploads.
+func (m *Metrics) LatencyQuantiles() (persistP50, persistP99, uploadP50, uploadP99 time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	persistP50, persistP99 = quantiles(m.persistLatency)
+	uploadP50, uploadP99 = quantiles(m.uploadLatency)
+	return
+}
+
+func quantiles(w []time.Duration) (p50, p99 time.Duration) {
+	if len(w) == 0 {
+		return 0, 0
+	}
+	s := append([]time.Duration(nil), w...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)*50/100], s[min(len(s)*99/100, len(s)-1)]
+}

@@ -1,0 +1,325 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"streamtier/actors/readercore"
+	"streamtier/manifest"
+	"streamtier/metadata"
+	"streamtier/s3io"
+)
+
+// Node is one streamtier node: the actor system, the governor, the reaper and a supervised
+// replica reader per stream whose writer is local. A Go broker embeds it through this API.
+type Node struct {
+	cfg    Config
+	store  *s3io.Store
+	meta   *metadata.Store
+	log    zerolog.Logger
+	system *actor.ActorSystem
+	root   *actor.RootContext
+
+	ctx    context.Context // cancelled by Stop: aborts every upload, persist and fetch
+	cancel context.CancelFunc
+
+	governor *actor.PID
+	reaper   *actor.PID
+	metrics  *Metrics
+
+	mu      sync.Mutex
+	streams map[string]*streamHandle
+	stopped bool
+}
+
+// Start starts a node on an object store and an etcd metadata store. The node owns neither:
+// the caller closes them after Stop.
+func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.Store) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if store == nil || meta == nil {
+		return nil, errors.New("start node: an object store and a metadata store are required")
+	}
+	cfg = cfg.withDefaults()
+	n := &Node{
+		cfg: cfg, store: store, meta: meta, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
+		metrics: &Metrics{}, streams: make(map[string]*streamHandle),
+	}
+	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(zerologHandler{log: n.log.With().Str("component", "protoactor").Logger()})
+	}))
+	n.root = n.system.Root
+	gov := newGovernor(n.ctx, cfg.Governor, store, cfg.KeyPrefix, n.log.With().Str("actor", "governor").Logger(), n.metrics)
+	var err error
+	if n.governor, err = n.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gov }), "governor"); err != nil {
+		return nil, fmt.Errorf("start node: spawn governor: %w", err)
+	}
+	rp := &reaper{ctx: n.ctx, store: store, keyPrefix: cfg.KeyPrefix, log: n.log.With().Str("actor", "reaper").Logger(),
+		stats: &n.metrics.Reaper, attempts: make(map[string]int)}
+	if n.reaper, err = n.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return rp }), "reaper"); err != nil {
+		return nil, fmt.Errorf("start node: spawn reaper: %w", err)
+	}
+	n.log.Info().Str("governor_rate", rateString(cfg.Governor.RateBytesPerSec)).Msg("node started")
+	return n, nil
+}
+
+func rateString(r int64) string {
+	if r == 0 {
+		return "unlimited"
+	}
+	return fmt.Sprintf("%d B/s", r)
+}
+
+// Metrics returns the node's live counters and gauges.
+func (n *Node) Metrics() *Metrics { return n.metrics }
+
+// AddStream starts tiering a stream whose writer is local.
+func (n *Node) AddStream(spec StreamSpec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if _, err := readercore.New(n.cfg.coreConfig(spec)); err != nil {
+		return fmt.Errorf("add stream %s: %w", spec.ID, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return ErrNodeStopped
+	}
+	if _, ok := n.streams[spec.ID]; ok {
+		return fmt.Errorf("add stream %s: %w", spec.ID, ErrStreamExists)
+	}
+	h := newStreamHandle(spec)
+	log := n.log.With().Str("stream", spec.ID).Logger()
+	sup := &streamSupervisor{n: n, h: h, log: log}
+	pid, err := n.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return sup }), "stream/"+spec.ID)
+	if err != nil {
+		return fmt.Errorf("add stream %s: %w", spec.ID, err)
+	}
+	h.supervisor = pid
+	n.streams[spec.ID] = h
+	log.Info().Uint64("epoch", spec.Epoch).Msg("stream added")
+	return nil
+}
+
+func (n *Node) handle(id string) (*streamHandle, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return nil, ErrNodeStopped
+	}
+	h, ok := n.streams[id]
+	if !ok {
+		return nil, fmt.Errorf("stream %q: %w", id, ErrUnknownStream)
+	}
+	return h, nil
+}
+
+// RemoveStream stops tiering a stream (its remote data stays). In-flight uploads become
+// orphans for garbage collection; waiters get ErrStreamStopped.
+func (n *Node) RemoveStream(ctx context.Context, id string) error {
+	n.mu.Lock()
+	h, ok := n.streams[id]
+	delete(n.streams, id)
+	n.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("remove stream %q: %w", id, ErrUnknownStream)
+	}
+	return n.stopStream(ctx, h)
+}
+
+func (n *Node) stopStream(ctx context.Context, h *streamHandle) error {
+	n.root.Stop(h.supervisor)
+	n.root.Send(n.governor, cancelStream{Stream: h.spec.ID})
+	h.stop(fmt.Errorf("stream %s removed: %w", h.spec.ID, ErrStreamStopped))
+	select {
+	case <-h.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop stream %s: %w", h.spec.ID, ctx.Err())
+	}
+}
+
+// DeleteStream stops a stream and deletes it everywhere: its etcd records in one
+// transaction, then every object under its S3 prefix.
+func (n *Node) DeleteStream(ctx context.Context, id string) error {
+	if err := manifest.ValidateStreamID(id); err != nil {
+		return fmt.Errorf("delete stream: %w", err)
+	}
+	if err := n.RemoveStream(ctx, id); err != nil && !errors.Is(err, ErrUnknownStream) {
+		return err
+	}
+	if err := n.meta.DeleteStream(ctx, id); err != nil {
+		return fmt.Errorf("delete stream %s: etcd: %w", id, err)
+	}
+	var keys []string
+	prefix := manifest.StreamPrefix(n.cfg.KeyPrefix, id)
+	if err := n.store.List(ctx, prefix, func(o s3io.ObjectInfo) error {
+		keys = append(keys, o.Key)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("delete stream %s: list %s: %w", id, prefix, err)
+	}
+	failed, err := n.store.DeleteObjects(ctx, keys)
+	if err != nil {
+		return fmt.Errorf("delete stream %s: delete objects: %w", id, err)
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("delete stream %s: %d of %d objects not deleted (garbage collection will retry)", id, len(failed), len(keys))
+	}
+	n.log.Info().Str("stream", id).Int("objects", len(keys)).Msg("stream deleted")
+	return nil
+}
+
+// AwaitOffset blocks until offset is persisted: its fragment and a root referencing it are
+// in S3, etcd accepted the root, the cache is updated and retention evaluated.
+func (n *Node) AwaitOffset(ctx context.Context, id string, offset uint64) error {
+	h, err := n.handle(id)
+	if err != nil {
+		return err
+	}
+	wid, ch, err := h.addWaiter(offset)
+	if err != nil {
+		return err
+	}
+	if pid := h.readerPID(); pid != nil {
+		n.root.Send(pid, readercore.AwaitOffset{Offset: offset, Waiter: wid})
+	} // else: the reader's first incarnation picks it up from the handle when it resolves
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		h.removeWaiter(wid)
+		if pid := h.readerPID(); pid != nil {
+			n.root.Send(pid, readercore.CancelAwait{Waiter: wid})
+		}
+		return fmt.Errorf("await offset %d of %s: %w", offset, id, ctx.Err())
+	}
+}
+
+// Cached returns the stream's manifest cache entry: the last persisted manifest, if any.
+func (n *Node) Cached(id string) (Persisted, bool) {
+	h, err := n.handle(id)
+	if err != nil {
+		return Persisted{}, false
+	}
+	p := h.cache.Load()
+	if p == nil {
+		return Persisted{}, false
+	}
+	return *p, true
+}
+
+func (n *Node) sendReader(id string, msg any) error {
+	h, err := n.handle(id)
+	if err != nil {
+		return err
+	}
+	pid := h.readerPID()
+	if pid == nil {
+		return fmt.Errorf("stream %s: reader not started yet", id)
+	}
+	n.root.Send(pid, msg)
+	return nil
+}
+
+// ForceCut cuts the fragment being assembled now, whatever its size.
+func (n *Node) ForceCut(id string) error { return n.sendReader(id, forceCutMsg{}) }
+
+// EvaluateRetention runs remote retention for the stream now.
+func (n *Node) EvaluateRetention(id string) error { return n.sendReader(id, evaluateRetMsg{}) }
+
+// SetRetention changes the stream's remote retention policy and evaluates it.
+func (n *Node) SetRetention(id string, p manifest.Policy) error {
+	return n.sendReader(id, setRetentionMsg{Policy: p})
+}
+
+// ReplicaRegistered tells the writer of stream that replica (re)started and needs a sync.
+func (n *Node) ReplicaRegistered(id, replica string, resync bool) error {
+	return n.sendReader(id, replicaMsg{Replica: replica, Resync: resync})
+}
+
+// Streams lists the streams the node runs.
+func (n *Node) Streams() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]string, 0, len(n.streams))
+	for id := range n.streams {
+		out = append(out, id)
+	}
+	return out
+}
+
+// Status reports one stream's pipeline.
+func (n *Node) Status(ctx context.Context, id string) (StreamStatus, error) {
+	h, err := n.handle(id)
+	if err != nil {
+		return StreamStatus{}, err
+	}
+	pid := h.readerPID()
+	if pid == nil {
+		return StreamStatus{Stream: id, Phase: "starting"}, nil
+	}
+	timeout := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	res, err := n.root.RequestFuture(pid, statusRequestMsg{}, timeout).Result()
+	if err != nil {
+		return StreamStatus{}, fmt.Errorf("status of %s: %w", id, err)
+	}
+	st, ok := res.(StreamStatus)
+	if !ok {
+		return StreamStatus{}, fmt.Errorf("status of %s: unexpected answer %T", id, res)
+	}
+	return st, nil
+}
+
+// GovernorStatus reports the governor's bucket and queue.
+func (n *Node) GovernorStatus(ctx context.Context) (GovernorStatus, error) {
+	res, err := n.root.RequestFuture(n.governor, governorStatusRequest{}, 5*time.Second).Result()
+	if err != nil {
+		return GovernorStatus{}, fmt.Errorf("governor status: %w", err)
+	}
+	return res.(GovernorStatus), nil
+}
+
+// Stop cancels every upload, persist and fetch in flight, stops every actor and returns when
+// they have all ended. Waiters get ErrStreamStopped. Unpersisted work is lost to orphans,
+// which is safe: the persisted manifest is the truth on restart.
+func (n *Node) Stop(ctx context.Context) error {
+	n.mu.Lock()
+	if n.stopped {
+		n.mu.Unlock()
+		return nil
+	}
+	n.stopped = true
+	streams := n.streams
+	n.streams = map[string]*streamHandle{}
+	n.mu.Unlock()
+
+	n.cancel()
+	var errs []error
+	for _, h := range streams {
+		if err := n.stopStream(ctx, h); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, pid := range []*actor.PID{n.governor, n.reaper} {
+		if err := n.root.StopFuture(pid).Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("stop %s: %w", pid.Id, err))
+		}
+	}
+	n.system.Shutdown()
+	n.log.Info().Msg("node stopped")
+	return errors.Join(errs...)
+}

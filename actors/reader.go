@@ -1,0 +1,478 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"streamtier/actors/readercore"
+	"streamtier/fragment"
+	"streamtier/manifest"
+	"streamtier/metadata"
+	"streamtier/s3io"
+	"streamtier/segments"
+)
+
+// Messages the node sends to a stream's reader.
+type (
+	forceCutMsg      struct{}
+	evaluateRetMsg   struct{}
+	setRetentionMsg  struct{ Policy manifest.Policy }
+	replicaMsg       struct{ Replica string; Resync bool }
+	statusRequestMsg struct{}
+	resolveRetryMsg  struct{}
+)
+
+// resolvedMsg is the outcome of one resolution attempt.
+type resolvedMsg struct {
+	Resolved readercore.Resolved
+	Err      error
+}
+
+// errReinitialize is the panic value with which a reader asks its supervisor for a fresh
+// incarnation after another writer persisted.
+type errReinitialize struct{ reason string }
+
+func (e errReinitialize) Error() string { return "reinitialize: " + e.reason }
+
+// reader is the replica reader of one stream: the thin shell around readercore. It receives
+// messages, turns them into core events, and executes the core's effects. Every incarnation
+// (after a supervisor restart) starts from scratch: resolve, open the log, drain.
+type reader struct {
+	n   *Node
+	h   *streamHandle
+	log zerolog.Logger
+
+	ctx    context.Context // this incarnation's: cancelled on stop and restart
+	cancel context.CancelFunc
+	core   *readercore.Core
+	timers timers
+	// persistTimers maps an armed persist timer's ref to its timer, for CancelPersistTimer.
+	persistTimers map[readercore.Ref]uint64
+
+	// waiters are the await_offset callers this incarnation's core knows: a request that
+	// arrives after the core learned of it from the handle is not fed twice.
+	waiters map[readercore.WaiterID]bool
+
+	drain        *actor.PID
+	drainGen     uint64
+	resolveTries int
+	running      bool // the core has Resolved and LogOpened
+	stalled      bool
+}
+
+func (r *reader) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		r.start(c)
+	case *actor.Stopping, *actor.Restarting:
+		r.cancel()
+		r.timers.stopAll()
+	case *actor.Stopped:
+		r.n.metrics.StreamsRunning.Add(-1)
+	case resolveRetryMsg:
+		r.resolve(c)
+	case *resolvedMsg:
+		r.onResolved(c, m)
+	case *chunksDrained:
+		r.onChunks(c, m)
+	case readercore.TransferResult:
+		if m.Outcome == readercore.SegmentGone {
+			m.LocalFirst = r.h.spec.Log.FirstOffset()
+		}
+		r.step(c, m)
+	case readercore.PersistTimer:
+		delete(r.persistTimers, m.Ref)
+		r.step(c, m)
+	case readercore.AwaitOffset:
+		if r.running && !r.waiters[m.Waiter] { // before resolution the handle has it
+			r.waiters[m.Waiter] = true
+			r.step(c, m)
+		}
+	case readercore.CancelAwait:
+		if r.waiters[m.Waiter] {
+			delete(r.waiters, m.Waiter)
+			r.step(c, m)
+		}
+	case forceCutMsg:
+		r.step(c, readercore.ForceCut{})
+	case evaluateRetMsg:
+		r.step(c, readercore.EvaluateRetention{Now: time.Now().UnixMilli()})
+	case setRetentionMsg:
+		r.step(c, readercore.RetentionPolicyChanged{Policy: m.Policy, Now: time.Now().UnixMilli()})
+	case replicaMsg:
+		if m.Resync {
+			r.step(c, readercore.ResyncRequested{Replica: m.Replica})
+		} else {
+			r.step(c, readercore.ReplicaRegistered{Replica: m.Replica})
+		}
+	case statusRequestMsg:
+		c.Respond(r.status())
+	case readercore.Event: // results, timers and await_offset requests go straight to the core
+		r.step(c, m)
+	}
+}
+
+func (r *reader) start(c actor.Context) {
+	r.ctx, r.cancel = context.WithCancel(r.n.ctx)
+	r.persistTimers = make(map[readercore.Ref]uint64)
+	r.waiters = make(map[readercore.WaiterID]bool)
+	inc := r.h.incarnations.Add(1)
+	cfg := r.n.cfg.coreConfig(r.h.spec)
+	cfg.RefBase = inc << 40
+	core, err := readercore.New(cfg)
+	if err != nil { // validated in AddStream; a failure here is a bug
+		panic(fmt.Errorf("stream %s: %w", r.h.spec.ID, err))
+	}
+	r.core = core
+	r.h.setReader(c.Self())
+	r.n.metrics.StreamsRunning.Add(1)
+	log := r.h.spec.Log
+	r.drain = c.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &drain{log: log, logger: r.log}
+	}))
+	if inc > 1 {
+		r.log.Info().Uint64("incarnation", inc).Msg("reader restarted: resolving the manifest again")
+	}
+	r.resolve(c)
+}
+
+// resolve reads the manifest record from etcd and the root it names from S3 (or the cache
+// when its revision matches), writing the anchor first so that it precedes every object.
+func (r *reader) resolve(c actor.Context) {
+	stream := r.h.spec.ID
+	n, h := r.n, r.h
+	spawnTask(c, r.ctx, func(ctx context.Context) any {
+		res, err := resolveManifest(ctx, n, h, stream)
+		return &resolvedMsg{Resolved: res, Err: err}
+	})
+}
+
+func resolveManifest(ctx context.Context, n *Node, h *streamHandle, stream string) (readercore.Resolved, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := n.meta.Anchor(ctx, stream); err != nil {
+		return readercore.Resolved{}, fmt.Errorf("resolve %s: anchor: %w", stream, err)
+	}
+	rec, rev, found, err := n.meta.ReadManifest(ctx, stream)
+	if err != nil {
+		return readercore.Resolved{}, fmt.Errorf("resolve %s: read manifest record: %w", stream, err)
+	}
+	if !found {
+		return readercore.Resolved{Manifest: manifest.Empty()}, nil
+	}
+	root := readercore.RootRef{Epoch: rec.Epoch, UID: rec.RootUID}
+	if p := h.cache.Load(); p != nil && p.Revision == rev {
+		return readercore.Resolved{Manifest: p.Manifest.Clone(), Revision: rev, Root: root}, nil
+	}
+	key := manifest.RootKey(n.cfg.KeyPrefix, stream, rec.Epoch, rec.RootUID)
+	body, err := n.store.GetObject(ctx, key)
+	if err != nil {
+		return readercore.Resolved{}, fmt.Errorf("resolve %s: get root %s: %w", stream, key, err)
+	}
+	m, err := manifest.DecodeRoot(body)
+	if err != nil {
+		return readercore.Resolved{}, fmt.Errorf("resolve %s: root %s: %w", stream, key, err)
+	}
+	if m.NextOffset != rec.NextOffset || m.FirstOffset != rec.FirstOffset || m.TotalSize != rec.TotalSize {
+		return readercore.Resolved{}, fmt.Errorf("resolve %s: root %s disagrees with its etcd record (next %d vs %d, first %d vs %d, size %d vs %d)",
+			stream, key, m.NextOffset, rec.NextOffset, m.FirstOffset, rec.FirstOffset, m.TotalSize, rec.TotalSize)
+	}
+	return readercore.Resolved{Manifest: m, Revision: rev, Root: root}, nil
+}
+
+func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
+	if r.running {
+		return
+	}
+	if m.Err != nil {
+		r.resolveTries++
+		delay := min(100*time.Millisecond<<min(r.resolveTries-1, 10), r.n.cfg.ResolveBackoffMax)
+		r.n.metrics.ResolveFailures.Add(1)
+		r.log.Warn().Err(m.Err).Int("attempt", r.resolveTries).Dur("retry_in", delay).Msg("cannot resolve the manifest; retrying")
+		r.timers.after(c.ActorSystem().Root, c.Self(), delay, resolveRetryMsg{})
+		return
+	}
+	r.running = true
+	log := r.h.spec.Log
+	r.step(c, m.Resolved)
+	r.step(c, readercore.LogOpened{First: log.FirstOffset(), Next: log.NextOffset(), Epoch: r.h.spec.Epoch})
+	for _, w := range r.h.outstanding() {
+		r.waiters[w.Waiter] = true
+		r.step(c, w)
+	}
+	for _, rep := range r.h.spec.Replicas {
+		r.step(c, readercore.ReplicaRegistered{Replica: rep})
+	}
+	r.log.Info().Int64("revision", m.Resolved.Revision).Uint64("next_offset", m.Resolved.Manifest.NextOffset).Msg("manifest resolved")
+}
+
+func (r *reader) onChunks(c actor.Context, m *chunksDrained) {
+	if m.Gen != r.drainGen {
+		return // from a reader opened before the last reset
+	}
+	for _, ch := range m.Chunks {
+		r.step(c, ch)
+	}
+	switch {
+	case m.Gone:
+		r.step(c, readercore.DrainSegmentGone{LocalFirst: m.LocalFirst})
+	case m.End:
+		r.step(c, readercore.EndOfStream{})
+	default:
+		c.Send(r.drain, drainAck{Gen: m.Gen})
+	}
+}
+
+// step feeds one event to the core and executes the effects it returns.
+func (r *reader) step(c actor.Context, ev readercore.Event) {
+	effects, err := r.core.Step(ev)
+	if err != nil {
+		r.n.metrics.CoreErrors.Add(1)
+		r.log.Error().Err(err).Msg("core refused an event")
+		return
+	}
+	for _, e := range effects {
+		r.log.Debug().Stringer("effect", e).Msg("effect")
+		r.execute(c, e)
+	}
+}
+
+func (r *reader) execute(c actor.Context, e readercore.Effect) {
+	stream := r.h.spec.ID
+	root := c.ActorSystem().Root
+	switch e := e.(type) {
+	case readercore.StartDrain:
+		r.startDrain(c, e.From)
+	case readercore.Reset:
+		r.n.metrics.Resets.Add(1)
+		r.log.Warn().Str("reason", e.Reason.String()).Uint64("drain_from", e.DrainFrom).Uint64("gap_from", e.GapFrom).
+			Int("dropped_transfers", e.DroppedTransfers).Int("stale_objects", len(e.Stale)).Msg("upload path reset")
+		if e.DrainFrom > e.GapFrom {
+			r.n.metrics.GapOffsets.Add(int64(e.DrainFrom - e.GapFrom))
+		}
+		r.startDrain(c, e.DrainFrom)
+	case readercore.RegisterOffsetListener:
+		c.Send(r.drain, drainListen{Offset: e.Offset, Gen: r.drainGen})
+	case readercore.SubmitTransfer:
+		r.submit(c, e.Ref, e.Attempt, e.Fragment, e.Size)
+	case readercore.ResubmitTransfer:
+		r.submit(c, e.Ref, e.Attempt, e.Fragment, e.Size)
+	case readercore.ArmTransferDeadline:
+		r.timers.after(root, c.Self(), e.After, readercore.TransferDeadline{Ref: e.Ref, Attempt: e.Attempt})
+	case readercore.ResubmitTransferAfter:
+		r.timers.after(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref, Attempt: e.Attempt})
+	case readercore.RetryGroupUploadAfter:
+		r.timers.after(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref, Attempt: e.Attempt})
+	case readercore.Stalled:
+		r.stalled = true
+		r.n.metrics.Stalls.Add(1)
+		r.log.Error().Uint64("offset", e.Offset).Int("failures", e.Failures).Str("reason", e.Reason).Msg("upload pipeline stalled")
+	case readercore.Unstalled:
+		r.stalled = false
+		r.log.Info().Uint64("offset", e.Offset).Msg("upload pipeline resumed")
+	case readercore.StartPersist:
+		r.persist(c, e)
+	case readercore.ArmPersistTimer:
+		r.persistTimers[e.Ref] = r.timers.after(root, c.Self(), e.After, readercore.PersistTimer{Ref: e.Ref})
+	case readercore.CancelPersistTimer:
+		r.timers.cancel(r.persistTimers[e.Ref])
+		delete(r.persistTimers, e.Ref)
+	case readercore.UploadGroup:
+		r.uploadGroup(c, e)
+	case readercore.FetchGroupForRetention:
+		r.fetchGroup(c, e)
+	case readercore.RemoteRetention:
+		r.n.metrics.RemoteRetentionRuns.Add(1)
+		r.log.Info().Str("edit", readercore.FormatEdit(e.Edit)).Int("deferred_deletes", len(e.Deferred)).Msg("remote retention")
+	case readercore.UpdateRange:
+		r.h.cache.Store(&Persisted{Manifest: e.Manifest, Revision: e.Revision})
+	case readercore.Broadcast:
+		if r.n.cfg.Replicas != nil {
+			r.n.cfg.Replicas.Broadcast(stream, e.To, e.Edits, e.Seq, e.Epoch)
+		}
+	case readercore.SyncReplica:
+		if r.n.cfg.Replicas != nil {
+			r.n.cfg.Replicas.Sync(stream, e.Replica, e.Manifest, e.Revision, e.Epoch)
+		}
+	case readercore.EvaluateLocalRetention:
+		r.localRetention(e.PersistedNext)
+	case readercore.DeleteObjects:
+		r.reap(c, e)
+	case readercore.ReplyWaiters:
+		var err error
+		if !e.OK {
+			err = fmt.Errorf("await_offset on %s: %s: %w", stream, e.Reason, ErrStreamStopped)
+		}
+		r.h.reply(e.Waiters, err)
+		for _, w := range e.Waiters {
+			delete(r.waiters, w)
+		}
+	case readercore.Reinitialize:
+		r.n.metrics.Reinitializations.Add(1)
+		r.log.Warn().Str("reason", e.Reason).Msg("another writer persisted: reinitializing")
+		panic(errReinitialize{reason: e.Reason})
+	case readercore.Stop:
+		r.log.Warn().Str("reason", e.Reason).Msg("stream gone: reader stops for good")
+		r.h.stop(fmt.Errorf("stream %s: %s: %w", stream, e.Reason, ErrStreamStopped))
+		c.Send(c.Parent(), streamGone{})
+	case readercore.Problem:
+		r.n.metrics.CoreErrors.Add(1)
+		r.log.Error().Str("op", e.Op).Err(e.Err).Msg("core gave up an operation")
+	}
+}
+
+func (r *reader) startDrain(c actor.Context, from uint64) {
+	r.drainGen++
+	c.Send(r.drain, drainStart{From: from, Gen: r.drainGen})
+}
+
+func (r *reader) submit(c actor.Context, ref readercore.Ref, attempt int, f *fragment.Description, size int64) {
+	c.Send(r.n.governor, &submitTransfer{
+		Ctx: r.ctx, Stream: r.h.spec.ID, Dir: r.h.spec.Log.Dir(), Ref: ref, Attempt: attempt,
+		Fragment: f, Size: size, ReplyTo: c.Self(),
+	})
+}
+
+// persist writes the root object under a fresh uid, then the conditional etcd record.
+func (r *reader) persist(c actor.Context, e readercore.StartPersist) {
+	n, stream := r.n, r.h.spec.ID
+	spawnTask(c, r.ctx, func(ctx context.Context) any {
+		start := time.Now()
+		res := doPersist(ctx, n, stream, e)
+		res.Now = time.Now().UnixMilli()
+		n.metrics.observePersist(res.Outcome, time.Since(start))
+		return res
+	})
+}
+
+func doPersist(ctx context.Context, n *Node, stream string, e readercore.StartPersist) readercore.PersistResult {
+	uid := rand.Uint64()
+	key := manifest.RootKey(n.cfg.KeyPrefix, stream, e.Epoch, uid)
+	failed := func(err error) readercore.PersistResult {
+		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFailed, Reason: err.Error()}
+	}
+	if err := n.store.PutObject(ctx, key, manifest.EncodeRoot(e.Root)); err != nil {
+		return failed(fmt.Errorf("persist %s: put root %s: %w", stream, key, err))
+	}
+	rec := metadata.ManifestRecord{
+		Epoch: e.Epoch, RootUID: uid, FirstOffset: e.Root.FirstOffset, NextOffset: e.Root.NextOffset,
+		TotalSize: e.Root.TotalSize, FirstTimestamp: e.Root.FirstTimestamp,
+	}
+	res, err := n.meta.Persist(ctx, stream, e.Epoch, e.ExpectedRevision, rec)
+	if err != nil {
+		return failed(fmt.Errorf("persist %s: etcd: %w", stream, err))
+	}
+	switch res.Outcome {
+	case metadata.PersistOK:
+		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistOK, Revision: res.Revision, RootUID: uid}
+	case metadata.PersistConflict:
+		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistConflict,
+			Reason: fmt.Sprintf("revision %d at epoch %d is stored, expected %d at epoch %d", res.Revision, res.StoredEpoch, e.ExpectedRevision, e.Epoch)}
+	default:
+		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistNotFound, Reason: "stream records deleted"}
+	}
+}
+
+func (r *reader) uploadGroup(c actor.Context, e readercore.UploadGroup) {
+	n, stream := r.n, r.h.spec.ID
+	spawnTask(c, r.ctx, func(ctx context.Context) any {
+		uid := rand.Uint64()
+		key := manifest.GroupKey(n.cfg.KeyPrefix, stream, e.Kind, e.Children[0].FirstOffset, uid)
+		err := n.store.PutObject(ctx, key, manifest.EncodeGroup(e.Kind, e.Children))
+		res := readercore.GroupUploadResult{Ref: e.Ref, Attempt: e.Attempt, UID: uid, Jitter: rand.Float64()}
+		switch s3io.Classify(err) {
+		case s3io.ClassNone:
+			res.Outcome = readercore.OK
+		case s3io.ClassRetriable:
+			res.Outcome, res.Reason = readercore.Retriable, err.Error()
+		default:
+			res.Outcome, res.Reason = readercore.NonTransient, err.Error()
+		}
+		return res
+	})
+}
+
+func (r *reader) fetchGroup(c actor.Context, e readercore.FetchGroupForRetention) {
+	n, stream := r.n, r.h.spec.ID
+	spawnTask(c, r.ctx, func(ctx context.Context) any {
+		ctx, cancel := context.WithTimeout(ctx, e.Timeout)
+		defer cancel()
+		key := manifest.EntryKey(n.cfg.KeyPrefix, stream, e.Group)
+		body, err := n.store.GetObject(ctx, key)
+		if err == nil {
+			var children []manifest.Entry
+			if _, children, err = manifest.DecodeGroup(body); err == nil {
+				return readercore.RetentionGroupFetched{Ref: e.Ref, Children: children, Now: time.Now().UnixMilli()}
+			}
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return readercore.RetentionTimeout{Ref: e.Ref}
+		}
+		return readercore.RetentionGroupFailed{Ref: e.Ref, Reason: fmt.Sprintf("fetch %s: %v", key, err)}
+	})
+}
+
+// localRetention deletes local segments that are wholly below the persisted next offset,
+// keeping the configured hot window; never the active segment, never data not yet durable.
+func (r *reader) localRetention(persistedNext uint64) {
+	lg := r.h.spec.Log
+	deletable := localDeletable(lg.Segments(), persistedNext, r.n.cfg.LocalHotWindowBytes, r.n.cfg.LocalHotWindowAge, time.Now())
+	if len(deletable) == 0 {
+		return
+	}
+	deleted, err := lg.ApplyRetention(segments.RetentionPolicy{
+		MayDelete: func(s segments.SegmentInfo) bool { return deletable[s.Name] },
+	}, time.Now())
+	r.n.metrics.LocalSegmentsDeleted.Add(int64(len(deleted)))
+	if err != nil {
+		r.log.Error().Err(err).Msg("local retention failed")
+	}
+}
+
+// localDeletable names the segments local retention may delete: durable remotely (every
+// chunk below persistedNext), not active, oldest first, beyond the hot window.
+func localDeletable(segs []segments.SegmentInfo, persistedNext uint64, windowBytes int64, windowAge time.Duration, now time.Time) map[string]bool {
+	var durable []segments.SegmentInfo
+	var durableBytes int64
+	for _, s := range segs {
+		if s.Active || s.NextOffset > persistedNext {
+			break
+		}
+		durable = append(durable, s)
+		durableBytes += s.Size
+	}
+	out := make(map[string]bool)
+	for _, s := range durable {
+		if durableBytes <= windowBytes && windowBytes > 0 {
+			break
+		}
+		if windowAge > 0 && s.LastTimestamp > now.Add(-windowAge).UnixMilli() {
+			break
+		}
+		out[s.Name] = true
+		durableBytes -= s.Size
+	}
+	return out
+}
+
+func (r *reader) reap(c actor.Context, e readercore.DeleteObjects) {
+	stream, prefix := r.h.spec.ID, r.n.cfg.KeyPrefix
+	req := &reapRequest{Stream: stream}
+	for _, en := range e.Entries {
+		if en.Kind == manifest.KindFragment {
+			req.Keys = append(req.Keys, manifest.FragmentKey(prefix, stream, en.FirstOffset, en.UID))
+		} else {
+			req.Groups = append(req.Groups, reapGroup{Entry: en, From: e.From})
+		}
+	}
+	for _, root := range e.Roots {
+		req.Keys = append(req.Keys, manifest.RootKey(prefix, stream, root.Epoch, root.UID))
+	}
+	c.Send(r.n.reaper, req)
+}

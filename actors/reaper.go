@@ -1,0 +1,147 @@
+package actors
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"streamtier/manifest"
+	"streamtier/s3io"
+)
+
+// reapRequest asks the reaper to delete objects that a successful persist dropped: plain
+// keys (fragments, the previous root) and groups, each with the live objects below it.
+type reapRequest struct {
+	Stream string
+	Keys   []string
+	Groups []reapGroup
+}
+
+// reapGroup is a group object to delete with every object under it at or after From.
+type reapGroup struct {
+	Entry manifest.Entry
+	From  uint64
+}
+
+// reapRetry fires when keys whose delete failed are due again.
+type reapRetry struct{}
+
+// ReaperStats counts what the reaper did, for status and metrics.
+type ReaperStats struct {
+	Deleted   atomic.Int64 // objects deleted
+	Failed    atomic.Int64 // objects given up on, left for garbage collection
+	Retries   atomic.Int64 // delete attempts repeated after a failure
+	Queued    atomic.Int64 // keys waiting for a batch or a retry
+	GroupGets atomic.Int64 // group objects downloaded to expand a deletion
+}
+
+const (
+	reaperBatch       = 1000
+	reaperMaxAttempts = 5
+	reaperFirstRetry  = time.Second
+	reaperMaxRetry    = 30 * time.Second
+)
+
+// reaper is the node's deleter: it batches deletions into DeleteObjects calls, retries
+// failed keys with a growing delay and, after reaperMaxAttempts, counts them and leaves them
+// to garbage collection. Deletions never block a stream actor.
+type reaper struct {
+	ctx       context.Context // the node's: cancelled on stop
+	store     *s3io.Store
+	keyPrefix string
+	log       zerolog.Logger
+	stats     *ReaperStats
+
+	timers   timers
+	attempts map[string]int // key -> failed attempts so far
+	retry    []string       // keys due at the next retry
+	armed    bool
+}
+
+func (r *reaper) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Stopping, *actor.Restarting:
+		r.timers.stopAll()
+	case *reapRequest:
+		r.deleteKeys(c, r.expand(m))
+	case reapRetry:
+		r.armed = false
+		keys := r.retry
+		r.retry = nil
+		r.stats.Queued.Add(-int64(len(keys)))
+		r.stats.Retries.Add(int64(len(keys)))
+		r.deleteKeys(c, keys)
+	}
+}
+
+// expand turns a request into object keys, downloading group objects to learn their
+// children. A group that cannot be read is left to garbage collection with its children.
+func (r *reaper) expand(m *reapRequest) []string {
+	keys := append([]string(nil), m.Keys...)
+	fetch := func(e manifest.Entry) ([]manifest.Entry, error) {
+		r.stats.GroupGets.Add(1)
+		body, err := r.store.GetObject(r.ctx, manifest.EntryKey(r.keyPrefix, m.Stream, e))
+		if err != nil {
+			return nil, err
+		}
+		_, children, err := manifest.DecodeGroup(body)
+		return children, err
+	}
+	for _, g := range m.Groups {
+		entries, err := manifest.CollectForDelete(g.Entry, g.From, fetch)
+		if err != nil {
+			r.stats.Failed.Add(1)
+			r.log.Warn().Err(err).Str("stream", m.Stream).Uint64("group_offset", g.Entry.FirstOffset).
+				Msg("reaper: cannot expand a group; its objects are left for garbage collection")
+			continue
+		}
+		for _, e := range entries {
+			keys = append(keys, manifest.EntryKey(r.keyPrefix, m.Stream, e))
+		}
+	}
+	return keys
+}
+
+func (r *reaper) deleteKeys(c actor.Context, keys []string) {
+	for len(keys) > 0 {
+		n := min(len(keys), reaperBatch)
+		batch := keys[:n]
+		keys = keys[n:]
+		failed, err := r.store.DeleteObjects(r.ctx, batch)
+		if err != nil {
+			failed = make(map[string]error, len(batch))
+			for _, k := range batch {
+				failed[k] = err
+			}
+		}
+		r.stats.Deleted.Add(int64(len(batch) - len(failed)))
+		for _, k := range batch {
+			ferr, bad := failed[k]
+			if !bad {
+				delete(r.attempts, k)
+				continue
+			}
+			r.attempts[k]++
+			if r.attempts[k] >= reaperMaxAttempts || r.ctx.Err() != nil {
+				delete(r.attempts, k)
+				r.stats.Failed.Add(1)
+				r.log.Warn().Err(ferr).Str("key", k).Msg("reaper: delete failed; left for garbage collection")
+				continue
+			}
+			r.retry = append(r.retry, k)
+			r.stats.Queued.Add(1)
+		}
+	}
+	if len(r.retry) > 0 && !r.armed {
+		r.armed = true
+		delay := reaperFirstRetry
+		for _, k := range r.retry {
+			delay = max(delay, min(reaperFirstRetry<<(r.attempts[k]-1), reaperMaxRetry))
+		}
+		r.timers.after(c.ActorSystem().Root, c.Self(), delay, reapRetry{})
+	}
+}
+

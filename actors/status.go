@@ -1,0 +1,81 @@
+package actors
+
+import (
+	"time"
+
+	"streamtier/actors/readercore"
+	"streamtier/segments"
+)
+
+// StreamStatus is what an operator sees of one stream: the local log, the remote tier and the
+// upload pipeline between them.
+type StreamStatus struct {
+	Stream string
+	Phase  string
+	Epoch  uint64
+
+	LocalFirst     uint64 // oldest offset held locally
+	LocalCommitted uint64 // one past the last committed offset
+	LocalNext      uint64 // one past the last written offset
+	LocalSegments  int
+	LocalBytes     int64
+
+	Core     readercore.Status // remote tier (persisted and in memory) and pipeline
+	Restarts uint64
+
+	// LagBytes estimates the committed bytes not yet persisted remotely; LagSeconds the age
+	// of the oldest of them (both from segment summaries, exact at segment boundaries).
+	LagBytes   int64
+	LagSeconds float64
+}
+
+func (r *reader) status() StreamStatus {
+	lg := r.h.spec.Log
+	segs := lg.Segments()
+	st := StreamStatus{
+		Stream:         r.h.spec.ID,
+		Phase:          "resolving",
+		Epoch:          r.h.spec.Epoch,
+		LocalFirst:     lg.FirstOffset(),
+		LocalCommitted: lg.CommittedNext(),
+		LocalNext:      lg.NextOffset(),
+		LocalSegments:  len(segs),
+		Restarts:       r.h.restarts.Load(),
+	}
+	for _, s := range segs {
+		st.LocalBytes += s.Size
+	}
+	if r.running {
+		st.Core = r.core.Status()
+		st.Phase = st.Core.Phase
+		st.LagBytes, st.LagSeconds = lag(segs, st.Core.PersistedNext, st.LocalCommitted, time.Now())
+	}
+	return st
+}
+
+// lag estimates the bytes and the age of committed data in [persisted, committed), assuming
+// bytes and time spread evenly over offsets within a segment.
+func lag(segs []segments.SegmentInfo, persisted, committed uint64, now time.Time) (int64, float64) {
+	if committed <= persisted {
+		return 0, 0
+	}
+	var bytes float64
+	oldest := int64(-1)
+	for _, s := range segs {
+		lo, hi := max(s.FirstOffset, persisted), min(s.NextOffset, committed)
+		if lo >= hi || s.NextOffset <= s.FirstOffset {
+			continue
+		}
+		span := float64(s.NextOffset - s.FirstOffset)
+		bytes += float64(s.Size) * float64(hi-lo) / span
+		if oldest < 0 {
+			frac := float64(lo-s.FirstOffset) / span
+			oldest = s.FirstTimestamp + int64(frac*float64(s.LastTimestamp-s.FirstTimestamp))
+		}
+	}
+	age := 0.0
+	if oldest >= 0 {
+		age = max(float64(now.UnixMilli()-oldest)/1000, 0)
+	}
+	return int64(bytes), age
+}

@@ -1,0 +1,284 @@
+package tests
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"streamtier/actors"
+	"streamtier/actors/readercore"
+	"streamtier/manifest"
+	"streamtier/s3io/s3test"
+	"streamtier/segments"
+	"streamtier/segments/loadgen"
+)
+
+var smallFragments = actors.Config{Stream: readercore.Config{
+	FragmentTargetSize: 128 << 10, PersistThreshold: 2, PersistInterval: 100 * time.Millisecond,
+	UploadRetryDelay: 200 * time.Millisecond, UploadRetryMaxDelay: time.Second,
+}}
+
+// copyRabbitMQ copies the bundled RabbitMQ 3.10.8 stream directory into a temp dir.
+func copyRabbitMQ(t *testing.T) string {
+	t.Helper()
+	src := filepath.Join("..", "segments", "testdata", "rabbitmq-3.10.8-amqp")
+	dst := t.TempDir()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range ents {
+		in, err := os.Open(filepath.Join(src, en.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := os.Create(filepath.Join(dst, en.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			t.Fatal(err)
+		}
+		in.Close()
+		out.Close()
+	}
+	return dst
+}
+
+func openCommitted(t *testing.T, dir string) *segments.Log {
+	t.Helper()
+	lg, err := segments.Open(dir, segments.Options{MaxSegmentBytes: 1_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lg.Close() })
+	last, ok := lg.LastChunkID()
+	if !ok {
+		t.Fatal("empty log")
+	}
+	if err := lg.SetCommitted(last); err != nil {
+		t.Fatal(err)
+	}
+	return lg
+}
+
+// TestTierRabbitMQDirectory tiers the real RabbitMQ stream and reads it back identically.
+func TestTierRabbitMQDirectory(t *testing.T) {
+	e := newEnv(t, envOptions{node: smallFragments})
+	lg := openCommitted(t, copyRabbitMQ(t))
+	ref := openCommitted(t, copyRabbitMQ(t))
+	if err := e.node.AddStream(actors.StreamSpec{ID: "rabbitmq-amqp", Log: lg, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	next := lg.NextOffset()
+	if next != 25006 {
+		t.Fatalf("real log next offset %d, want 25006", next)
+	}
+	forceTail(t, e, "rabbitmq-amqp", next)
+	m, frags := e.verifyRemote("rabbitmq-amqp", ref)
+	if m.NextOffset != 25006 || m.FirstOffset != 0 || frags < 40 {
+		t.Fatalf("remote [%d,%d) in %d fragments, want [0,25006) in about 50", m.FirstOffset, m.NextOffset, frags)
+	}
+}
+
+// forceTail waits until everything committed was drained and the full fragments persisted,
+// cuts the tail and awaits the last offset.
+func forceTail(t *testing.T, e *env, stream string, next uint64) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "drain to reach the end", func() bool {
+		st, err := e.node.Status(context.Background(), stream)
+		return err == nil && st.Core.DrainNext == next
+	})
+	if err := e.node.ForceCut(stream); err != nil {
+		t.Fatal(err)
+	}
+	e.await(stream, next-1, 60*time.Second)
+}
+
+// TestAwaitOffsetOnlyAfterPersist checks, at the moment await_offset returns, that etcd and
+// S3 already hold a manifest covering the offset and the cache reflects it.
+func TestAwaitOffsetOnlyAfterPersist(t *testing.T) {
+	e := newEnv(t, envOptions{node: smallFragments})
+	lg, err := segments.Open(t.TempDir(), segments.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	if err := e.node.AddStream(actors.StreamSpec{ID: "await", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := loadgen.New(loadgen.Config{Seed: 3, MinDataBytes: 4000, MaxDataBytes: 9000})
+	for round := 0; round < 5; round++ {
+		// An await for data not yet written must wait, then return once it is persisted.
+		target := lg.NextOffset() + 10
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			done <- e.node.AwaitOffset(ctx, "await", target)
+		}()
+		if _, err := loadgen.Write(context.Background(), lg, g, loadgen.Limit{Bytes: 400 << 10}, loadgen.WriteOptions{Commit: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("round %d: await %d: %v", round, target, err)
+		}
+		m, rec, _ := e.remote("await")
+		if rec.NextOffset <= target || m.NextOffset <= target {
+			t.Fatalf("round %d: await %d returned with etcd next %d", round, target, rec.NextOffset)
+		}
+		fr, err := manifest.LookupOffset(m, target, e.fetcher("await"))
+		if err != nil {
+			t.Fatalf("round %d: offset %d not in the persisted manifest: %v", round, target, err)
+		}
+		if _, err := e.store.Head(context.Background(), manifest.EntryKey(prefix(e.cfg), "await", fr.Entry)); err != nil {
+			t.Fatalf("round %d: fragment holding %d not in S3: %v", round, target, err)
+		}
+		if p, ok := e.node.Cached("await"); !ok || p.Manifest.NextOffset <= target {
+			t.Fatalf("round %d: cache not updated when await returned: %+v", round, p)
+		}
+	}
+}
+
+// TestConflictReinitializes injects a second writer's persist: the stream actor gets a
+// conflict, is restarted by its supervisor, resolves again and resumes with nothing lost.
+func TestConflictReinitializes(t *testing.T) {
+	e := newEnv(t, envOptions{node: smallFragments})
+	gen := loadgen.Config{Seed: 11, MinDataBytes: 3000, MaxDataBytes: 12000}
+	dir, refDir := t.TempDir(), t.TempDir()
+	opts := segments.Options{MaxSegmentBytes: 512 << 10}
+	ref := genLog(t, refDir, gen, loadgen.Limit{Chunks: 900}, opts)
+	lg, err := segments.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	g, _ := loadgen.New(gen)
+	if _, err := loadgen.Write(context.Background(), lg, g, loadgen.Limit{Chunks: 300}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.node.AddStream(actors.StreamSpec{ID: "conflict", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.await("conflict", 100, 60*time.Second)
+
+	// A second writer persists over the node's revision (same root, new revision).
+	ctx := context.Background()
+	rec, rev, _, err := e.meta.ReadManifest(ctx, "conflict")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.meta.Persist(ctx, "conflict", 1, rev, rec); err != nil || res.Revision != rev+1 {
+		t.Fatalf("second writer's persist: %+v %v", res, err)
+	}
+	// More data: the node's next persist conflicts, it reinitializes and carries on.
+	if _, err := loadgen.Write(ctx, lg, g, loadgen.Limit{Chunks: 600}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "a reinitialization", func() bool { return e.node.Metrics().Reinitializations.Load() > 0 })
+	forceTail(t, e, "conflict", lg.NextOffset())
+	_, _ = e.verifyRemote("conflict", ref)
+}
+
+// TestDeletedStreamStops deletes a stream's records behind the node's back: the next persist
+// finds them gone, the reader stops for good, waiters fail and nothing more is written.
+func TestDeletedStreamStops(t *testing.T) {
+	e := newEnv(t, envOptions{node: smallFragments})
+	lg, err := segments.Open(t.TempDir(), segments.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	if err := e.node.AddStream(actors.StreamSpec{ID: "doomed", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := loadgen.New(loadgen.Config{Seed: 5, MinDataBytes: 4000, MaxDataBytes: 8000})
+	ctx := context.Background()
+	if _, err := loadgen.Write(ctx, lg, g, loadgen.Limit{Bytes: 1 << 20}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.await("doomed", 10, 60*time.Second)
+	if err := e.meta.DeleteStream(ctx, "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	// A waiter for data to come must be told the stream is gone.
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		done <- e.node.AwaitOffset(ctx, "doomed", lg.NextOffset()+1000)
+	}()
+	if _, err := loadgen.Write(ctx, lg, g, loadgen.Limit{Bytes: 1 << 20}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !isStopped(err) {
+		t.Fatalf("waiter of a deleted stream got %v, want ErrStreamStopped", err)
+	}
+	// Uploads in flight when it stopped are cancelled or land as orphans; then nothing more.
+	waitFor(t, 30*time.Second, "in-flight uploads to end", func() bool { return e.node.Metrics().TransfersRunning.Load() == 0 })
+	before := e.objectKeys("doomed")
+	if _, err := loadgen.Write(ctx, lg, g, loadgen.Limit{Bytes: 1 << 20}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, found, _ := e.meta.ReadManifest(ctx, "doomed"); found {
+		t.Fatal("a stopped reader wrote a manifest record again")
+	}
+	// A sentinel await proves the node processed the writes above: it fails at once.
+	if err := e.node.AwaitOffset(ctx, "doomed", 0); !isStopped(err) {
+		t.Fatalf("await on a stopped stream: %v", err)
+	}
+	after := e.objectKeys("doomed")
+	for k := range after {
+		if !before[k] {
+			t.Fatalf("object %s written after the reader stopped", k)
+		}
+	}
+}
+
+// TestS3Faults runs the pipeline through 503 storms, a spell of 403s, connection resets
+// mid-body, dropped responses and slow responses: nothing is lost or skipped, the stalled
+// offset is reported while the 403s last, and the pipeline recovers by itself.
+func TestS3Faults(t *testing.T) {
+	cfg := smallFragments
+	cfg.Stream.TransferDeadline = 3 * time.Second
+	e := newEnv(t, envOptions{faults: true, node: cfg})
+	gen := loadgen.Config{Seed: 13, MinDataBytes: 3000, MaxDataBytes: 12000}
+	limit := loadgen.Limit{Bytes: 4 << 20}
+	lg := genLog(t, t.TempDir(), gen, limit, segments.Options{MaxSegmentBytes: 1 << 20})
+	ref := genLog(t, t.TempDir(), gen, limit, segments.Options{MaxSegmentBytes: 1 << 20})
+
+	frag := `/data/.*\.fragment$`
+	e.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: frag, Fault: s3test.FaultSlowDown, Count: 6})
+	e.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: frag, Fault: s3test.FaultInternalError, Count: 3})
+	e.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: frag, Fault: s3test.FaultResetRequest, Count: 2})
+	e.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: frag, Fault: s3test.FaultDropResponse, Count: 1})
+	e.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: frag, Fault: s3test.FaultForbidden, Count: 4})
+	e.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `\.manifest$`, Fault: s3test.FaultSlowDown, Count: 2})
+	e.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: frag, Fault: s3test.FaultDelay, Delay: 300 * time.Millisecond, Count: 3})
+
+	if err := e.node.AddStream(actors.StreamSpec{ID: "faulty", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	sawStall := false
+	waitFor(t, 60*time.Second, "the stall to be reported", func() bool {
+		st, err := e.node.Status(context.Background(), "faulty")
+		sawStall = err == nil && st.Core.Stalled
+		return sawStall
+	})
+	forceTail(t, e, "faulty", lg.NextOffset())
+	m, _ := e.verifyRemote("faulty", ref)
+	if m.FirstOffset != 0 || m.NextOffset != lg.NextOffset() {
+		t.Fatalf("remote [%d,%d) after faults, want [0,%d)", m.FirstOffset, m.NextOffset, lg.NextOffset())
+	}
+	st, _ := e.node.Status(context.Background(), "faulty")
+	if st.Core.Stalled {
+		t.Fatal("still stalled after the faults stopped")
+	}
+	mt := e.node.Metrics()
+	if mt.TransferErrors[2].Load() == 0 || mt.TransferErrors[1].Load() == 0 {
+		t.Fatalf("faults not seen by the node: retriable %d non-transient %d", mt.TransferErrors[1].Load(), mt.TransferErrors[2].Load())
+	}
+}
