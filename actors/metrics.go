@@ -68,7 +68,6 @@ func (m *Metrics) observePersist(o readercore.PersistOutcome, d time.Duration) {
 	}
 }
 
-
 func (m *Metrics) record(window *[]time.Duration, d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

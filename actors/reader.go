@@ -20,10 +20,13 @@ import (
 
 // Messages the node sends to a stream's reader.
 type (
-	forceCutMsg      struct{}
-	evaluateRetMsg   struct{}
-	setRetentionMsg  struct{ Policy manifest.Policy }
-	replicaMsg       struct{ Replica string; Resync bool }
+	forceCutMsg     struct{}
+	evaluateRetMsg  struct{}
+	setRetentionMsg struct{ Policy manifest.Policy }
+	replicaMsg      struct {
+		Replica string
+		Resync  bool
+	}
 	statusRequestMsg struct{}
 	resolveRetryMsg  struct{}
 )

@@ -144,4 +144,3 @@ func (r *reaper) deleteKeys(c actor.Context, keys []string) {
 		r.timers.after(c.ActorSystem().Root, c.Self(), delay, reapRetry{})
 	}
 }
-
