@@ -58,7 +58,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatalf("s3 store: %v", err)
 	}
 	e.cfg = o.node
-	e.cfg.Logger = testLogger(t)
+	e.cfg.Logger = testLogger(t.Name())
 	e.startNode()
 	return e
 }
@@ -233,7 +233,7 @@ func (e *env) objectKeys(stream string) map[string]bool {
 func isStopped(err error) bool { return errors.Is(err, actors.ErrStreamStopped) }
 
 // testLogger discards logs unless STREAMTIER_TEST_LOG is set, then writes them readably.
-func testLogger(t testing.TB) zerolog.Logger {
+func testLogger(name string) zerolog.Logger {
 	if os.Getenv("STREAMTIER_TEST_LOG") == "" {
 		return zerolog.Nop()
 	}
@@ -241,5 +241,51 @@ func testLogger(t testing.TB) zerolog.Logger {
 	if os.Getenv("STREAMTIER_TEST_LOG") == "debug" {
 		level = zerolog.DebugLevel
 	}
-	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(level).With().Timestamp().Str("test", t.Name()).Logger()
+	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(level).With().Timestamp().Str("test", name).Logger()
+}
+
+// referencedKeys lists every object the persisted tree of stream references, groups and
+// their live descendants included, plus the root object itself.
+func (e *env) referencedKeys(stream string, m manifest.Manifest) map[string]bool {
+	e.t.Helper()
+	_, rec, _ := e.remote(stream)
+	keys := map[string]bool{manifest.RootKey(prefix(e.cfg), stream, rec.Epoch, rec.RootUID): true}
+	fetch := e.fetcher(stream)
+	var walk func(en manifest.Entry)
+	walk = func(en manifest.Entry) {
+		keys[manifest.EntryKey(prefix(e.cfg), stream, en)] = true
+		if en.Kind == manifest.KindFragment {
+			return
+		}
+		children, err := fetch(en)
+		if err != nil {
+			e.t.Fatalf("fetch %s at %d: %v", en.Kind, en.FirstOffset, err)
+		}
+		for i, c := range children {
+			end := en.FirstOffset // unused for the last child: it is live if the group is
+			if i+1 < len(children) {
+				end = children[i+1].FirstOffset
+			}
+			if i+1 < len(children) && end <= m.FirstOffset {
+				continue // below the root's first offset: deleted by retention
+			}
+			walk(c)
+		}
+	}
+	for _, en := range m.Entries {
+		walk(en)
+	}
+	return keys
+}
+
+func sameKeys(a, b map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
 }
