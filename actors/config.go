@@ -32,6 +32,9 @@ type Config struct {
 	LocalHotWindowBytes int64
 	// LocalHotWindowAge keeps uploaded segments younger than this; 0 means no age window.
 	LocalHotWindowAge time.Duration
+	// RetentionInterval is how often remote retention is evaluated besides after each
+	// persist, so that max-age trims an idle stream too (default 1 min).
+	RetentionInterval time.Duration
 	// ResolveBackoffMax bounds the wait between attempts to resolve a manifest at start.
 	ResolveBackoffMax time.Duration
 	// Logger receives the node's structured logs.
@@ -48,6 +51,9 @@ func (c Config) withDefaults() Config {
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = manifest.DefaultKeyPrefix
 	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = time.Minute
+	}
 	if c.ResolveBackoffMax == 0 {
 		c.ResolveBackoffMax = 5 * time.Second
 	}
@@ -61,6 +67,9 @@ func (c Config) Validate() error {
 	}
 	if c.LocalHotWindowBytes < 0 {
 		return fmt.Errorf("node config: local_hot_window_bytes = %d: negative", c.LocalHotWindowBytes)
+	}
+	if c.RetentionInterval < 0 {
+		return fmt.Errorf("node config: retention_interval = %s: negative", c.RetentionInterval)
 	}
 	if c.LocalHotWindowAge < 0 {
 		return fmt.Errorf("node config: local_hot_window_age = %s: negative", c.LocalHotWindowAge)

@@ -29,6 +29,7 @@ type (
 	}
 	statusRequestMsg struct{}
 	resolveRetryMsg  struct{}
+	retentionTickMsg struct{}
 )
 
 // resolvedMsg is the outcome of one resolution attempt.
@@ -106,6 +107,9 @@ func (r *reader) Receive(c actor.Context) {
 		r.step(c, readercore.ForceCut{})
 	case evaluateRetMsg:
 		r.step(c, readercore.EvaluateRetention{Now: time.Now().UnixMilli()})
+	case retentionTickMsg:
+		r.step(c, readercore.EvaluateRetention{Now: time.Now().UnixMilli()})
+		r.timers.after(c.ActorSystem().Root, c.Self(), r.n.cfg.RetentionInterval, retentionTickMsg{})
 	case setRetentionMsg:
 		r.step(c, readercore.RetentionPolicyChanged{Policy: m.Policy, Now: time.Now().UnixMilli()})
 	case replicaMsg:
@@ -212,6 +216,9 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 	for _, rep := range r.h.spec.Replicas {
 		r.step(c, readercore.ReplicaRegistered{Replica: rep})
 	}
+	// Remote retention also runs now (max-age of an idle stream) and then periodically.
+	r.step(c, readercore.EvaluateRetention{Now: time.Now().UnixMilli()})
+	r.timers.after(c.ActorSystem().Root, c.Self(), r.n.cfg.RetentionInterval, retentionTickMsg{})
 	r.log.Info().Int64("revision", m.Resolved.Revision).Uint64("next_offset", m.Resolved.Manifest.NextOffset).Msg("manifest resolved")
 }
 

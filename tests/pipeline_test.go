@@ -282,3 +282,38 @@ func TestS3Faults(t *testing.T) {
 		t.Fatalf("faults not seen by the node: retriable %d non-transient %d", mt.TransferErrors[1].Load(), mt.TransferErrors[2].Load())
 	}
 }
+
+// TestRemoteRetentionMaxAge sets a max-age policy on a tiered stream whose chunks are all
+// older than it: remote retention empties the manifest (next offset kept) and, after the
+// persist that records it, the reaper deletes every fragment and group.
+func TestRemoteRetentionMaxAge(t *testing.T) {
+	cfg := smallFragments
+	cfg.Stream.RebalanceThreshold = 4
+	e := newEnv(t, envOptions{node: cfg})
+	old := time.Now().Add(-48 * time.Hour).UnixMilli()
+	lg := genLog(t, t.TempDir(), loadgen.Config{Seed: 17, MinDataBytes: 4000, MaxDataBytes: 9000, StartTimestamp: old},
+		loadgen.Limit{Bytes: 3 << 20}, segments.Options{MaxSegmentBytes: 512 << 10})
+	if err := e.node.AddStream(actors.StreamSpec{ID: "aged", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	next := lg.NextOffset()
+	forceTail(t, e, "aged", next)
+	if err := e.node.SetRetention("aged", manifest.Policy{MaxAgeMillis: int64(time.Hour / time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "retention to empty the remote tier", func() bool {
+		p, ok := e.node.Cached("aged")
+		return ok && len(p.Manifest.Entries) == 0
+	})
+	m, _, _ := e.remote("aged")
+	if m.FirstOffset != next || m.NextOffset != next || m.TotalSize != 0 || m.FirstTimestamp != -1 {
+		t.Fatalf("retained-away manifest: [%d,%d) size %d ts %d; want [%d,%d) size 0 ts -1", m.FirstOffset, m.NextOffset, m.TotalSize, m.FirstTimestamp, next, next)
+	}
+	want := e.referencedKeys("aged", m)
+	waitFor(t, 30*time.Second, "the reaper to delete every dropped object", func() bool {
+		return sameKeys(e.objectKeys("aged"), want)
+	})
+	if len(want) != 1 {
+		t.Fatalf("an empty manifest references %d objects, want only its root", len(want))
+	}
+}
