@@ -50,7 +50,6 @@ type GovernorStatus struct {
 // governor is the node's single pacing point: every fragment upload is submitted here and
 // runs as a transfer task once the pacing core admits it.
 type governor struct {
-	ctx       context.Context
 	store     *s3io.Store
 	keyPrefix string
 	log       zerolog.Logger
@@ -65,9 +64,9 @@ type governor struct {
 	wakeAt  time.Time
 }
 
-func newGovernor(ctx context.Context, cfg governorcore.Config, store *s3io.Store, keyPrefix string, log zerolog.Logger, m *Metrics) *governor {
+func newGovernor(cfg governorcore.Config, store *s3io.Store, keyPrefix string, log zerolog.Logger, m *Metrics) *governor {
 	return &governor{
-		ctx: ctx, store: store, keyPrefix: keyPrefix, log: log, metrics: m, now: time.Now,
+		store: store, keyPrefix: keyPrefix, log: log, metrics: m, now: time.Now,
 		core:   governorcore.New(cfg, time.Now()),
 		queued: make(map[uint64]*submitTransfer),
 	}

@@ -58,7 +58,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 		return slog.New(zerologHandler{log: n.log.With().Str("component", "protoactor").Logger()})
 	}))
 	n.root = n.system.Root
-	gov := newGovernor(n.ctx, cfg.Governor, store, cfg.KeyPrefix, n.log.With().Str("actor", "governor").Logger(), n.metrics)
+	gov := newGovernor(cfg.Governor, store, cfg.KeyPrefix, n.log.With().Str("actor", "governor").Logger(), n.metrics)
 	var err error
 	if n.governor, err = n.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gov }), "governor"); err != nil {
 		return nil, fmt.Errorf("start node: spawn governor: %w", err)
