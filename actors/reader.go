@@ -66,6 +66,7 @@ type reader struct {
 	drain        *actor.PID
 	drainGen     uint64
 	resolveTries int
+	resolveErr   string
 	running      bool // the core has Resolved and LogOpened
 	stalled      bool
 }
@@ -199,13 +200,14 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 	}
 	if m.Err != nil {
 		r.resolveTries++
+		r.resolveErr = m.Err.Error()
 		delay := min(100*time.Millisecond<<min(r.resolveTries-1, 10), r.n.cfg.ResolveBackoffMax)
 		r.n.metrics.ResolveFailures.Add(1)
 		r.log.Warn().Err(m.Err).Int("attempt", r.resolveTries).Dur("retry_in", delay).Msg("cannot resolve the manifest; retrying")
 		r.timers.after(c.ActorSystem().Root, c.Self(), delay, resolveRetryMsg{})
 		return
 	}
-	r.running = true
+	r.running, r.resolveErr = true, ""
 	log := r.h.spec.Log
 	r.step(c, m.Resolved)
 	r.step(c, readercore.LogOpened{First: log.FirstOffset(), Next: log.NextOffset(), Epoch: r.h.spec.Epoch})

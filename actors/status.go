@@ -22,6 +22,9 @@ type StreamStatus struct {
 
 	Core     readercore.Status // remote tier (persisted and in memory) and pipeline
 	Restarts uint64
+	// ResolveError is the last failure to resolve the manifest while the phase is
+	// "resolving" (etcd or S3 unreachable, a missing or corrupt root): retried with backoff.
+	ResolveError string
 
 	// LagBytes estimates the committed bytes not yet persisted remotely; LagSeconds the age
 	// of the oldest of them (both from segment summaries, exact at segment boundaries).
@@ -41,6 +44,7 @@ func (r *reader) status() StreamStatus {
 		LocalNext:      lg.NextOffset(),
 		LocalSegments:  len(segs),
 		Restarts:       r.h.restarts.Load(),
+		ResolveError:   r.resolveErr,
 	}
 	for _, s := range segs {
 		st.LocalBytes += s.Size

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -316,4 +317,50 @@ func TestRemoteRetentionMaxAge(t *testing.T) {
 	if len(want) != 1 {
 		t.Fatalf("an empty manifest references %d objects, want only its root", len(want))
 	}
+}
+
+// TestCorruptRootIsNeverEmpty corrupts the persisted root object: a restarted reader refuses
+// it with an error naming the key, keeps retrying without writing anything, and resumes once
+// the object is readable again.
+func TestCorruptRootIsNeverEmpty(t *testing.T) {
+	e := newEnv(t, envOptions{node: smallFragments})
+	lg := genLog(t, t.TempDir(), loadgen.Config{Seed: 23, MinDataBytes: 4000, MaxDataBytes: 9000},
+		loadgen.Limit{Bytes: 1 << 20}, segments.Options{})
+	if err := e.node.AddStream(actors.StreamSpec{ID: "fragile", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.await("fragile", 10, 60*time.Second)
+	ctx := context.Background()
+	if err := e.node.RemoveStream(ctx, "fragile"); err != nil {
+		t.Fatal(err)
+	}
+	_, rec, rev := e.remote("fragile")
+	key := manifest.RootKey(prefix(e.cfg), "fragile", rec.Epoch, rec.RootUID)
+	good, err := e.store.GetObject(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte(nil), good...)
+	bad[len(bad)/2] ^= 0xff
+	if err := e.store.PutObject(ctx, key, bad); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.node.AddStream(actors.StreamSpec{ID: "fragile", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var st actors.StreamStatus
+	waitFor(t, 30*time.Second, "the corrupt root to be reported", func() bool {
+		st, err = e.node.Status(ctx, "fragile")
+		return err == nil && st.ResolveError != ""
+	})
+	if st.Phase != "resolving" || !strings.Contains(st.ResolveError, key) || !strings.Contains(st.ResolveError, "corrupt") {
+		t.Fatalf("status while the root is corrupt: phase %q, error %q; want resolving and an error naming %s", st.Phase, st.ResolveError, key)
+	}
+	if _, now, _, _ := e.meta.ReadManifest(ctx, "fragile"); now != rev {
+		t.Fatalf("a reader that could not resolve persisted (revision %d -> %d)", rev, now)
+	}
+	if err := e.store.PutObject(ctx, key, good); err != nil {
+		t.Fatal(err)
+	}
+	forceTail(t, e, "fragile", lg.NextOffset())
 }
