@@ -68,7 +68,6 @@ type reader struct {
 	resolveTries int
 	resolveErr   string
 	running      bool // the core has Resolved and LogOpened
-	stalled      bool
 }
 
 func (r *reader) Receive(c actor.Context) {
@@ -121,7 +120,7 @@ func (r *reader) Receive(c actor.Context) {
 		}
 	case statusRequestMsg:
 		c.Respond(r.status())
-	case readercore.Event: // results, timers and await_offset requests go straight to the core
+	case readercore.Event: // results and timers go straight to the core
 		r.step(c, m)
 	}
 }
@@ -282,11 +281,9 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 	case readercore.RetryGroupUploadAfter:
 		r.timers.after(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref, Attempt: e.Attempt})
 	case readercore.Stalled:
-		r.stalled = true
 		r.n.metrics.Stalls.Add(1)
 		r.log.Error().Uint64("offset", e.Offset).Int("failures", e.Failures).Str("reason", e.Reason).Msg("upload pipeline stalled")
 	case readercore.Unstalled:
-		r.stalled = false
 		r.log.Info().Uint64("offset", e.Offset).Msg("upload pipeline resumed")
 	case readercore.StartPersist:
 		r.persist(c, e)
