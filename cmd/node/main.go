@@ -1,14 +1,25 @@
-// Command node is the streamtier node binary. Until the node itself exists it carries the
-// tools: `node segments dump <dir>` lists a stream directory's chunks as JSON lines.
+// Command node is the streamtier node binary. With no command it runs the demo: an
+// embedded etcd and S3 endpoint under ./streamtier-data and a stream fed by the load
+// generator, tiered live. `node run` runs a node on the configured etcd and S3; the other
+// commands inspect and operate one (status, cut, retention, gc, verify) or read a local
+// log (segments dump). See docs/operations.md.
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"streamtier/nodeconfig"
 )
 
 func main() {
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00" // milliseconds in every log line
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -16,20 +27,111 @@ func main() {
 const (
 	exitOK       = 0
 	exitCRC      = 1 // the command ran, but some chunk failed its CRC
-	exitBadInput = 2 // usage errors and input that cannot be read
+	exitFailed   = 1 // the command ran and failed: findings, an unknown stream, a backend unreachable
+	exitBadInput = 2 // usage errors, bad settings and input that cannot be read
 )
 
 // run dispatches a command line (without the program name) to its command and returns
 // the process exit code.
 func run(args []string, stdout, stderr io.Writer) int {
-	switch {
-	case len(args) >= 2 && args[0] == "segments" && args[1] == "dump":
-		return segmentsDump(args[2:], stdout, stderr)
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") && !isHelp(args[0]) {
+		return serve(nodeconfig.ModeDemo, args, stdout, stderr)
 	}
-	fmt.Fprint(stderr, usage)
+	switch cmd, rest := args[0], args[1:]; {
+	case isHelp(cmd) || cmd == "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case cmd == "run":
+		return serve(nodeconfig.ModeRun, rest, stdout, stderr)
+	case cmd == "status":
+		return statusCmd(rest, stdout, stderr)
+	case cmd == "cut":
+		return cutCmd(rest, stdout, stderr)
+	case cmd == "retention":
+		return retentionCmd(rest, stdout, stderr)
+	case cmd == "gc":
+		return gcCmd(rest, stdout, stderr)
+	case cmd == "verify":
+		return verifyCmd(rest, stdout, stderr)
+	case cmd == "segments" && len(rest) >= 1 && rest[0] == "dump":
+		return segmentsDump(rest[1:], stdout, stderr)
+	case cmd == "settings":
+		return settingsCmd(stdout)
+	}
+	fmt.Fprintf(stderr, "node: unknown command %q\n\n%s", args[0], usage)
 	return exitBadInput
 }
 
+func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" }
+
 const usage = `usage:
-  node segments dump <dir>   list every chunk of an osiris stream directory as JSON lines
+  node [flags]                      the demo: embedded etcd and S3 under ./streamtier-data, a stream
+                                    fed by the load generator, tiered live (Ctrl-C stops cleanly)
+  node run [--config node.yaml]     a node on the configured etcd and S3 with the declared streams
+  node status [stream] [--json]     a running node's status (or the persisted state of a stopped one)
+  node cut <stream>                 cut the stream's current fragment now (running node)
+  node retention <stream> [--max-bytes SIZE] [--max-age DURATION]
+                                    evaluate remote retention now, optionally with a new policy
+  node gc [stream] [--delete] [--json] [--grace DURATION]
+                                    list (or delete) objects no persisted manifest references
+  node verify <stream> [--json] [--log-dir DIR]
+                                    check the stream's remote tier object by object
+  node segments dump <dir>          list every chunk of an osiris stream directory as JSON lines
+  node settings                     list every setting with its flag, environment variable and default
+
+Every command takes the settings as flags (--data-dir, --etcd-endpoints, --s3-bucket, ...),
+STREAMTIER_* environment variables or a YAML file (--config); see docs/operations.md.
 `
+
+// parseFlags parses a command's arguments: every setting, --config, and the command's own
+// flags (added by extra), in any order with the positional arguments, which it returns.
+// ok is false when the command must stop with code (help asked, or bad input reported).
+func parseFlags(name string, mode nodeconfig.Mode, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (s nodeconfig.Settings, positional []string, code int, ok bool) {
+	fs := flag.NewFlagSet("node "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := nodeconfig.RegisterFlags(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return s, nil, exitOK, false
+			}
+			return s, nil, exitBadInput, false // the flag package printed the problem
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+	if grace := fs.Lookup("grace"); grace != nil && grace.Value.String() != "" {
+		f.Set("gc_grace_period", grace.Value.String())
+	}
+	s, err := nodeconfig.Load(mode, f, os.Environ())
+	if err != nil {
+		fmt.Fprintf(stderr, "node %s: %v\n", name, err)
+		return s, nil, exitBadInput, false
+	}
+	return s, positional, exitOK, true
+}
+
+// settingsCmd lists every setting.
+func settingsCmd(stdout io.Writer) int {
+	w := newTable(stdout)
+	w.row("SETTING", "FLAG", "ENVIRONMENT", "DEFAULT", "DEMO DEFAULT")
+	for _, s := range nodeconfig.Table() {
+		w.row(s.Name, s.Flag, s.Env, orDash(s.Default), s.DemoDefault)
+	}
+	w.flush()
+	return exitOK
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/versity/versitygw/auth"
 	"github.com/versity/versitygw/backend/meta"
 	"github.com/versity/versitygw/backend/posix"
 	"github.com/versity/versitygw/embedgw"
@@ -135,8 +136,15 @@ func StartWith(ctx context.Context, o Options) (*Server, error) {
 		MultipartMaxParts: 10_000,
 		HealthPath:        healthPath,
 		Quiet:             true,
-		KeepAlive:         true,
+		// No keep-alive: the gateway's shutdown waits (10 s) for idle keep-alive
+		// connections, which the S3 client of a node keeps open, so Close would stall.
+		// A new loopback connection per request costs next to nothing.
+		KeepAlive: false,
 	}
+	// The single-account IAM the gateway would build itself, given here so that it does
+	// not announce "No IAM service configured" on the process's standard output (which
+	// would corrupt the JSON the node's commands print there).
+	cfg.IAMService = auth.NewIAMServiceSingle(cfg.IamOpts().RootAccount)
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		Endpoint: "http://" + o.Addr, Region: o.Region, AccessKey: o.AccessKey, SecretKey: o.SecretKey, Dir: dir,

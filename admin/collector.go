@@ -1,0 +1,222 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"streamtier/actors"
+	"streamtier/s3io"
+)
+
+// Metric names all start with this namespace.
+const namespace = "streamtier"
+
+// collector exports the node's metrics at each scrape: the node-wide counters and gauges
+// of actors.Metrics, the governor, the pipeline stage gauges, each stream's offsets, lag
+// and stage bytes, and the S3 and etcd request counters and latency histograms. Counters
+// come from monotonic atomics only, so they never go down.
+type collector struct {
+	s *Server
+}
+
+// Describe sends nothing: the collector is unchecked (its per-stream series come and go).
+func (c collector) Describe(chan<- *prometheus.Desc) {}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
+}
+
+var (
+	descFragments      = desc("fragments_uploaded_total", "Fragment objects uploaded.")
+	descUploadedBytes  = desc("uploaded_bytes_total", "Chunk bytes uploaded in fragment objects.")
+	descTransferErrors = desc("transfer_errors_total", "Failed fragment uploads by error class.", "class")
+	descPersists       = desc("persists_total", "Persist attempts by outcome (ok, conflict, not_found, failure).", "outcome")
+	descEvents         = desc("events_total", "Noteworthy pipeline events by kind (resolve_failure, reset, reinitialization, reader_crash, core_error, stall, remote_retention_run, local_segment_deleted).", "event")
+	descGapOffsets     = desc("gap_offsets_total", "Offsets given up because the local log dropped them before upload.")
+	descReaper         = desc("reaper_total", "Reaper work by kind (deleted, failed, retries, group_gets).", "kind")
+	descStreams        = desc("streams_running", "Streams whose replica reader runs.")
+	descTransfers      = desc("transfers_running", "Fragment uploads running now.")
+	descGovQueued      = desc("governor_queued", "Transfers waiting for the governor.")
+	descGovQueuedBytes = desc("governor_queued_bytes", "Chunk bytes of the transfers waiting for the governor.")
+	descGovTokens      = desc("governor_tokens", "Governor tokens in bytes (negative while in debt).")
+	descGovRate        = desc("governor_rate_bytes_per_second", "Governor rate; 0 is unlimited.")
+	descGovBurst       = desc("governor_burst_bytes", "Governor bucket size.")
+	descReaperQueued   = desc("reaper_queued", "Keys waiting for the reaper (a batch or a retry).")
+	descStage          = desc("pipeline_bytes", "Bytes in each pipeline stage over all streams: assembly (drained, not cut), transfer (cut, not applied), persist (applied, not persisted).", "stage")
+	descLatency        = desc("latency_seconds", "Recent latency quantiles (last 1024 operations) of successful persists and uploads.", "operation", "quantile")
+
+	descStreamOffset  = desc("stream_offset", "A stream's offsets: local_first, local_committed, local_next, drained, uploaded (in-memory next), persisted_first, persisted_next.", "stream", "offset")
+	descStreamBytes   = desc("stream_bytes", "A stream's bytes: local (segment files), remote (live fragments), and per pipeline stage.", "stream", "kind")
+	descStreamFrags   = desc("stream_remote_fragments", "Live fragments of a stream's persisted manifest.", "stream")
+	descStreamXfers   = desc("stream_transfers", "A stream's transfers by state (in_flight, waiting_retry, buffered).", "stream", "state")
+	descStreamLagB    = desc("stream_lag_bytes", "Committed bytes of a stream not yet persisted remotely.", "stream")
+	descStreamLagS    = desc("stream_lag_seconds", "Age of the oldest committed byte of a stream not yet persisted.", "stream")
+	descStreamPersist = desc("stream_last_persist_age_seconds", "Time since a stream's last successful persist (-1 before the first).", "stream")
+	descStreamStalled = desc("stream_stalled", "1 while a stream's upload pipeline is stalled at an offset.", "stream")
+	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving.", "stream")
+
+	descS3Requests = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success).", "op", "class")
+	descS3Bytes    = desc("s3_bytes_total", "Payload bytes sent or received by S3 operation.", "op")
+	descS3Latency  = desc("s3_request_duration_seconds", "S3 request latency by operation.", "op")
+	descEtcdReqs   = desc("etcd_requests_total", "etcd key-value requests by operation and outcome class (none, retriable, other).", "op", "class")
+	descEtcdLat    = desc("etcd_request_duration_seconds", "etcd key-value request latency by operation.", "op")
+)
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	in := c.s.input(ctx)
+	m := in.Metrics
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+
+	counter(descFragments, float64(m.FragmentsUploaded.Load()))
+	counter(descUploadedBytes, float64(m.BytesUploaded.Load()))
+	for cl := range m.TransferErrors {
+		if cl != int(s3io.ClassNone) {
+			counter(descTransferErrors, float64(m.TransferErrors[cl].Load()), s3io.Class(cl).String())
+		}
+	}
+	counter(descPersists, float64(m.Persists.Load()), "ok")
+	counter(descPersists, float64(m.PersistConflicts.Load()), "conflict")
+	counter(descPersists, float64(m.PersistNotFound.Load()), "not_found")
+	counter(descPersists, float64(m.PersistFailures.Load()), "failure")
+	for _, e := range []struct {
+		name string
+		v    int64
+	}{
+		{"resolve_failure", m.ResolveFailures.Load()}, {"reset", m.Resets.Load()},
+		{"reinitialization", m.Reinitializations.Load()}, {"reader_crash", m.ReaderCrashes.Load()},
+		{"core_error", m.CoreErrors.Load()}, {"stall", m.Stalls.Load()},
+		{"remote_retention_run", m.RemoteRetentionRuns.Load()}, {"local_segment_deleted", m.LocalSegmentsDeleted.Load()},
+	} {
+		counter(descEvents, float64(e.v), e.name)
+	}
+	counter(descGapOffsets, float64(m.GapOffsets.Load()))
+	counter(descReaper, float64(m.Reaper.Deleted.Load()), "deleted")
+	counter(descReaper, float64(m.Reaper.Failed.Load()), "failed")
+	counter(descReaper, float64(m.Reaper.Retries.Load()), "retries")
+	counter(descReaper, float64(m.Reaper.GroupGets.Load()), "group_gets")
+
+	gauge(descStreams, float64(m.StreamsRunning.Load()))
+	gauge(descTransfers, float64(m.TransfersRunning.Load()))
+	gauge(descGovQueued, float64(m.GovernorQueued.Load()))
+	gauge(descGovTokens, float64(m.GovernorTokens.Load()))
+	if in.GovernorErr == nil {
+		gauge(descGovQueuedBytes, float64(in.Governor.QueuedBytes))
+		gauge(descGovRate, float64(in.Governor.RateBytesPerSec))
+		gauge(descGovBurst, float64(in.Governor.BurstBytes))
+	}
+	gauge(descReaperQueued, float64(m.Reaper.Queued.Load()))
+	p50, p99, u50, u99 := m.LatencyQuantiles()
+	gauge(descLatency, p50.Seconds(), "persist", "0.5")
+	gauge(descLatency, p99.Seconds(), "persist", "0.99")
+	gauge(descLatency, u50.Seconds(), "upload", "0.5")
+	gauge(descLatency, u99.Seconds(), "upload", "0.99")
+
+	rep := BuildReport(in, time.Now())
+	gauge(descStage, float64(rep.Node.Stages.AssemblyBytes), "assembly")
+	gauge(descStage, float64(rep.Node.Stages.TransferBytes), "transfer")
+	gauge(descStage, float64(rep.Node.Stages.PersistBytes), "persist")
+	for _, s := range rep.Streams {
+		id := s.Stream
+		running := 0.0
+		if s.Error == "" && s.Phase != "starting" && s.Phase != "resolving" {
+			running = 1
+		}
+		gauge(descStreamUp, running, id)
+		if s.Error != "" {
+			continue
+		}
+		for _, o := range []struct {
+			name string
+			v    uint64
+		}{
+			{"local_first", s.Local.First}, {"local_committed", s.Local.Committed}, {"local_next", s.Local.Next},
+			{"drained", s.Pipeline.DrainNext}, {"uploaded", s.Remote.Next},
+			{"persisted_first", s.Remote.PersistedFirst}, {"persisted_next", s.Remote.PersistedNext},
+		} {
+			gauge(descStreamOffset, float64(o.v), id, o.name)
+		}
+		gauge(descStreamBytes, float64(s.Local.Bytes), id, "local")
+		gauge(descStreamBytes, float64(s.Remote.TotalSize), id, "remote")
+		gauge(descStreamBytes, float64(s.Fragment.Bytes), id, "assembly")
+		gauge(descStreamBytes, float64(s.Pipeline.InFlightBytes), id, "transfer")
+		gauge(descStreamBytes, float64(s.Pipeline.UnpersistedBytes), id, "persist")
+		gauge(descStreamFrags, float64(s.Remote.Fragments), id)
+		gauge(descStreamXfers, float64(s.Pipeline.InFlight), id, "in_flight")
+		gauge(descStreamXfers, float64(s.Pipeline.WaitingRetry), id, "waiting_retry")
+		gauge(descStreamXfers, float64(s.Pipeline.Buffered), id, "buffered")
+		gauge(descStreamLagB, float64(s.Lag.Bytes), id)
+		gauge(descStreamLagS, s.Lag.Seconds, id)
+		gauge(descStreamPersist, s.Pipeline.LastPersistAgeSeconds, id)
+		stalled := 0.0
+		if s.Pipeline.Stalled {
+			stalled = 1
+		}
+		gauge(descStreamStalled, stalled, id)
+	}
+
+	for _, op := range in.S3 {
+		name := op.Op.String()
+		for cl, v := range op.ByClass {
+			counter(descS3Requests, float64(v), name, s3io.Class(cl).String())
+		}
+		counter(descS3Bytes, float64(op.Bytes), name)
+		ch <- histogram(descS3Latency, op.Buckets[:], op.Sum, name)
+	}
+	for _, op := range in.Etcd.Ops {
+		counter(descEtcdReqs, float64(op.Requests-op.Retriable-op.Other), op.Op, "none")
+		counter(descEtcdReqs, float64(op.Retriable), op.Op, "retriable")
+		counter(descEtcdReqs, float64(op.Other), op.Op, "other")
+		ch <- histogram(descEtcdLat, op.Buckets[:], op.Sum, op.Op)
+	}
+}
+
+// histogram turns non-cumulative bucket counts over s3io.LatencyBuckets (the last one
+// +Inf) into a Prometheus histogram.
+func histogram(d *prometheus.Desc, buckets []uint64, sum time.Duration, labels ...string) prometheus.Metric {
+	cum := make(map[float64]uint64, len(s3io.LatencyBuckets))
+	var n uint64
+	for i, b := range s3io.LatencyBuckets {
+		n += buckets[i]
+		cum[b.Seconds()] = n
+	}
+	n += buckets[len(buckets)-1]
+	return prometheus.MustNewConstHistogram(d, n, sum.Seconds(), cum, labels...)
+}
+
+// input gathers everything the report and the metrics read from the node.
+func (s *Server) input(ctx context.Context) NodeInput {
+	o := s.opts
+	in := NodeInput{
+		NodeID: o.NodeID, Started: o.Started, Metrics: o.Node.Metrics(), RebalanceThreshold: o.RebalanceThreshold,
+		Etcd: o.Etcd.Snapshot(),
+	}
+	if o.S3 != nil {
+		in.S3 = o.S3.Snapshot()
+	}
+	in.Governor, in.GovernorErr = o.Node.GovernorStatus(ctx)
+	for _, id := range o.Node.Streams() {
+		st, err := o.Node.Status(ctx, id)
+		if err != nil {
+			st = actors.StreamStatus{Stream: id, Phase: "unknown"}
+			if errors.Is(err, actors.ErrUnknownStream) || errors.Is(err, actors.ErrNodeStopped) {
+				continue // removed meanwhile
+			}
+		}
+		si := StreamInput{Status: st, Err: err}
+		if p, ok := o.Node.Cached(id); ok {
+			si.Persisted = &p
+		}
+		in.Streams = append(in.Streams, si)
+	}
+	return in
+}

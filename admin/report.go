@@ -1,0 +1,294 @@
+// Package admin is a node's admin HTTP server: /status (the node and every stream as JSON),
+// /metrics (Prometheus), /healthz, /readyz, and the operator actions (cut a fragment,
+// evaluate retention). It also holds the Prometheus exporter of the node's counters and
+// gauges, an etcd request counter, and the client the `node` commands use to talk to a
+// running node. Building the report from the node's status is pure (BuildReport).
+package admin
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"streamtier/actors"
+	"streamtier/manifest"
+	"streamtier/s3io"
+)
+
+// Node is what the admin server needs of a running node; *actors.Node implements it.
+type Node interface {
+	Streams() []string
+	Status(ctx context.Context, id string) (actors.StreamStatus, error)
+	Cached(id string) (actors.Persisted, bool)
+	GovernorStatus(ctx context.Context) (actors.GovernorStatus, error)
+	Metrics() *actors.Metrics
+	ForceCut(id string) error
+	EvaluateRetention(id string) error
+	SetRetention(id string, p manifest.Policy) error
+}
+
+// Report is the body of /status: the node, then each stream in id order.
+type Report struct {
+	Node    NodeReport     `json:"node"`
+	Streams []StreamReport `json:"streams"`
+}
+
+// NodeReport is the per-node part of the status.
+type NodeReport struct {
+	ID               string         `json:"id"`
+	UptimeSeconds    float64        `json:"uptime_seconds"`
+	StreamsRunning   int64          `json:"streams_running"`
+	TransfersRunning int64          `json:"transfers_running"`
+	Governor         GovernorReport `json:"governor"`
+	Reaper           ReaperReport   `json:"reaper"`
+	Uploads          UploadReport   `json:"uploads"`
+	Persists         PersistReport  `json:"persists"`
+	Stages           StageReport    `json:"stages"`
+	S3               RequestReport  `json:"s3"`
+	Etcd             RequestReport  `json:"etcd"`
+	Error            string         `json:"error,omitempty"` // a part of the status that could not be read
+}
+
+// GovernorReport is the governor's token bucket and queue.
+type GovernorReport struct {
+	RateBytesPerSec int64 `json:"rate_bytes_per_sec"` // 0: unlimited
+	BurstBytes      int64 `json:"burst_bytes"`
+	Tokens          int64 `json:"tokens"`
+	Queued          int   `json:"queued"`
+	QueuedBytes     int64 `json:"queued_bytes"`
+	Running         int   `json:"running"`
+}
+
+// ReaperReport is the reaper's queue and what it did.
+type ReaperReport struct {
+	Queued    int64 `json:"queued"`
+	Deleted   int64 `json:"deleted"`
+	Failed    int64 `json:"failed"`
+	Retries   int64 `json:"retries"`
+	GroupGets int64 `json:"group_gets"`
+}
+
+// UploadReport counts fragment uploads since the node started.
+type UploadReport struct {
+	Fragments      int64            `json:"fragments"`
+	Bytes          int64            `json:"bytes"`
+	ErrorsByClass  map[string]int64 `json:"errors_by_class"`
+	LatencyP50Secs float64          `json:"latency_p50_seconds"`
+	LatencyP99Secs float64          `json:"latency_p99_seconds"`
+}
+
+// PersistReport counts persists since the node started.
+type PersistReport struct {
+	OK             int64   `json:"ok"`
+	Conflicts      int64   `json:"conflicts"`
+	NotFound       int64   `json:"not_found"`
+	Failures       int64   `json:"failures"`
+	LatencyP50Secs float64 `json:"latency_p50_seconds"`
+	LatencyP99Secs float64 `json:"latency_p99_seconds"`
+}
+
+// StageReport sums the bytes in each pipeline stage over the streams.
+type StageReport struct {
+	AssemblyBytes uint64 `json:"assembly_bytes"` // drained, in the fragment being assembled
+	TransferBytes uint64 `json:"transfer_bytes"` // cut, not yet applied (queued, uploading, retrying, buffered)
+	PersistBytes  uint64 `json:"persist_bytes"`  // applied in memory, not yet persisted
+}
+
+// RequestReport counts requests to a backend by operation and errors by class.
+type RequestReport struct {
+	Requests      map[string]uint64 `json:"requests"`
+	ErrorsByClass map[string]uint64 `json:"errors_by_class"`
+}
+
+// StreamReport is one stream's status: local log, remote tier, pipeline, lag.
+type StreamReport struct {
+	Stream   string           `json:"stream"`
+	Phase    string           `json:"phase"`
+	Epoch    uint64           `json:"epoch"`
+	Restarts uint64           `json:"restarts"`
+	Local    LocalReport      `json:"local"`
+	Remote   RemoteReport     `json:"remote"`
+	Pipeline PipelineReport   `json:"pipeline"`
+	Fragment AssemblyReport   `json:"current_fragment"`
+	Lag      LagReport        `json:"lag"`
+	Counters map[string]int64 `json:"counters"`
+	Error    string           `json:"error,omitempty"`
+}
+
+// LocalReport is the stream's local log.
+type LocalReport struct {
+	First     uint64 `json:"first"`
+	Committed uint64 `json:"committed"` // one past the last committed offset
+	Next      uint64 `json:"next"`
+	Segments  int    `json:"segments"`
+	Bytes     int64  `json:"bytes"`
+}
+
+// RemoteReport is the stream's remote tier: the persisted manifest and the in-memory one.
+type RemoteReport struct {
+	First          uint64 `json:"first"` // in memory (persisted plus applied edits)
+	Next           uint64 `json:"next"`
+	PersistedFirst uint64 `json:"persisted_first"`
+	PersistedNext  uint64 `json:"persisted_next"`
+	TotalSize      uint64 `json:"total_size"`
+	Fragments      uint64 `json:"fragments"` // live fragments of the persisted manifest
+	RootEntries    int    `json:"root_entries"`
+	Revision       int64  `json:"revision"`
+}
+
+// PipelineReport is the upload pipeline between the local log and the persisted manifest.
+type PipelineReport struct {
+	DrainNext             uint64  `json:"drain_next"`
+	InFlight              int     `json:"in_flight"`
+	WaitingRetry          int     `json:"waiting_retry"`
+	Buffered              int     `json:"buffered"` // uploaded, waiting for an earlier fragment
+	InFlightBytes         uint64  `json:"in_flight_bytes"`
+	PersistState          string  `json:"persist_state"`
+	UnpersistedEdits      int     `json:"unpersisted_edits"`
+	UnpersistedBytes      uint64  `json:"unpersisted_bytes"`
+	LastPersistAtMillis   int64   `json:"last_persist_at_ms"`
+	LastPersistAgeSeconds float64 `json:"last_persist_age_seconds"` // -1 before the first persist
+	LastPersistError      string  `json:"last_persist_error,omitempty"`
+	Stalled               bool    `json:"stalled"`
+	StalledOffset         uint64  `json:"stalled_offset"`
+	Waiters               int     `json:"waiters"`
+	Rebalancing           bool    `json:"rebalancing"`
+	RetentionBusy         bool    `json:"retention_busy"`
+}
+
+// AssemblyReport is the fragment being assembled.
+type AssemblyReport struct {
+	First  uint64 `json:"first"`
+	Next   uint64 `json:"next"`
+	Bytes  uint64 `json:"bytes"`
+	Chunks int    `json:"chunks"`
+}
+
+// LagReport is how far the persisted remote tier is behind the committed local log.
+type LagReport struct {
+	Bytes   int64   `json:"bytes"`
+	Seconds float64 `json:"seconds"`
+}
+
+// StreamInput is one stream's raw status for BuildReport.
+type StreamInput struct {
+	Status    actors.StreamStatus
+	Persisted *actors.Persisted // the manifest cache entry, when there is one
+	Err       error
+}
+
+// NodeInput is everything BuildReport reads.
+type NodeInput struct {
+	NodeID             string
+	Started            time.Time
+	Metrics            *actors.Metrics
+	Governor           actors.GovernorStatus
+	GovernorErr        error
+	S3                 s3io.MetricsSnapshot
+	Etcd               EtcdSnapshot
+	Streams            []StreamInput
+	RebalanceThreshold int
+}
+
+// BuildReport assembles the status report at now. It is pure.
+func BuildReport(in NodeInput, now time.Time) Report {
+	m := in.Metrics
+	p50, p99, u50, u99 := m.LatencyQuantiles()
+	n := NodeReport{
+		ID:               in.NodeID,
+		UptimeSeconds:    now.Sub(in.Started).Seconds(),
+		StreamsRunning:   m.StreamsRunning.Load(),
+		TransfersRunning: m.TransfersRunning.Load(),
+		Governor: GovernorReport{
+			RateBytesPerSec: in.Governor.RateBytesPerSec, BurstBytes: in.Governor.BurstBytes, Tokens: in.Governor.Tokens,
+			Queued: in.Governor.Queued, QueuedBytes: in.Governor.QueuedBytes, Running: in.Governor.Running,
+		},
+		Reaper: ReaperReport{
+			Queued: m.Reaper.Queued.Load(), Deleted: m.Reaper.Deleted.Load(), Failed: m.Reaper.Failed.Load(),
+			Retries: m.Reaper.Retries.Load(), GroupGets: m.Reaper.GroupGets.Load(),
+		},
+		Uploads: UploadReport{
+			Fragments: m.FragmentsUploaded.Load(), Bytes: m.BytesUploaded.Load(), ErrorsByClass: map[string]int64{},
+			LatencyP50Secs: u50.Seconds(), LatencyP99Secs: u99.Seconds(),
+		},
+		Persists: PersistReport{
+			OK: m.Persists.Load(), Conflicts: m.PersistConflicts.Load(), NotFound: m.PersistNotFound.Load(), Failures: m.PersistFailures.Load(),
+			LatencyP50Secs: p50.Seconds(), LatencyP99Secs: p99.Seconds(),
+		},
+		S3:   RequestReport{Requests: map[string]uint64{}, ErrorsByClass: map[string]uint64{}},
+		Etcd: RequestReport{Requests: map[string]uint64{}, ErrorsByClass: map[string]uint64{}},
+	}
+	if in.GovernorErr != nil {
+		n.Error = in.GovernorErr.Error()
+	}
+	for c := range m.TransferErrors {
+		if c == int(s3io.ClassNone) {
+			continue
+		}
+		n.Uploads.ErrorsByClass[s3io.Class(c).String()] = m.TransferErrors[c].Load()
+	}
+	for _, op := range in.S3 {
+		n.S3.Requests[op.Op.String()] = op.Requests
+		for c, v := range op.ByClass {
+			if c != int(s3io.ClassNone) {
+				n.S3.ErrorsByClass[s3io.Class(c).String()] += v
+			}
+		}
+	}
+	for _, op := range in.Etcd.Ops {
+		n.Etcd.Requests[op.Op] = op.Requests
+		n.Etcd.ErrorsByClass["retriable"] += op.Retriable
+		n.Etcd.ErrorsByClass["other"] += op.Other
+	}
+	r := Report{Node: n, Streams: []StreamReport{}}
+	for _, s := range in.Streams {
+		sr := streamReport(s, in.RebalanceThreshold, now)
+		r.Node.Stages.AssemblyBytes += sr.Fragment.Bytes
+		r.Node.Stages.TransferBytes += sr.Pipeline.InFlightBytes
+		r.Node.Stages.PersistBytes += sr.Pipeline.UnpersistedBytes
+		r.Streams = append(r.Streams, sr)
+	}
+	sort.Slice(r.Streams, func(i, j int) bool { return r.Streams[i].Stream < r.Streams[j].Stream })
+	return r
+}
+
+func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
+	s := in.Status
+	c := s.Core
+	r := StreamReport{
+		Stream: s.Stream, Phase: s.Phase, Epoch: s.Epoch, Restarts: s.Restarts,
+		Local: LocalReport{First: s.LocalFirst, Committed: s.LocalCommitted, Next: s.LocalNext, Segments: s.LocalSegments, Bytes: s.LocalBytes},
+		Remote: RemoteReport{
+			First: c.First, Next: c.Next, PersistedFirst: c.PersistedFirst, PersistedNext: c.PersistedNext,
+			TotalSize: c.TotalSize, RootEntries: c.Entries, Revision: c.Revision,
+		},
+		Pipeline: PipelineReport{
+			DrainNext: c.DrainNext, InFlight: c.InFlight, WaitingRetry: c.WaitingRetry, Buffered: c.Buffered,
+			InFlightBytes: c.InFlightBytes, PersistState: c.PersistState, UnpersistedEdits: c.UnpersistedEdits,
+			UnpersistedBytes: c.UnpersistedBytes, LastPersistAtMillis: c.LastPersistAt, LastPersistAgeSeconds: -1,
+			LastPersistError: c.LastPersistError, Stalled: c.Stalled, StalledOffset: c.StalledOffset, Waiters: c.Waiters,
+			Rebalancing: c.Rebalancing, RetentionBusy: c.RetentionBusy,
+		},
+		Fragment: AssemblyReport{First: c.AssemblyFirst, Next: c.AssemblyNext, Bytes: c.AssemblyBytes, Chunks: c.AssemblyChunks},
+		Lag:      LagReport{Bytes: s.LagBytes, Seconds: s.LagSeconds},
+		Counters: map[string]int64{
+			"cuts": int64(c.Counters.Cuts), "completions": int64(c.Counters.Completions),
+			"transient_retries": int64(c.Counters.TransientRetries), "non_transient_retries": int64(c.Counters.NonTransientRetries),
+			"deadline_resubmits": int64(c.Counters.DeadlineResubmits), "ignored_results": int64(c.Counters.IgnoredResults),
+			"persists": int64(c.Counters.Persists), "persist_failures": int64(c.Counters.PersistFailures),
+			"resets": int64(c.Counters.Resets), "gap_offsets": int64(c.Counters.GapOffsets),
+			"reinitializations": int64(c.Counters.Reinitializations), "rebalances": int64(c.Counters.Rebalances),
+			"retention_runs": int64(c.Counters.RetentionRuns), "retention_failures": int64(c.Counters.RetentionFailures),
+		},
+	}
+	if c.LastPersistAt > 0 {
+		r.Pipeline.LastPersistAgeSeconds = max(now.Sub(time.UnixMilli(c.LastPersistAt)).Seconds(), 0)
+	}
+	if in.Persisted != nil {
+		r.Remote.Fragments = in.Persisted.Manifest.Summary(threshold).Fragments
+	}
+	if in.Err != nil {
+		r.Error = in.Err.Error()
+	}
+	return r
+}

@@ -1,0 +1,575 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"streamtier/admin"
+	"streamtier/backends"
+	"streamtier/gc"
+	"streamtier/manifest"
+	"streamtier/nodeconfig"
+	"streamtier/verify"
+)
+
+// commandTimeout bounds a whole operator command.
+const commandTimeout = 30 * time.Minute
+
+// commandContext is canceled by Ctrl-C, SIGTERM or the command timeout.
+func commandContext() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	return ctx, func() { cancel(); stop() }
+}
+
+// runningNode finds the node running on the settings' data directory (its run file) or
+// listening on a fixed admin_addr, and returns a client of its admin server.
+func runningNode(ctx context.Context, s nodeconfig.Settings) (admin.Client, bool) {
+	var candidates []string
+	if info, found, err := backends.ReadRunInfo(s.DataDir); err == nil && found {
+		candidates = append(candidates, info.AdminURL)
+	}
+	if _, port, err := net.SplitHostPort(s.AdminAddr); err == nil && port != "0" {
+		candidates = append(candidates, "http://"+s.AdminAddr)
+	}
+	for _, u := range candidates {
+		c := admin.Client{Base: u}
+		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := c.Healthy(hctx)
+		cancel()
+		if err == nil {
+			return c, true
+		}
+	}
+	return admin.Client{}, false
+}
+
+func fail(stderr io.Writer, cmd string, err error) int {
+	fmt.Fprintf(stderr, "node %s: %v\n", cmd, err)
+	return exitFailed
+}
+
+func badUsage(stderr io.Writer, cmd, msg string) int {
+	fmt.Fprintf(stderr, "node %s: %s\n\n%s", cmd, msg, usage)
+	return exitBadInput
+}
+
+// streamArg checks a stream id given on the command line before any I/O.
+func streamArg(stderr io.Writer, cmd, id string) bool {
+	if err := manifest.ValidateStreamID(id); err != nil {
+		fmt.Fprintf(stderr, "node %s: %v\n", cmd, err)
+		return false
+	}
+	return true
+}
+
+// statusCmd prints a running node's status, or the persisted state of the streams when
+// no node runs.
+func statusCmd(args []string, stdout, stderr io.Writer) int {
+	var asJSON bool
+	s, pos, code, ok := parseFlags("status", nodeconfig.ModeRun, args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+	})
+	if !ok {
+		return code
+	}
+	if len(pos) > 1 {
+		return badUsage(stderr, "status", "at most one stream")
+	}
+	stream := ""
+	if len(pos) == 1 {
+		if stream = pos[0]; !streamArg(stderr, "status", stream) {
+			return exitBadInput
+		}
+	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	if c, ok := runningNode(ctx, s); ok {
+		rep, err := c.Status(ctx)
+		if err != nil {
+			return fail(stderr, "status", err)
+		}
+		if stream != "" {
+			var keep []admin.StreamReport
+			for _, st := range rep.Streams {
+				if st.Stream == stream {
+					keep = append(keep, st)
+				}
+			}
+			if len(keep) == 0 {
+				return fail(stderr, "status", fmt.Errorf("stream %q: unknown stream (the node at %s runs %s)", stream, c.Base, streamList(rep.Streams)))
+			}
+			rep.Streams = keep
+		}
+		if asJSON {
+			writeJSON(stdout, struct {
+				Running bool `json:"running"`
+				admin.Report
+			}{true, rep})
+			return exitOK
+		}
+		printStatus(stdout, c.Base, rep)
+		return exitOK
+	}
+	return offlineStatus(ctx, s, stream, asJSON, stdout, stderr)
+}
+
+func streamList(ss []admin.StreamReport) string {
+	if len(ss) == 0 {
+		return "no stream"
+	}
+	var ids []string
+	for _, s := range ss {
+		ids = append(ids, s.Stream)
+	}
+	return strings.Join(ids, ", ")
+}
+
+func printStatus(out io.Writer, base string, rep admin.Report) {
+	n := rep.Node
+	gov := "unlimited"
+	if n.Governor.RateBytesPerSec > 0 {
+		gov = human(n.Governor.RateBytesPerSec) + "/s"
+	}
+	s3req, s3err := sumReq(n.S3)
+	etcdReq, etcdErr := sumReq(n.Etcd)
+	fmt.Fprintf(out, "node %s at %s, up %s\n", n.ID, base, dur(time.Duration(n.UptimeSeconds*float64(time.Second))))
+	fmt.Fprintf(out, "  governor %s, %d queued (%s), %d transfers running · reaper %d queued, %d deleted, %d failed\n",
+		gov, n.Governor.Queued, human(n.Governor.QueuedBytes), n.Governor.Running, n.Reaper.Queued, n.Reaper.Deleted, n.Reaper.Failed)
+	fmt.Fprintf(out, "  uploaded %s in %d fragments · %d persists (p50 %s, p99 %s) · S3 %d requests, %d errors · etcd %d requests, %d errors\n",
+		human(n.Uploads.Bytes), n.Uploads.Fragments, n.Persists.OK, dur(secs(n.Persists.LatencyP50Secs)), dur(secs(n.Persists.LatencyP99Secs)),
+		s3req, s3err, etcdReq, etcdErr)
+	fmt.Fprintf(out, "  pipeline bytes: assembly %s, transfer %s, persist %s\n\n",
+		human(n.Stages.AssemblyBytes), human(n.Stages.TransferBytes), human(n.Stages.PersistBytes))
+	t := newTable(out)
+	t.row("STREAM", "PHASE", "COMMITTED", "UPLOADED", "PERSISTED", "LAG", "LAG AGE", "REMOTE", "FRAGMENTS", "IN FLIGHT", "ASSEMBLING", "PERSIST", "LAST PERSIST", "LOCAL")
+	for _, s := range rep.Streams {
+		persist := s.Pipeline.PersistState
+		if s.Pipeline.Stalled {
+			persist += fmt.Sprintf(" STALLED@%d", s.Pipeline.StalledOffset)
+		}
+		lastAge := "-"
+		if s.Pipeline.LastPersistAgeSeconds >= 0 {
+			lastAge = ago(s.Pipeline.LastPersistAgeSeconds) + " ago"
+		}
+		t.row(s.Stream, s.Phase, fmt.Sprint(s.Local.Committed), fmt.Sprint(s.Remote.Next), fmt.Sprint(s.Remote.PersistedNext),
+			human(s.Lag.Bytes), ago(s.Lag.Seconds), human(s.Remote.TotalSize), fmt.Sprint(s.Remote.Fragments),
+			fmt.Sprintf("%d (%s)", s.Pipeline.InFlight+s.Pipeline.WaitingRetry+s.Pipeline.Buffered, human(s.Pipeline.InFlightBytes)),
+			human(s.Fragment.Bytes), persist, lastAge, fmt.Sprintf("%d seg, %s", s.Local.Segments, human(s.Local.Bytes)))
+	}
+	t.flush()
+	for _, s := range rep.Streams {
+		if s.Pipeline.LastPersistError != "" {
+			fmt.Fprintf(out, "\n%s: last persist error: %s\n", s.Stream, s.Pipeline.LastPersistError)
+		}
+		if s.Error != "" {
+			fmt.Fprintf(out, "\n%s: %s\n", s.Stream, s.Error)
+		}
+	}
+}
+
+func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
+func sumReq(r admin.RequestReport) (req, errs uint64) {
+	for _, v := range r.Requests {
+		req += v
+	}
+	for _, v := range r.ErrorsByClass {
+		errs += v
+	}
+	return req, errs
+}
+
+// offlineStream is a stream's persisted state as `node status` shows it without a node.
+type offlineStream struct {
+	Stream         string `json:"stream"`
+	Anchored       bool   `json:"anchored"`
+	Persisted      bool   `json:"persisted"`
+	Epoch          uint64 `json:"epoch"`
+	Revision       int64  `json:"revision"`
+	FirstOffset    uint64 `json:"first_offset"`
+	NextOffset     uint64 `json:"next_offset"`
+	TotalSize      uint64 `json:"total_size"`
+	FirstTimestamp int64  `json:"first_timestamp"`
+	RootKey        string `json:"root_key,omitempty"`
+}
+
+func offlineStatus(ctx context.Context, s nodeconfig.Settings, stream string, asJSON bool, stdout, stderr io.Writer) int {
+	b, err := backends.ForCommand(ctx, s)
+	if err != nil {
+		return fail(stderr, "status", err)
+	}
+	defer b.Close()
+	ids, err := etcdStreams(ctx, b)
+	if err != nil {
+		return fail(stderr, "status", err)
+	}
+	if stream != "" {
+		if !ids[stream] {
+			return fail(stderr, "status", fmt.Errorf("stream %q: unknown stream (no records under %s in etcd)", stream, b.Meta.Prefix()))
+		}
+		ids = map[string]bool{stream: true}
+	}
+	var out []offlineStream
+	for _, id := range sortedIDs(ids) {
+		o := offlineStream{Stream: id}
+		rec, rev, found, err := b.Meta.ReadManifest(ctx, id)
+		if err != nil {
+			return fail(stderr, "status", err)
+		}
+		if o.Anchored, err = b.Meta.HasAnchor(ctx, id, false); err != nil {
+			return fail(stderr, "status", err)
+		}
+		if found {
+			o.Persisted, o.Epoch, o.Revision = true, rec.Epoch, rev
+			o.FirstOffset, o.NextOffset, o.TotalSize, o.FirstTimestamp = rec.FirstOffset, rec.NextOffset, rec.TotalSize, rec.FirstTimestamp
+			o.RootKey = manifest.RootKey(b.KeyPrefix, id, rec.Epoch, rec.RootUID)
+		}
+		out = append(out, o)
+	}
+	if asJSON {
+		if out == nil {
+			out = []offlineStream{}
+		}
+		writeJSON(stdout, struct {
+			Running bool            `json:"running"`
+			Streams []offlineStream `json:"streams"`
+		}{false, out})
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "no node is running on %s: the persisted state in %s\n\n", s.DataDir, b.Describe())
+	t := newTable(stdout)
+	t.row("STREAM", "EPOCH", "REVISION", "FIRST", "NEXT", "REMOTE", "ROOT")
+	for _, o := range out {
+		if !o.Persisted {
+			t.row(o.Stream, "-", "-", "-", "-", "-", "(anchored, never persisted)")
+			continue
+		}
+		t.row(o.Stream, fmt.Sprint(o.Epoch), fmt.Sprint(o.Revision), fmt.Sprint(o.FirstOffset), fmt.Sprint(o.NextOffset), human(o.TotalSize), o.RootKey)
+	}
+	t.flush()
+	if len(out) == 0 {
+		fmt.Fprintln(stdout, "(no streams)")
+	}
+	return exitOK
+}
+
+// etcdStreams lists the ids of the streams that have records in etcd.
+func etcdStreams(ctx context.Context, b *backends.Backends) (map[string]bool, error) {
+	prefix := b.Meta.Prefix() + "/streams/"
+	resp, err := b.EtcdClient.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("list streams in etcd: %w", err)
+	}
+	ids := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		id, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
+		if ok && manifest.ValidateStreamID(id) == nil {
+			ids[id] = true
+		}
+	}
+	return ids, nil
+}
+
+func sortedIDs(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// nodeAction runs an action on a running node's stream (cut, retention).
+func nodeAction(name string, args []string, stdout, stderr io.Writer, extra func(*flag.FlagSet), act func(context.Context, admin.Client, string) (admin.ActionResult, error)) int {
+	s, pos, code, ok := parseFlags(name, nodeconfig.ModeRun, args, stderr, extra)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return badUsage(stderr, name, "give exactly one stream")
+	}
+	if !streamArg(stderr, name, pos[0]) {
+		return exitBadInput
+	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	c, ok := runningNode(ctx, s)
+	if !ok {
+		return fail(stderr, name, fmt.Errorf("no node is running on data dir %s (nothing answers at the admin address in %s); start one with `node` or `node run`, or pass --data-dir or --admin-addr",
+			s.DataDir, backends.RunFile(s.DataDir)))
+	}
+	res, err := act(ctx, c, pos[0])
+	if err != nil {
+		return fail(stderr, name, err)
+	}
+	fmt.Fprintf(stdout, "%s: %s done\n", res.Stream, res.Action)
+	return exitOK
+}
+
+func cutCmd(args []string, stdout, stderr io.Writer) int {
+	return nodeAction("cut", args, stdout, stderr, nil, func(ctx context.Context, c admin.Client, id string) (admin.ActionResult, error) {
+		return c.Cut(ctx, id)
+	})
+}
+
+func retentionCmd(args []string, stdout, stderr io.Writer) int {
+	var maxBytes, maxAge string
+	extra := func(fs *flag.FlagSet) {
+		fs.StringVar(&maxBytes, "max-bytes", "", "set the stream's remote max_bytes first (e.g. 10GiB; 0 for no limit)")
+		fs.StringVar(&maxAge, "max-age", "", "set the stream's remote max_age first (e.g. 168h; 0 for no limit)")
+	}
+	return nodeAction("retention", args, stdout, stderr, extra, func(ctx context.Context, c admin.Client, id string) (admin.ActionResult, error) {
+		if maxBytes == "" && maxAge == "" {
+			return c.Retention(ctx, id, nil)
+		}
+		var p manifest.Policy
+		if maxBytes != "" {
+			n, err := nodeconfig.ParseSize(maxBytes)
+			if err != nil {
+				return admin.ActionResult{}, fmt.Errorf("--max-bytes: %w", err)
+			}
+			p.MaxBytes = n
+		}
+		if maxAge != "" {
+			d, err := nodeconfig.ParseDuration(maxAge)
+			if err != nil || d < 0 {
+				return admin.ActionResult{}, fmt.Errorf("--max-age: %q: want a duration such as 168h", maxAge)
+			}
+			p.MaxAgeMillis = d.Milliseconds()
+		}
+		return c.Retention(ctx, id, &p)
+	})
+}
+
+// gcOutput is `node gc --json`.
+type gcOutput struct {
+	Plan    gc.Plan          `json:"plan"`
+	Deleted *gc.DeleteResult `json:"delete,omitempty"`
+}
+
+func gcCmd(args []string, stdout, stderr io.Writer) int {
+	var del, asJSON bool
+	s, pos, code, ok := parseFlags("gc", nodeconfig.ModeRun, args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&del, "delete", false, "delete the orphans (default: only list them)")
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+		fs.String("grace", "", "same as --gc-grace-period")
+	})
+	if !ok {
+		return code
+	}
+	if len(pos) > 1 {
+		return badUsage(stderr, "gc", "at most one stream")
+	}
+	stream := ""
+	if len(pos) == 1 {
+		if stream = pos[0]; !streamArg(stderr, "gc", stream) {
+			return exitBadInput
+		}
+	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	b, err := backends.ForCommand(ctx, s)
+	if err != nil {
+		return fail(stderr, "gc", err)
+	}
+	defer b.Close()
+	opts := gc.Options{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream, Grace: s.GCGracePeriod}
+	plan, err := gc.Scan(ctx, opts)
+	if err != nil {
+		return fail(stderr, "gc", err)
+	}
+	var res *gc.DeleteResult
+	if del && len(plan.Orphans) > 0 {
+		r, err := gc.Delete(ctx, opts, plan)
+		if err != nil {
+			return fail(stderr, "gc", err)
+		}
+		res = &r
+	}
+	if asJSON {
+		normalizePlan(&plan)
+		writeJSON(stdout, gcOutput{Plan: plan, Deleted: res})
+	} else {
+		printGC(stdout, b, s, stream, plan, res, del)
+	}
+	code = exitOK
+	if len(plan.Undecided) > 0 {
+		reasons := map[string]string{}
+		for _, u := range plan.Undecided {
+			reasons[u.Stream] = u.Reason
+		}
+		for _, id := range sortedStrings(reasons) {
+			fmt.Fprintf(stderr, "node gc: stream %s: nothing collected: %s\n", id, reasons[id])
+		}
+		code = exitFailed
+	}
+	if res != nil && (len(res.Failed) > 0 || len(res.Skipped) > 0) {
+		code = exitFailed
+	}
+	return code
+}
+
+func normalizePlan(p *gc.Plan) {
+	if p.Orphans == nil {
+		p.Orphans = []gc.Orphan{}
+	}
+	if p.Young == nil {
+		p.Young = []gc.Orphan{}
+	}
+	if p.Undecided == nil {
+		p.Undecided = []gc.Orphan{}
+	}
+	if p.Foreign == nil {
+		p.Foreign = []string{}
+	}
+}
+
+func sortedStrings(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func printGC(out io.Writer, b *backends.Backends, s nodeconfig.Settings, stream string, p gc.Plan, res *gc.DeleteResult, del bool) {
+	where := b.KeyPrefix + "/"
+	if stream != "" {
+		where = manifest.StreamPrefix(b.KeyPrefix, stream)
+	}
+	var orphanBytes int64
+	for _, o := range p.Orphans {
+		orphanBytes += o.Size
+	}
+	fmt.Fprintf(out, "gc: %d objects (%s) under %s in bucket %s (%s): %d referenced, %d orphans (%s), %d unreferenced but younger than the grace period %s (kept)\n",
+		p.Scanned, human(p.Bytes), where, b.Store.Bucket(), b.Describe(), p.Referenced, len(p.Orphans), human(orphanBytes), len(p.Young), s.GCGracePeriod)
+	if len(p.Orphans) > 0 {
+		fmt.Fprintln(out)
+		t := newTable(out)
+		t.row("KEY", "SIZE", "AGE", "REASON")
+		now := time.Now()
+		for _, o := range p.Orphans {
+			t.row(o.Key, human(o.Size), dur(now.Sub(o.LastModified).Truncate(time.Second)), o.Reason)
+		}
+		t.flush()
+	}
+	if len(p.Foreign) > 0 {
+		fmt.Fprintf(out, "\n%d keys under the prefix are not streamtier objects and are left alone (first: %s)\n", len(p.Foreign), p.Foreign[0])
+	}
+	switch {
+	case res != nil:
+		fmt.Fprintf(out, "\ndeleted %d objects\n", len(res.Deleted))
+		for _, k := range sortedStrings(res.Failed) {
+			fmt.Fprintf(out, "  not deleted %s: %s\n", k, res.Failed[k])
+		}
+		if len(res.Skipped) > 0 {
+			fmt.Fprintf(out, "  %d orphans skipped: their stream persisted since the scan; run gc again\n", len(res.Skipped))
+		}
+	case len(p.Orphans) > 0 && !del:
+		fmt.Fprintf(out, "\ndry run: nothing deleted; run with --delete to delete these %d objects\n", len(p.Orphans))
+	}
+}
+
+func verifyCmd(args []string, stdout, stderr io.Writer) int {
+	var asJSON bool
+	var logDir string
+	s, pos, code, ok := parseFlags("verify", nodeconfig.ModeRun, args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+		fs.StringVar(&logDir, "log-dir", "", "the stream's local log directory to compare with (default: the declared or demo stream's)")
+	})
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return badUsage(stderr, "verify", "give exactly one stream")
+	}
+	stream := pos[0]
+	if !streamArg(stderr, "verify", stream) {
+		return exitBadInput
+	}
+	if logDir == "" {
+		logDir = defaultLogDir(s, stream)
+	} else if abs, err := filepath.Abs(logDir); err == nil {
+		logDir = abs // before the embedded S3 endpoint changes the working directory
+	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	b, err := backends.ForCommand(ctx, s)
+	if err != nil {
+		return fail(stderr, "verify", err)
+	}
+	defer b.Close()
+	rep, err := verify.Stream(ctx, verify.Options{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream, LogDir: logDir})
+	if err != nil {
+		return fail(stderr, "verify", err)
+	}
+	if asJSON {
+		writeJSON(stdout, rep)
+	} else {
+		printVerify(stdout, b, rep)
+	}
+	if !rep.OK() {
+		if asJSON {
+			fmt.Fprintf(stderr, "node verify: %s: %d findings\n", stream, len(rep.Findings))
+		}
+		return exitFailed
+	}
+	return exitOK
+}
+
+// defaultLogDir is the local log of a declared stream, or the data directory's stream
+// directory when it exists (the demo's).
+func defaultLogDir(s nodeconfig.Settings, stream string) string {
+	for _, st := range s.Streams {
+		if st.ID == stream {
+			return st.LogDir
+		}
+	}
+	dir := backends.StreamDir(s.DataDir, stream)
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return dir
+	}
+	return ""
+}
+
+func printVerify(out io.Writer, b *backends.Backends, r verify.Report) {
+	verdict := "OK"
+	if !r.OK() {
+		verdict = fmt.Sprintf("%d FINDINGS", len(r.Findings))
+	}
+	fmt.Fprintf(out, "verify %s: %s (%s)\n", r.Stream, verdict, b.Describe())
+	if r.RootKey != "" {
+		fmt.Fprintf(out, "  root %s (epoch %d, revision %d): offsets [%d, %d), %s\n", r.RootKey, r.Epoch, r.Revision, r.FirstOffset, r.NextOffset, human(r.TotalSize))
+		fmt.Fprintf(out, "  %d fragments (%d chunks, %s) and %d groups checked: layout, index, every chunk CRC, coverage and sizes\n",
+			r.Fragments, r.Chunks, human(r.FragmentBytes), r.Groups)
+	}
+	if r.LocalDir != "" {
+		fmt.Fprintf(out, "  %d chunks compared byte for byte with the local log %s; %d no longer held locally\n", r.LocalCompared, r.LocalDir, r.LocalAbsent)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(out, "  note: %s\n", n)
+	}
+	if !r.OK() {
+		fmt.Fprintln(out)
+		t := newTable(out)
+		t.row("OFFSET", "OBJECT", "PROBLEM")
+		for _, f := range r.Findings {
+			t.row(fmt.Sprint(f.Offset), orDash(f.Key), f.Problem)
+		}
+		t.flush()
+	}
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"streamtier/actors"
+	"streamtier/nodeconfig"
+)
+
+// display is the live progress block on a terminal: it redraws a few lines in place and
+// lets log lines scroll above it (logs written through it erase the block, print, redraw).
+type display struct {
+	mu     sync.Mutex
+	out    io.Writer
+	active bool
+	block  []string // lines currently drawn
+}
+
+func newDisplay(s nodeconfig.Settings, stdout io.Writer) *display {
+	active := s.Progress == "terminal" || s.Progress == "auto" && isTerminal(stdout)
+	return &display{out: stdout, active: active}
+}
+
+// erase moves the cursor to the start of the block and clears to the end of the screen.
+func (d *display) erase() {
+	if len(d.block) > 0 {
+		fmt.Fprintf(d.out, "\x1b[%dF\x1b[J", len(d.block))
+	}
+}
+
+func (d *display) draw() {
+	for _, l := range d.block {
+		fmt.Fprintln(d.out, l)
+	}
+}
+
+// Write prints a log line above the block.
+func (d *display) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.active {
+		return d.out.Write(p)
+	}
+	d.erase()
+	n, err := d.out.Write(p)
+	d.draw()
+	return n, err
+}
+
+// show replaces the block.
+func (d *display) show(lines []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.active {
+		return
+	}
+	d.erase()
+	d.block = lines
+	d.draw()
+}
+
+// stop erases the block; later writes go straight through.
+func (d *display) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.active {
+		d.erase()
+		d.block = nil
+		d.active = false
+	}
+}
+
+// newLogger builds the process logger: console lines on a terminal, JSON otherwise (or as
+// log_format says), through the display when it shares the terminal.
+func newLogger(s nodeconfig.Settings, stderr io.Writer, d *display) zerolog.Logger {
+	level, err := zerolog.ParseLevel(s.LogLevel)
+	if err != nil {
+		level = zerolog.InfoLevel
+	}
+	w := stderr
+	term := isTerminal(stderr)
+	if d.active && term {
+		w = d
+	}
+	if s.LogFormat == "console" || s.LogFormat == "auto" && term {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// sample is one look at the node for the progress display.
+type sample struct {
+	at       time.Time
+	streams  []actors.StreamStatus
+	uploaded int64 // node-wide bytes uploaded
+	written  map[string]int64
+}
+
+func (p *process) sample(ctx context.Context) sample {
+	sm := sample{at: time.Now(), uploaded: p.node.Metrics().BytesUploaded.Load(), written: map[string]int64{}}
+	for _, st := range p.streams {
+		s, err := p.node.Status(ctx, st.id)
+		if err != nil {
+			s = actors.StreamStatus{Stream: st.id, Phase: "unknown"}
+		}
+		sm.streams = append(sm.streams, s)
+		if st.demo != nil {
+			sm.written[st.id] = st.demo.written.Load()
+		}
+	}
+	return sm
+}
+
+// progress shows the display (every 500 ms) or logs a progress line per stream (every
+// progress_interval) until ctx ends.
+func (p *process) progress(ctx context.Context) {
+	if p.s.Progress == "off" {
+		<-ctx.Done()
+		return
+	}
+	interval := p.s.ProgressInterval
+	if p.display.active {
+		interval = 500 * time.Millisecond
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	prev := p.sample(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		cur := p.sample(ctx)
+		if p.display.active {
+			p.display.show(renderProgress(prev, cur, p.admin.URL(), p.node.Metrics()))
+		} else {
+			p.logProgress(prev, cur)
+		}
+		prev = cur
+	}
+}
+
+func (p *process) logProgress(prev, cur sample) {
+	dt := cur.at.Sub(prev.at).Seconds()
+	for _, s := range cur.streams {
+		c := s.Core
+		ev := p.log.Info().Str("stream", s.Stream).Str("phase", s.Phase).
+			Uint64("committed", s.LocalCommitted).Uint64("uploaded", c.Next).Uint64("persisted", c.PersistedNext).
+			Uint64("remote_bytes", c.TotalSize).Int("in_flight", c.InFlight).Int64("lag_bytes", s.LagBytes).
+			Float64("lag_seconds", round2(s.LagSeconds)).Float64("upload_mb_per_s", round2(float64(cur.uploaded-prev.uploaded)/dt/1e6))
+		if c.LastPersistAt > 0 {
+			ev = ev.Float64("last_persist_age_seconds", round2(time.Since(time.UnixMilli(c.LastPersistAt)).Seconds()))
+		}
+		if c.Stalled {
+			ev = ev.Uint64("stalled_at", c.StalledOffset)
+		}
+		ev.Msg("progress")
+	}
+}
+
+func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+
+// renderProgress draws the display's lines from two samples. It is pure.
+func renderProgress(prev, cur sample, adminURL string, m *actors.Metrics) []string {
+	dt := cur.at.Sub(prev.at).Seconds()
+	if dt <= 0 {
+		dt = 1
+	}
+	out := []string{fmt.Sprintf("streamtier · admin %s · upload %s/s · Ctrl-C stops cleanly",
+		adminURL, human(float64(cur.uploaded-prev.uploaded)/dt))}
+	for i, s := range cur.streams {
+		c := s.Core
+		in := ""
+		if w, ok := cur.written[s.Stream]; ok && i < len(prev.streams) {
+			in = fmt.Sprintf(" · writing %s/s", human(float64(w-prev.written[s.Stream])/dt))
+		}
+		last := "no persist yet"
+		if c.LastPersistAt > 0 {
+			last = "last persist " + ago(time.Since(time.UnixMilli(c.LastPersistAt)).Seconds()) + " ago"
+		}
+		stalled := ""
+		if c.Stalled {
+			stalled = fmt.Sprintf(" · STALLED at %d", c.StalledOffset)
+		}
+		out = append(out,
+			fmt.Sprintf("  %s [%s]%s", s.Stream, s.Phase, in),
+			fmt.Sprintf("    offsets    committed %d · uploaded %d · persisted %d", s.LocalCommitted, c.Next, c.PersistedNext),
+			fmt.Sprintf("    pipeline   assembling %s · %d fragments in flight (%s) · persist %s, %s%s",
+				human(c.AssemblyBytes), c.InFlight+c.WaitingRetry+c.Buffered, human(c.InFlightBytes), c.PersistState, last, stalled),
+			fmt.Sprintf("    lag        %s · %.1f s · remote %s · local %d segments, %s",
+				human(s.LagBytes), s.LagSeconds, human(c.TotalSize), s.LocalSegments, human(s.LocalBytes)),
+		)
+	}
+	p50, p99, _, _ := m.LatencyQuantiles()
+	out = append(out, fmt.Sprintf("  tiered %s in %d fragments · %d persists (p50 %s, p99 %s)",
+		human(m.BytesUploaded.Load()), m.FragmentsUploaded.Load(), m.Persists.Load(), dur(p50), dur(p99)))
+	return out
+}

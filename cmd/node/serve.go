@@ -1,0 +1,434 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+
+	"streamtier/actors"
+	"streamtier/admin"
+	"streamtier/backends"
+	"streamtier/manifest"
+	"streamtier/nodeconfig"
+	"streamtier/s3io"
+	"streamtier/segments"
+)
+
+// startTimeout bounds starting the backends and the node.
+const startTimeout = 2 * time.Minute
+
+// openStream is a stream the process runs: its local log and, for the demo, its load.
+type openStream struct {
+	id   string
+	log  *segments.Log
+	demo *demoLoad
+	// oldRoots are the root objects that were already superseded when the stream was
+	// added (left by an earlier crash): a clean stop does not wait for them to go.
+	oldRoots map[string]bool
+}
+
+// serve runs a node until SIGINT or SIGTERM: the demo (ModeDemo) or `node run`.
+func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
+	name := "run"
+	if mode == nodeconfig.ModeDemo {
+		name = "(demo)"
+	}
+	s, positional, code, ok := parseFlags(name, mode, args, stderr, nil)
+	if !ok {
+		return code
+	}
+	if len(positional) > 0 {
+		fmt.Fprintf(stderr, "node: unexpected argument %q (settings are flags: --name value)\n\n%s", positional[0], usage)
+		return exitBadInput
+	}
+	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+
+	display := newDisplay(s, stdout)
+	log := newLogger(s, stderr, display)
+	started := time.Now()
+
+	if err := os.MkdirAll(s.DataDir, 0o755); err != nil {
+		fmt.Fprintf(stderr, "node: data dir: %v\n", err)
+		return exitFailed
+	}
+	lock, err := backends.Lock(s.DataDir)
+	if err != nil {
+		if info, found, _ := backends.ReadRunInfo(s.DataDir); found && errors.Is(err, backends.ErrLocked) {
+			err = fmt.Errorf("%w: node pid %d, admin %s", err, info.PID, info.AdminURL)
+		}
+		fmt.Fprintf(stderr, "node: %v\n", err)
+		return exitFailed
+	}
+	log.Info().Str("data_dir", s.DataDir).Str("config", s.ConfigFile).Bool("embedded_etcd", s.EmbeddedEtcd()).
+		Bool("embedded_s3", s.EmbeddedS3()).Str("fragment_target_size", s.Redacted()["fragment_target_size"]).Msg("starting")
+	log.Debug().Interface("settings", s.Redacted()).Msg("settings")
+	startCtx, cancelStart := context.WithTimeout(ctx, startTimeout)
+	defer cancelStart()
+	b, err := backends.Open(startCtx, s, lock)
+	if err != nil {
+		lock.Unlock()
+		fmt.Fprintf(stderr, "node: %v\n", err)
+		return exitFailed
+	}
+	p := &process{s: s, b: b, log: log, stdout: stdout, stderr: stderr, display: display, started: started}
+	defer p.close()
+	if err := p.start(startCtx); err != nil {
+		fmt.Fprintf(stderr, "node: %v\n", err)
+		return exitFailed
+	}
+	cancelStart()
+
+	var wg sync.WaitGroup
+	loadCtx, stopLoad := context.WithCancel(context.Background())
+	for _, st := range p.streams {
+		if st.demo != nil {
+			wg.Add(1)
+			go func() { // owned by serve: stopLoad and wg end it
+				defer wg.Done()
+				if err := st.demo.run(loadCtx); err != nil {
+					log.Error().Err(err).Str("stream", st.id).Msg("demo load stopped")
+				}
+			}()
+		}
+	}
+	progressDone := make(chan struct{})
+	go func() { // owned by serve: ctx ends it
+		defer close(progressDone)
+		p.progress(ctx)
+	}()
+
+	<-ctx.Done()
+	stopSignals() // a second Ctrl-C now ends the process at once
+	display.stop()
+	<-progressDone
+	fmt.Fprintln(stderr, "stopping: waiting for committed data to be persisted (Ctrl-C again to force)")
+	stopLoad()
+	wg.Wait()
+	return p.shutdown()
+}
+
+// process is a running node with its backends, streams and admin server.
+type process struct {
+	s       nodeconfig.Settings
+	b       *backends.Backends
+	log     zerolog.Logger
+	stdout  io.Writer
+	stderr  io.Writer
+	display *display
+	started time.Time
+
+	etcdMetrics *admin.EtcdMetrics
+	node        *actors.Node
+	admin       *admin.Server
+	streams     []*openStream
+	closed      bool
+}
+
+func (p *process) start(ctx context.Context) error {
+	s := p.s
+	p.etcdMetrics = admin.InstrumentEtcd(p.b.EtcdClient)
+	node, err := actors.Start(ctx, s.NodeConfig(p.log), p.b.Store, p.b.Meta)
+	if err != nil {
+		return err
+	}
+	p.node = node
+	for _, st := range s.Streams {
+		if err := p.addStream(st, nil); err != nil {
+			return err
+		}
+	}
+	if s.Demo {
+		st := nodeconfig.StreamSettings{ID: s.DemoStream, LogDir: backends.StreamDir(s.DataDir, s.DemoStream), Epoch: 1}
+		if err := p.addStream(st, &s); err != nil {
+			return err
+		}
+	}
+	p.admin, err = admin.Start(s.AdminAddr, admin.Options{
+		Node: node, NodeID: s.NodeID, Started: p.started, S3: p.b.Store.Metrics(), Etcd: p.etcdMetrics,
+		RebalanceThreshold: s.RebalanceThreshold, Log: p.log,
+		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}, {Name: "s3", Check: p.b.ProbeS3}},
+	})
+	if err != nil {
+		return err
+	}
+	info := p.b.RunInfoFor(backends.RunInfo{PID: os.Getpid(), NodeID: s.NodeID, AdminURL: p.admin.URL(), Started: p.started})
+	if err := backends.WriteRunInfo(s.DataDir, info); err != nil {
+		return err
+	}
+	ids := make([]string, 0, len(p.streams))
+	for _, st := range p.streams {
+		ids = append(ids, st.id)
+	}
+	p.log.Info().Str("admin", p.admin.URL()).Str("backends", p.b.Describe()).Strs("streams", ids).
+		Dur("startup", time.Since(p.started)).Msg("node ready")
+	return nil
+}
+
+// addStream opens a stream's local log, commits what it holds (this process is the
+// broker), and adds it to the node; demo settings start the load generator on it.
+func (p *process) addStream(st nodeconfig.StreamSettings, demo *nodeconfig.Settings) error {
+	if err := os.MkdirAll(st.LogDir, 0o755); err != nil {
+		return fmt.Errorf("stream %s: log dir: %w", st.ID, err)
+	}
+	lg, err := segments.Open(st.LogDir, segments.Options{MaxSegmentBytes: p.s.SegmentMaxBytes})
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", st.ID, err)
+	}
+	ost := &openStream{id: st.ID, log: lg}
+	p.streams = append(p.streams, ost)
+	if last, ok := lg.LastChunkID(); ok {
+		if err := lg.SetCommitted(last); err != nil {
+			return fmt.Errorf("stream %s: commit the recovered log: %w", st.ID, err)
+		}
+	}
+	if demo != nil {
+		if ost.demo, err = newDemoLoad(lg, demo.DemoSeed, demo.DemoRate, p.log.With().Str("stream", st.ID).Logger()); err != nil {
+			return fmt.Errorf("stream %s: %w", st.ID, err)
+		}
+	}
+	if ost.oldRoots, err = p.roots(context.Background(), st.ID); err != nil {
+		return fmt.Errorf("stream %s: %w", st.ID, err)
+	}
+	spec := actors.StreamSpec{
+		ID: st.ID, Log: lg, Epoch: max(st.Epoch, lg.Epoch(), 1), Retention: p.s.Retention(st),
+		FragmentTargetSize: st.FragmentTargetSize, PersistThreshold: st.PersistThreshold, PersistInterval: st.PersistInterval,
+	}
+	if err := p.node.AddStream(spec); err != nil {
+		return err
+	}
+	p.log.Info().Str("stream", st.ID).Str("log_dir", st.LogDir).Uint64("local_first", lg.FirstOffset()).
+		Uint64("local_next", lg.NextOffset()).Msg("stream opened")
+	return nil
+}
+
+// shutdown stops cleanly: wait (bounded) until everything committed is persisted and the
+// superseded roots are reaped, take the summary, stop the node, the admin server and the
+// backends, and print the summary.
+func (p *process) shutdown() int {
+	ctx, cancel := context.WithTimeout(context.Background(), p.s.StopTimeout)
+	defer cancel()
+	code := exitOK
+	if err := p.quiesce(ctx); err != nil {
+		p.log.Warn().Err(err).Msg("stopping with work in flight: uploads not persisted become orphans for `node gc`")
+	}
+	sum := p.summary(context.Background())
+	if err := p.close(); err != nil {
+		fmt.Fprintf(p.stderr, "node: stop: %v\n", err)
+		code = exitFailed
+	}
+	sum.print(p.stdout, p.s)
+	return code
+}
+
+// close stops everything this process started, in order; calling it again does nothing.
+func (p *process) close() error {
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if p.node != nil {
+		if err := p.node.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p.admin != nil {
+		if err := p.admin.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, st := range p.streams {
+		if err := st.log.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close log of %s: %w", st.id, err))
+		}
+	}
+	if err := backends.RemoveRunInfo(p.s.DataDir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := p.b.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// quiesce waits until every stream has persisted all it committed, with nothing in flight,
+// cutting the last partial fragment once it is drained, then until the superseded roots
+// are deleted. Nothing signals these moments, so it polls the status.
+func (p *process) quiesce(ctx context.Context) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for _, st := range p.streams {
+		for {
+			s, err := p.node.Status(ctx, st.id)
+			if err == nil && quiet(s) {
+				break
+			}
+			if err == nil && s.Phase == "running" && s.Core.DrainNext >= s.LocalCommitted && s.Core.AssemblyBytes > 0 {
+				p.node.ForceCut(st.id) // an error means the reader is restarting: try again next tick
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("stream %s: not quiet after %v: %w", st.id, p.s.StopTimeout, ctx.Err())
+			case <-tick.C:
+			}
+		}
+		for {
+			stale, err := p.roots(ctx, st.id)
+			for k := range st.oldRoots {
+				delete(stale, k)
+			}
+			if err == nil && len(stale) == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("stream %s: superseded roots not reaped: %w", st.id, ctx.Err())
+			case <-tick.C:
+			}
+		}
+	}
+	return nil
+}
+
+// quiet reports a stream with nothing left to do: all committed data persisted, no
+// transfer, edit, rebalance or retention in flight.
+func quiet(s actors.StreamStatus) bool {
+	c := s.Core
+	return s.Phase == "running" && c.PersistedNext >= s.LocalCommitted && c.Next >= s.LocalCommitted &&
+		c.InFlight == 0 && c.WaitingRetry == 0 && c.Buffered == 0 && c.UnpersistedEdits == 0 &&
+		c.AssemblyBytes == 0 && !c.Rebalancing && !c.RetentionBusy && c.PersistState != "in-flight"
+}
+
+// roots lists the stream's root objects other than the one its manifest record names.
+func (p *process) roots(ctx context.Context, stream string) (map[string]bool, error) {
+	rec, _, found, err := p.b.Meta.ReadManifest(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	current := ""
+	if found {
+		current = manifest.RootKey(p.b.KeyPrefix, stream, rec.Epoch, rec.RootUID)
+	}
+	out := map[string]bool{}
+	err = p.b.Store.List(ctx, manifest.StreamPrefix(p.b.KeyPrefix, stream)+"meta/root-", func(o s3io.ObjectInfo) error {
+		if o.Key != current {
+			out[o.Key] = true
+		}
+		return nil
+	})
+	return out, err
+}
+
+// summary is what the process prints when it stops.
+type summary struct {
+	uptime     time.Duration
+	streams    []streamSummary
+	fragments  int64 // uploaded by this run
+	bytes      int64
+	objects    int
+	objBytes   int64
+	listErr    error
+	persistP50 time.Duration
+	persistP99 time.Duration
+	uploadP50  time.Duration
+	uploadP99  time.Duration
+	bucket     string
+	keyPrefix  string
+	s3Dir      string
+}
+
+type streamSummary struct {
+	id        string
+	first     uint64
+	next      uint64
+	size      uint64
+	fragments uint64
+	committed uint64
+	written   int64 // demo bytes written by this run
+}
+
+func (p *process) summary(ctx context.Context) summary {
+	m := p.node.Metrics()
+	sum := summary{uptime: time.Since(p.started), fragments: m.FragmentsUploaded.Load(), bytes: m.BytesUploaded.Load(),
+		bucket: p.b.Store.Bucket(), keyPrefix: p.b.KeyPrefix}
+	sum.persistP50, sum.persistP99, sum.uploadP50, sum.uploadP99 = m.LatencyQuantiles()
+	if p.b.S3 != nil {
+		sum.s3Dir = p.b.S3.Dir
+	}
+	for _, st := range p.streams {
+		ss := streamSummary{id: st.id, committed: st.log.CommittedNext()}
+		if c, ok := p.node.Cached(st.id); ok {
+			ss.first, ss.next, ss.size = c.Manifest.FirstOffset, c.Manifest.NextOffset, c.Manifest.TotalSize
+			ss.fragments = c.Manifest.Summary(p.s.RebalanceThreshold).Fragments
+		}
+		if st.demo != nil {
+			ss.written = st.demo.written.Load()
+		}
+		sum.streams = append(sum.streams, ss)
+	}
+	sort.Slice(sum.streams, func(i, j int) bool { return sum.streams[i].id < sum.streams[j].id })
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sum.listErr = p.b.Store.List(lctx, p.b.KeyPrefix+"/", func(o s3io.ObjectInfo) error {
+		sum.objects++
+		sum.objBytes += o.Size
+		return nil
+	})
+	return sum
+}
+
+func (s summary) print(out io.Writer, set nodeconfig.Settings) {
+	fmt.Fprintf(out, "\nstreamtier stopped after %s.\n", dur(s.uptime))
+	for _, st := range s.streams {
+		fmt.Fprintf(out, "  stream %s: persisted offsets [%d, %d), %s in %d fragments; committed up to %d",
+			st.id, st.first, st.next, human(st.size), st.fragments, st.committed)
+		if st.written > 0 {
+			fmt.Fprintf(out, "; the demo load wrote %s this run", human(st.written))
+		}
+		fmt.Fprintln(out)
+	}
+	fmt.Fprintf(out, "  this run tiered %s in %d fragments\n", human(s.bytes), s.fragments)
+	if s.listErr != nil {
+		fmt.Fprintf(out, "  bucket %s: could not list: %v\n", s.bucket, s.listErr)
+	} else {
+		fmt.Fprintf(out, "  bucket %s: %d objects, %s under %s/\n", s.bucket, s.objects, human(s.objBytes), s.keyPrefix)
+	}
+	fmt.Fprintf(out, "  persist latency p50 %s, p99 %s; upload latency p50 %s, p99 %s\n", dur(s.persistP50), dur(s.persistP99), dur(s.uploadP50), dur(s.uploadP99))
+	cmd := commandName()
+	flags := ""
+	if set.Origins["data_dir"] != "default" {
+		flags = " --data-dir " + set.DataDir
+	}
+	if set.ConfigFile != "" {
+		flags = " --config " + set.ConfigFile
+	}
+	fmt.Fprintf(out, "\nInspect the result:\n")
+	fmt.Fprintf(out, "  %s status%s\n", cmd, flags)
+	for _, st := range s.streams {
+		fmt.Fprintf(out, "  %s verify %s%s\n", cmd, st.id, flags)
+	}
+	fmt.Fprintf(out, "  %s gc%s\n", cmd, flags)
+	if s.s3Dir != "" {
+		fmt.Fprintf(out, "  ls -R %s/data/%s/%s\n", s.s3Dir, s.bucket, s.keyPrefix)
+	}
+	fmt.Fprintf(out, "Run it again to resume where it stopped.\n")
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}

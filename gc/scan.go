@@ -1,0 +1,248 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"streamtier/manifest"
+	"streamtier/metadata"
+	"streamtier/s3io"
+)
+
+// Options say where and what to collect.
+type Options struct {
+	Store     *s3io.Store
+	Meta      *metadata.Store
+	KeyPrefix string // default manifest.DefaultKeyPrefix
+	Stream    string // only this stream's prefix; empty for every stream under KeyPrefix
+	Grace     time.Duration
+	Now       func() time.Time // default time.Now
+}
+
+func (o Options) withDefaults() Options {
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = manifest.DefaultKeyPrefix
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Scan lists the objects under the key prefix (or one stream's prefix), reads every
+// stream's anchor and persisted manifest, and decides which objects are garbage. It deletes
+// nothing. An error means gc could not run at all (S3 listing or etcd failing, unknown
+// stream); a stream whose manifest cannot be read is reported in the plan as Undecided,
+// with all its objects kept.
+func Scan(ctx context.Context, o Options) (Plan, error) {
+	o = o.withDefaults()
+	if o.Store == nil || o.Meta == nil {
+		return Plan{}, errors.New("gc: an object store and a metadata store are required")
+	}
+	prefix := o.KeyPrefix + "/"
+	if o.Stream != "" {
+		if err := manifest.ValidateStreamID(o.Stream); err != nil {
+			return Plan{}, fmt.Errorf("gc: %w", err)
+		}
+		prefix = manifest.StreamPrefix(o.KeyPrefix, o.Stream)
+	}
+	var objects []s3io.ObjectInfo
+	if err := o.Store.List(ctx, prefix, func(oi s3io.ObjectInfo) error {
+		objects = append(objects, oi)
+		return nil
+	}); err != nil {
+		return Plan{}, fmt.Errorf("gc: %w", err)
+	}
+	streams := map[string]bool{}
+	for _, oi := range objects {
+		if k, err := ParseKey(o.KeyPrefix, oi.Key); err == nil {
+			streams[k.Stream] = true
+		}
+	}
+	if o.Stream != "" && !streams[o.Stream] {
+		st, err := examine(ctx, o, o.Stream)
+		if err != nil {
+			return Plan{}, err
+		}
+		if !st.Anchored && !st.Recorded {
+			return Plan{}, fmt.Errorf("gc: stream %q: %w (no objects under %s and no records in etcd)", o.Stream, ErrUnknownStream, prefix)
+		}
+	}
+	states := make(map[string]StreamState, len(streams))
+	for _, id := range sortedKeys(streams) {
+		st, err := examine(ctx, o, id)
+		if err != nil {
+			return Plan{}, err
+		}
+		states[id] = st
+	}
+	return Decide(objects, o.KeyPrefix, states, o.Now(), o.Grace), nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// examine reads one stream's record and anchor from etcd (an etcd failure is returned:
+// gc cannot decide anything without it) and the references of its persisted manifest from
+// S3 (a failure there is the stream's Err).
+func examine(ctx context.Context, o Options, stream string) (StreamState, error) {
+	st := StreamState{Stream: stream}
+	rec, rev, found, recErr := o.Meta.ReadManifest(ctx, stream)
+	if recErr != nil && !errors.Is(recErr, metadata.ErrCorruptRecord) {
+		return st, fmt.Errorf("gc: %w", recErr)
+	}
+	var err error
+	if st.Anchored, err = o.Meta.HasAnchor(ctx, stream, true); err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	if recErr != nil {
+		st.Err = recErr
+		return st, nil
+	}
+	st.Recorded, st.Record, st.Revision = found, rec, rev
+	if !found {
+		return st, nil
+	}
+	refs, err := References(ctx, o.Store, o.KeyPrefix, stream, rec)
+	if err != nil {
+		st.Err = err
+		return st, nil
+	}
+	st.Referenced = refs
+	return st, nil
+}
+
+// References reads the root object the record names and every group holding live
+// offsets, checking each (codec CRCs, the root against the record, each group against its
+// entry), and returns the keys the persisted manifest references: the root, those groups
+// and the live fragments. Any inconsistency is an error naming the object.
+func References(ctx context.Context, store *s3io.Store, keyPrefix, stream string, rec metadata.ManifestRecord) (map[string]bool, error) {
+	rootKey := manifest.RootKey(keyPrefix, stream, rec.Epoch, rec.RootUID)
+	body, err := store.GetObject(ctx, rootKey)
+	if err != nil {
+		return nil, fmt.Errorf("root %s named by the manifest record: %w", rootKey, err)
+	}
+	m, err := manifest.DecodeRoot(body)
+	if err != nil {
+		return nil, fmt.Errorf("root %s: %w", rootKey, err)
+	}
+	if m.FirstOffset != rec.FirstOffset || m.NextOffset != rec.NextOffset || m.TotalSize != rec.TotalSize || m.FirstTimestamp != rec.FirstTimestamp {
+		return nil, fmt.Errorf("root %s disagrees with its etcd record: root [%d,%d) size %d, record [%d,%d) size %d",
+			rootKey, m.FirstOffset, m.NextOffset, m.TotalSize, rec.FirstOffset, rec.NextOffset, rec.TotalSize)
+	}
+	refs := map[string]bool{rootKey: true}
+	var walk func(entries []manifest.Entry, end uint64, depth int) error
+	walk = func(entries []manifest.Entry, end uint64, depth int) error {
+		for i, e := range entries {
+			eEnd := end
+			if i+1 < len(entries) {
+				eEnd = entries[i+1].FirstOffset
+			}
+			if eEnd <= m.FirstOffset {
+				continue // wholly below the first offset: dropped by retention
+			}
+			key := manifest.EntryKey(keyPrefix, stream, e)
+			refs[key] = true
+			if e.Kind == manifest.KindFragment {
+				continue
+			}
+			if depth > 4 {
+				return fmt.Errorf("%s: tree deeper than 4 levels", key)
+			}
+			b, err := store.GetObject(ctx, key)
+			if err != nil {
+				return fmt.Errorf("%s referenced by the manifest: %w", key, err)
+			}
+			_, children, err := manifest.DecodeGroup(b)
+			if err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			if err := manifest.CheckGroup(e, children); err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+			if err := walk(children, eEnd, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(m.Entries, m.NextOffset, 1); err != nil {
+		return nil, err
+	}
+	return refs, nil
+}
+
+// DeleteResult is what Delete did.
+type DeleteResult struct {
+	Deleted []string          `json:"deleted"`
+	Failed  map[string]string `json:"failed,omitempty"` // key -> why the server refused it
+	// Skipped are orphans of streams whose manifest changed since the plan was made: run
+	// gc again to decide them afresh.
+	Skipped []Orphan `json:"skipped,omitempty"`
+}
+
+// Delete deletes the plan's orphans. Just before, it reads each affected stream's record
+// again and skips the orphans of any stream whose manifest revision or anchor changed since
+// Scan (a writer persisted meanwhile: the plan may be stale for it).
+func Delete(ctx context.Context, o Options, p Plan) (DeleteResult, error) {
+	o = o.withDefaults()
+	var res DeleteResult
+	byStream := map[string][]Orphan{}
+	for _, or := range p.Orphans {
+		byStream[or.Stream] = append(byStream[or.Stream], or)
+	}
+	var keys []string
+	for _, stream := range sortedStreams(byStream) {
+		orphans := byStream[stream]
+		_, rev, found, err := o.Meta.ReadManifest(ctx, stream)
+		if err != nil {
+			return res, fmt.Errorf("gc delete: %w", err)
+		}
+		if !found {
+			rev = 0
+		}
+		if rev != p.Revisions[stream] {
+			res.Skipped = append(res.Skipped, orphans...)
+			continue
+		}
+		for _, or := range orphans {
+			keys = append(keys, or.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return res, nil
+	}
+	failed, err := o.Store.DeleteObjects(ctx, keys)
+	if err != nil {
+		return res, fmt.Errorf("gc delete: %w", err)
+	}
+	for _, k := range keys {
+		if ferr, bad := failed[k]; bad {
+			if res.Failed == nil {
+				res.Failed = map[string]string{}
+			}
+			res.Failed[k] = ferr.Error()
+			continue
+		}
+		res.Deleted = append(res.Deleted, k)
+	}
+	return res, nil
+}
+
+func sortedStreams(m map[string][]Orphan) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

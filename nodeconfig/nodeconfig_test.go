@@ -1,0 +1,232 @@
+package nodeconfig
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func resolve(t *testing.T, mode Mode, src Sources) Settings {
+	t.Helper()
+	if src.Dir == "" {
+		src.Dir = "/work"
+	}
+	s, err := Resolve(mode, src)
+	if err != nil {
+		t.Fatalf("resolve: %v", err)
+	}
+	return s
+}
+
+func TestDefaultsFollowTheOperationsSpec(t *testing.T) {
+	s := resolve(t, ModeRun, Sources{})
+	if s.FragmentTargetSize != 64<<20 || s.PersistThreshold != 5 || s.PersistInterval != 2*time.Second ||
+		s.RebalanceThreshold != 1024 || s.MaxTransferBytesPerSec != 0 || s.MaxTransferBurstBytes != 0 ||
+		s.UploadRetryDelay != time.Second || s.UploadRetryMaxDelay != 30*time.Second ||
+		s.TransientBackoffBase != 10*time.Millisecond || s.TransientBackoffMax != 5*time.Second ||
+		s.TransferDeadline != 180*time.Second || s.RetentionTaskTimeout != 60*time.Second ||
+		s.LocalHotWindowBytes != 0 || s.RetentionMaxBytes != 0 || s.RetentionMaxAge != 0 || s.GCGracePeriod != time.Hour {
+		t.Fatalf("defaults differ from operations.md: %+v", s)
+	}
+	if s.Demo || !s.EmbeddedEtcd() || !s.EmbeddedS3() || s.DataDir != "/work/streamtier-data" || s.KeyPrefix != "streams" || s.EtcdPrefix != "/streamtier" {
+		t.Fatalf("run defaults: %+v", s)
+	}
+	d := resolve(t, ModeDemo, Sources{})
+	if !d.Demo || d.FragmentTargetSize != 8<<20 || d.DemoRate != 20_000_000 || d.DemoStream != "demo" || d.SegmentMaxBytes != 32<<20 {
+		t.Fatalf("demo defaults: %+v", d)
+	}
+	if d.Origins["fragment_target_size"] != "default" {
+		t.Fatalf("origin %q", d.Origins["fragment_target_size"])
+	}
+}
+
+// TestPrecedence: a flag beats the environment, which beats the file, which beats the default.
+func TestPrecedence(t *testing.T) {
+	file := []byte("persist_threshold: 7\npersist_interval: 3s\nfragment_target_size: 16MiB\nkey_prefix: fromfile\n")
+	env := []string{"STREAMTIER_PERSIST_INTERVAL=4s", "STREAMTIER_FRAGMENT_TARGET_SIZE=32MiB", "PATH=/bin", "STREAMTIER_ETCD_LOG=debug"}
+	flags := map[string]string{"fragment_target_size": "1MiB"}
+	s := resolve(t, ModeRun, Sources{Flags: flags, Env: env, File: file, FileName: "node.yaml"})
+	if s.PersistThreshold != 7 || s.PersistInterval != 4*time.Second || s.FragmentTargetSize != 1<<20 || s.KeyPrefix != "fromfile" {
+		t.Fatalf("precedence: %+v", s)
+	}
+	want := map[string]string{
+		"persist_threshold":    "file node.yaml",
+		"persist_interval":     "env STREAMTIER_PERSIST_INTERVAL",
+		"fragment_target_size": "flag --fragment-target-size",
+		"rebalance_threshold":  "default",
+	}
+	for k, v := range want {
+		if s.Origins[k] != v {
+			t.Errorf("origin of %s = %q, want %q", k, s.Origins[k], v)
+		}
+	}
+}
+
+// TestBadValuesNameTheSetting: every refusal names the setting and where the value came from.
+func TestBadValuesNameTheSetting(t *testing.T) {
+	cases := []struct {
+		src  Sources
+		want []string
+	}{
+		{Sources{Flags: map[string]string{"fragment_target_size": "lots"}}, []string{"fragment_target_size", "flag --fragment-target-size", "lots"}},
+		{Sources{Env: []string{"STREAMTIER_PERSIST_INTERVAL=soon"}}, []string{"persist_interval", "env STREAMTIER_PERSIST_INTERVAL"}},
+		{Sources{File: []byte("persist_threshold: 0\n"), FileName: "n.yaml"}, []string{"persist_threshold", "file n.yaml", "at least 1"}},
+		{Sources{File: []byte("persist_treshold: 3\n"), FileName: "n.yaml"}, []string{"n.yaml", "line 1", `unknown setting "persist_treshold"`}},
+		{Sources{Flags: map[string]string{"rebalance_threshold": "1"}}, []string{"rebalance_threshold"}},
+		{Sources{Flags: map[string]string{"max_transfer_burst_bytes": "1MiB"}}, []string{"max_transfer_burst_bytes", "unlimited"}},
+		{Sources{Flags: map[string]string{"admin_addr": "nowhere"}}, []string{"admin_addr"}},
+		{Sources{Flags: map[string]string{"s3_endpoint": "http://127.0.0.1:9000"}}, []string{"s3_bucket", "required"}},
+		{Sources{Flags: map[string]string{"s3_bucket": "B!"}}, []string{"s3_bucket", "B!"}},
+		{Sources{Flags: map[string]string{"etcd_endpoints": "ftp://x:1"}}, []string{"etcd_endpoints"}},
+		{Sources{Flags: map[string]string{"etcd_password": "x"}}, []string{"etcd_password", "external etcd"}},
+		{Sources{Flags: map[string]string{"key_prefix": "/bad/"}}, []string{"key_prefix"}},
+		{Sources{Flags: map[string]string{"node_id": "a b"}}, []string{"node_id"}},
+		{Sources{Flags: map[string]string{"log_format": "xml"}}, []string{"log_format"}},
+		{Sources{Flags: map[string]string{"demo_rate": "0"}}, []string{"demo_rate"}},
+		{Sources{Flags: map[string]string{"upload_retry_max_delay": "10ms"}}, []string{"upload_retry_max_delay", "upload_retry_delay"}},
+		{Sources{Flags: map[string]string{"transfer_deadline": "-1s"}}, []string{"transfer_deadline", "positive"}},
+		{Sources{Flags: map[string]string{"demo_stream": "../etc"}}, []string{"demo_stream", "invalid stream id"}},
+		{Sources{File: []byte("streams:\n  - id: a\n  - id: a\n"), FileName: "n.yaml"}, []string{"streams[1]", "declared twice"}},
+		{Sources{File: []byte("streams:\n  - log_dir: /x\n"), FileName: "n.yaml"}, []string{"streams[0]", "id is required"}},
+		{Sources{File: []byte("streams:\n  - id: a\n    epoh: 2\n"), FileName: "n.yaml"}, []string{"line 3", `unknown key "epoh"`}},
+		{Sources{File: []byte("streams:\n  - id: a b\n"), FileName: "n.yaml"}, []string{"streams[0]", "invalid stream id"}},
+		{Sources{File: []byte("- 1\n"), FileName: "n.yaml"}, []string{"n.yaml", "mapping"}},
+		{Sources{File: []byte("key_prefix: [a\n"), FileName: "n.yaml"}, []string{"n.yaml"}},
+		{Sources{Flags: map[string]string{"no_such": "1"}}, []string{`unknown setting "no_such"`}},
+	}
+	for _, c := range cases {
+		c.src.Dir = "/work"
+		_, err := Resolve(ModeDemo, c.src)
+		if err == nil {
+			t.Errorf("%+v: accepted", c.src)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%+v: error %q does not mention %q", c.src, err, w)
+			}
+		}
+	}
+}
+
+func TestFileStreamsAndPaths(t *testing.T) {
+	file := []byte(`
+data_dir: data
+etcd_endpoints: [127.0.0.1:2379, 127.0.0.1:22379]
+s3_endpoint: http://127.0.0.1:9000
+s3_bucket: tier
+s3_path_style: true
+retention_max_bytes: 10GiB
+streams:
+  - id: orders
+    log_dir: logs/orders
+    epoch: 3
+    retention_max_age: 168h
+  - id: payments
+    fragment_target_size: 16MiB
+`)
+	s := resolve(t, ModeRun, Sources{File: file, FileName: "conf/node.yaml", Dir: "/srv"})
+	if s.DataDir != "/srv/data" || s.ConfigFile != "/srv/conf/node.yaml" {
+		t.Fatalf("paths: %q %q", s.DataDir, s.ConfigFile)
+	}
+	if s.EmbeddedEtcd() || s.EmbeddedS3() || len(s.EtcdEndpoints) != 2 || !s.S3PathStyle {
+		t.Fatalf("external: %+v", s)
+	}
+	if len(s.Streams) != 2 {
+		t.Fatalf("streams: %+v", s.Streams)
+	}
+	o, p := s.Streams[0], s.Streams[1]
+	if o.ID != "orders" || o.LogDir != "/srv/logs/orders" || o.Epoch != 3 || o.RetentionMaxAge != 168*time.Hour {
+		t.Fatalf("orders: %+v", o)
+	}
+	if p.LogDir != "/srv/data/streams/payments" || p.Epoch != 1 || p.FragmentTargetSize != 16<<20 {
+		t.Fatalf("payments: %+v", p)
+	}
+	if r := s.Retention(o); r.MaxBytes != 10<<30 || r.MaxAgeMillis != (168*time.Hour).Milliseconds() {
+		t.Fatalf("retention of orders: %+v", r)
+	}
+	if r := s.Retention(p); r.MaxBytes != 10<<30 || r.MaxAgeMillis != 0 {
+		t.Fatalf("retention of payments: %+v", r)
+	}
+	if c := s.S3Config(); c.Endpoint != "http://127.0.0.1:9000" || c.Bucket != "tier" || !c.PathStyle || c.Region != "us-east-1" {
+		t.Fatalf("s3 config: %+v", c)
+	}
+}
+
+func TestSecretsAreRedacted(t *testing.T) {
+	s := resolve(t, ModeRun, Sources{Env: []string{"STREAMTIER_S3_BUCKET=tier", "STREAMTIER_S3_ACCESS_KEY=AKIA", "STREAMTIER_S3_SECRET_KEY=hunter2"}})
+	r := s.Redacted()
+	if r["s3_secret_key"] != "<redacted>" || r["s3_access_key"] != "AKIA" || r["s3_bucket"] != "tier" {
+		t.Fatalf("redacted: %v", r)
+	}
+	for k, v := range r {
+		if strings.Contains(v, "hunter2") {
+			t.Fatalf("%s shows the secret", k)
+		}
+	}
+}
+
+func TestValues(t *testing.T) {
+	sizes := map[string]uint64{"64MiB": 64 << 20, "8 MiB": 8 << 20, "20MB": 20e6, "1.5GiB": 3 << 29, "4096": 4096, "1kb": 1000, "2KiB": 2048, "0": 0}
+	for in, want := range sizes {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "12 parsecs", "1e9", "-3"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) accepted", in)
+		}
+	}
+	rates := map[string]int64{"unlimited": 0, "20MB/s": 20e6, "100MiB": 100 << 20, "0": 0, "5MBps": 5e6}
+	for in, want := range rates {
+		if got, err := ParseRate(in); err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	if _, err := ParseRate("fast"); err == nil {
+		t.Error("ParseRate(fast) accepted")
+	}
+	if d, err := ParseDuration("none"); err != nil || d != 0 {
+		t.Errorf("ParseDuration(none) = %v, %v", d, err)
+	}
+	if _, err := ParseBool("maybe"); err == nil {
+		t.Error("ParseBool(maybe) accepted")
+	}
+	for in, want := range map[float64]string{0: "0 B", 812: "812 B", 1536: "1.50 KiB", 64 << 20: "64.0 MiB", 300 << 30: "300 GiB"} {
+		if got := FormatSize(in); got != want {
+			t.Errorf("FormatSize(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestFlagsAndLoad parses a command line with the registered flags and reads the file it names.
+func TestFlagsAndLoad(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "node.yaml")
+	if err := os.WriteFile(conf, []byte("persist_threshold: 9\ns3_path_style: false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	f := RegisterFlags(fs)
+	if err := fs.Parse([]string{"--config", conf, "--persist-interval", "7s", "--demo"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Load(ModeRun, f, []string{"STREAMTIER_PERSIST_THRESHOLD=11"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.PersistThreshold != 11 || s.PersistInterval != 7*time.Second || !s.Demo || s.ConfigFile != conf {
+		t.Fatalf("loaded %+v", s)
+	}
+	f2 := RegisterFlags(flag.NewFlagSet("node", flag.ContinueOnError))
+	if _, err := Load(ModeRun, f2, []string{"STREAMTIER_CONFIG=" + filepath.Join(dir, "missing.yaml")}); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Fatalf("missing config file: %v", err)
+	}
+	if len(Table()) != len(table) || Table()[0].Flag != "--data-dir" || Table()[0].Env != "STREAMTIER_DATA_DIR" {
+		t.Fatalf("table: %+v", Table()[0])
+	}
+}

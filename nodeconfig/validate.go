@@ -1,0 +1,255 @@
+package nodeconfig
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"streamtier/actors"
+	"streamtier/actors/governorcore"
+	"streamtier/actors/readercore"
+	"streamtier/manifest"
+	"streamtier/metadata"
+	"streamtier/s3io"
+)
+
+// EmbeddedBucket is the bucket the embedded S3 endpoint serves.
+const EmbeddedBucket = "streamtier"
+
+// EmbeddedEtcd reports whether the node runs its own etcd under the data directory.
+func (s Settings) EmbeddedEtcd() bool { return len(s.EtcdEndpoints) == 0 }
+
+// EmbeddedS3 reports whether the node runs its own S3 endpoint under the data directory.
+func (s Settings) EmbeddedS3() bool { return s.S3Endpoint == "" && s.S3Bucket == "" }
+
+// Validate refuses settings the node cannot run with; the error names the setting and
+// where its value came from.
+func (s Settings) Validate() error {
+	bad := func(name string, format string, args ...any) error {
+		origin := s.Origins[name]
+		if origin == "" {
+			origin = "default"
+		}
+		return fmt.Errorf("setting %s (from %s): %s", name, origin, fmt.Sprintf(format, args...))
+	}
+	positive := func(name string, d time.Duration) error {
+		if d <= 0 {
+			return bad(name, "%v: must be positive", d)
+		}
+		return nil
+	}
+	if s.DataDir == "" {
+		return bad("data_dir", "required")
+	}
+	if err := metadata.ValidateNodeName(s.NodeID); err != nil {
+		return bad("node_id", "%v", err)
+	}
+	if host, port, err := net.SplitHostPort(s.AdminAddr); err != nil {
+		return bad("admin_addr", "%q: want host:port (for example 127.0.0.1:9464): %v", s.AdminAddr, err)
+	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return bad("admin_addr", "%q: port %q is not a number from 0 to 65535", s.AdminAddr, port)
+	} else if host == "" {
+		return bad("admin_addr", "%q: give a host (127.0.0.1 keeps it on loopback; 0.0.0.0 exposes it)", s.AdminAddr)
+	}
+	switch s.LogFormat {
+	case "auto", "json", "console":
+	default:
+		return bad("log_format", "%q: want auto, json or console", s.LogFormat)
+	}
+	if _, err := zerolog.ParseLevel(s.LogLevel); err != nil || s.LogLevel == "" {
+		return bad("log_level", "%q: want debug, info, warn or error", s.LogLevel)
+	}
+	switch s.Progress {
+	case "auto", "terminal", "log", "off":
+	default:
+		return bad("progress", "%q: want auto, terminal, log or off", s.Progress)
+	}
+	if err := positive("progress_interval", s.ProgressInterval); err != nil {
+		return err
+	}
+	if s.StopTimeout < 0 {
+		return bad("stop_timeout", "%v: negative", s.StopTimeout)
+	}
+
+	if s.EtcdPrefix == "" {
+		return bad("etcd_prefix", "required (default /streamtier)")
+	}
+	if err := positive("etcd_dial_timeout", s.EtcdDialTimeout); err != nil {
+		return err
+	}
+	if !s.EmbeddedEtcd() {
+		if err := s.EtcdClientConfig().Validate(); err != nil {
+			return bad("etcd_endpoints", "%v", err)
+		}
+	} else {
+		for _, name := range []string{"etcd_username", "etcd_password", "etcd_ca_file", "etcd_cert_file", "etcd_key_file"} {
+			if s.Origins[name] != "" && s.Origins[name] != "default" {
+				return bad(name, "only applies to an external etcd (set etcd_endpoints)")
+			}
+		}
+	}
+
+	if err := positive("s3_request_timeout", s.S3RequestTimeout); err != nil {
+		return err
+	}
+	if err := positive("s3_transfer_timeout", s.S3TransferTimeout); err != nil {
+		return err
+	}
+	if s.EmbeddedS3() {
+		for _, name := range []string{"s3_access_key", "s3_secret_key", "s3_ca_file"} {
+			if s.Origins[name] != "" && s.Origins[name] != "default" {
+				return bad(name, "only applies to an external S3 (set s3_bucket)")
+			}
+		}
+	} else {
+		if s.S3Bucket == "" {
+			return bad("s3_bucket", "required with s3_endpoint %q", s.S3Endpoint)
+		}
+		if err := s.S3Config().Validate(); err != nil {
+			return bad("s3_bucket", "S3 settings: %v", err)
+		}
+	}
+
+	switch {
+	case s.FragmentTargetSize < 1:
+		return bad("fragment_target_size", "must be at least 1 byte")
+	case s.PersistThreshold < 1:
+		return bad("persist_threshold", "%d: must be at least 1", s.PersistThreshold)
+	case s.RebalanceThreshold < 2:
+		return bad("rebalance_threshold", "%d: must be at least 2", s.RebalanceThreshold)
+	case s.MaxTransferBytesPerSec < 0:
+		return bad("max_transfer_bytes_per_sec", "negative")
+	case s.MaxTransferBurstBytes != 0 && s.MaxTransferBytesPerSec == 0:
+		return bad("max_transfer_burst_bytes", "set to %d but max_transfer_bytes_per_sec is unlimited", s.MaxTransferBurstBytes)
+	case s.UploadRetryMaxDelay < s.UploadRetryDelay:
+		return bad("upload_retry_max_delay", "%v is below upload_retry_delay %v", s.UploadRetryMaxDelay, s.UploadRetryDelay)
+	case s.TransientBackoffMax < s.TransientBackoffBase:
+		return bad("transient_backoff_max", "%v is below transient_backoff_base %v", s.TransientBackoffMax, s.TransientBackoffBase)
+	case s.LocalHotWindowAge < 0:
+		return bad("local_hot_window_age", "%v: negative", s.LocalHotWindowAge)
+	case s.RetentionMaxAge < 0:
+		return bad("retention_max_age", "%v: negative", s.RetentionMaxAge)
+	case s.GCGracePeriod < 0:
+		return bad("gc_grace_period", "%v: negative", s.GCGracePeriod)
+	case s.SegmentMaxBytes < 1 || s.SegmentMaxBytes > math.MaxUint32:
+		return bad("segment_max_bytes", "%d: want 1 byte to 4 GiB", s.SegmentMaxBytes)
+	}
+	for _, p := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"persist_interval", s.PersistInterval}, {"upload_retry_delay", s.UploadRetryDelay},
+		{"transient_backoff_base", s.TransientBackoffBase}, {"transfer_deadline", s.TransferDeadline},
+		{"retention_task_timeout", s.RetentionTaskTimeout},
+	} {
+		if err := positive(p.name, p.d); err != nil {
+			return err
+		}
+	}
+
+	seen := map[string]bool{}
+	if s.Demo {
+		if err := manifest.ValidateStreamID(s.DemoStream); err != nil {
+			return bad("demo_stream", "%v", err)
+		}
+		if s.DemoRate <= 0 {
+			return bad("demo_rate", "must be positive (for example 20MB/s)")
+		}
+		seen[s.DemoStream] = true
+	}
+	for i, st := range s.Streams {
+		where := fmt.Sprintf("streams[%d]", i)
+		if s.ConfigFile != "" {
+			where = fmt.Sprintf("config file %s: streams[%d]", s.ConfigFile, i)
+		}
+		if err := manifest.ValidateStreamID(st.ID); err != nil {
+			return fmt.Errorf("%s: id: %w", where, err)
+		}
+		if seen[st.ID] {
+			return fmt.Errorf("%s: stream %q is declared twice (or is the demo stream)", where, st.ID)
+		}
+		seen[st.ID] = true
+		if st.RetentionMaxAge < 0 || st.PersistInterval < 0 || st.PersistThreshold < 0 {
+			return fmt.Errorf("%s (%s): negative retention_max_age, persist_interval or persist_threshold", where, st.ID)
+		}
+	}
+	if err := s.NodeConfig(zerolog.Nop()).Validate(); err != nil {
+		return fmt.Errorf("settings: %w", err)
+	}
+	return nil
+}
+
+// NodeConfig is the actors configuration of these settings, logging to log.
+func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
+	return actors.Config{
+		NodeID:    s.NodeID,
+		KeyPrefix: s.KeyPrefix,
+		Governor: governorcore.Config{
+			RateBytesPerSec: s.MaxTransferBytesPerSec,
+			BurstBytes:      s.MaxTransferBurstBytes,
+		},
+		Stream: readercore.Config{
+			FragmentTargetSize:   s.FragmentTargetSize,
+			PersistThreshold:     s.PersistThreshold,
+			PersistInterval:      s.PersistInterval,
+			RebalanceThreshold:   s.RebalanceThreshold,
+			UploadRetryDelay:     s.UploadRetryDelay,
+			UploadRetryMaxDelay:  s.UploadRetryMaxDelay,
+			TransientBackoffBase: s.TransientBackoffBase,
+			TransientBackoffMax:  s.TransientBackoffMax,
+			TransferDeadline:     s.TransferDeadline,
+			RetentionTimeout:     s.RetentionTaskTimeout,
+		},
+		LocalHotWindowBytes: s.LocalHotWindowBytes,
+		LocalHotWindowAge:   s.LocalHotWindowAge,
+		Logger:              log,
+	}
+}
+
+// Retention is the remote retention policy of a stream declared with st (the node's
+// retention_max_bytes and retention_max_age where st sets none).
+func (s Settings) Retention(st StreamSettings) manifest.Policy {
+	p := manifest.Policy{MaxBytes: s.RetentionMaxBytes, MaxAgeMillis: s.RetentionMaxAge.Milliseconds()}
+	if st.RetentionMaxBytes != 0 {
+		p.MaxBytes = st.RetentionMaxBytes
+	}
+	if st.RetentionMaxAge != 0 {
+		p.MaxAgeMillis = st.RetentionMaxAge.Milliseconds()
+	}
+	return p
+}
+
+// S3Config is the external S3 configuration (meaningless when EmbeddedS3).
+func (s Settings) S3Config() s3io.Config {
+	return s3io.Config{
+		Endpoint: s.S3Endpoint, Region: s.S3Region, Bucket: s.S3Bucket, PathStyle: s.S3PathStyle,
+		AccessKey: s.S3AccessKey, SecretKey: s.S3SecretKey, CAFile: s.S3CAFile,
+		RequestTimeout: s.S3RequestTimeout, TransferTimeout: s.S3TransferTimeout,
+	}
+}
+
+// EtcdClientConfig is the external etcd configuration (meaningless when EmbeddedEtcd).
+func (s Settings) EtcdClientConfig() metadata.ClientConfig {
+	return metadata.ClientConfig{
+		Endpoints: s.EtcdEndpoints, CAFile: s.EtcdCAFile, CertFile: s.EtcdCertFile, KeyFile: s.EtcdKeyFile,
+		Username: s.EtcdUsername, Password: s.EtcdPassword, DialTimeout: s.EtcdDialTimeout,
+	}
+}
+
+// Redacted lists every setting's effective value as given (sizes and durations as
+// written), secrets replaced by "<redacted>", for the log line at start.
+func (s Settings) Redacted() map[string]string {
+	out := make(map[string]string, len(table))
+	for _, d := range table {
+		v := s.raw[d.name]
+		if d.secret && v != "" {
+			v = "<redacted>"
+		}
+		out[d.name] = v
+	}
+	return out
+}

@@ -1,0 +1,309 @@
+// Package verify checks one stream's remote tier end to end: the etcd record against the
+// root object, the whole manifest tree (group objects, their CRCs, coverage of [first,
+// next) without holes or overlaps, sizes), every live fragment object (layout, index,
+// chunk CRCs) against its manifest entry, and the fragment bytes against the local log
+// wherever it still holds the chunks. Every problem is a Finding; an error means the check
+// could not run (etcd or S3 unreachable, unknown stream).
+package verify
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"streamtier/fragment"
+	"streamtier/manifest"
+	"streamtier/metadata"
+	"streamtier/s3io"
+	"streamtier/segments"
+)
+
+// Options say which stream to verify and where its data is.
+type Options struct {
+	Store     *s3io.Store
+	Meta      *metadata.Store
+	KeyPrefix string // default manifest.DefaultKeyPrefix
+	Stream    string
+	// LogDir is the stream's local log directory to compare with; empty skips the
+	// comparison (noted in the report).
+	LogDir string
+}
+
+// Finding is one problem: the object (or etcd key) it is in, the offset where it applies
+// when there is one, and what is wrong.
+type Finding struct {
+	Key     string `json:"key,omitempty"`
+	Offset  uint64 `json:"offset"`
+	Problem string `json:"problem"`
+}
+
+// Report is the outcome of a verification.
+type Report struct {
+	Stream      string `json:"stream"`
+	Epoch       uint64 `json:"epoch"`
+	Revision    int64  `json:"revision"`
+	RootKey     string `json:"root_key,omitempty"`
+	FirstOffset uint64 `json:"first_offset"`
+	NextOffset  uint64 `json:"next_offset"`
+	TotalSize   uint64 `json:"total_size"`
+
+	Fragments     int    `json:"fragments"`      // fragment objects read and checked
+	Groups        int    `json:"groups"`         // group objects read and checked
+	Chunks        int    `json:"chunks"`         // chunks in the fragments checked
+	FragmentBytes uint64 `json:"fragment_bytes"` // chunk-region bytes checked
+
+	LocalDir      string `json:"local_dir,omitempty"`
+	LocalCompared int    `json:"local_compared"` // chunks compared byte for byte with the local log
+	LocalAbsent   int    `json:"local_absent"`   // chunks the local log no longer holds
+
+	Findings []Finding `json:"findings"`
+	Notes    []string  `json:"notes,omitempty"`
+}
+
+// OK reports a verification without findings.
+func (r Report) OK() bool { return len(r.Findings) == 0 }
+
+// ErrUnknownStream is returned for a stream with neither an anchor nor a manifest record.
+var ErrUnknownStream = errors.New("unknown stream")
+
+func (r *Report) find(key string, offset uint64, format string, args ...any) {
+	r.Findings = append(r.Findings, Finding{Key: key, Offset: offset, Problem: fmt.Sprintf(format, args...)})
+}
+
+// Stream verifies one stream. Problems in the data are findings in the report; the error
+// is for what stops the check (etcd or S3 failing, an unknown stream).
+func Stream(ctx context.Context, o Options) (Report, error) {
+	if o.Store == nil || o.Meta == nil {
+		return Report{}, errors.New("verify: an object store and a metadata store are required")
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = manifest.DefaultKeyPrefix
+	}
+	if err := manifest.ValidateStreamID(o.Stream); err != nil {
+		return Report{}, fmt.Errorf("verify: %w", err)
+	}
+	r := Report{Stream: o.Stream, Findings: []Finding{}, LocalDir: o.LogDir}
+	recKey := manifest.EtcdManifestKey(o.Meta.Prefix(), o.Stream)
+	rec, rev, found, err := o.Meta.ReadManifest(ctx, o.Stream)
+	switch {
+	case errors.Is(err, metadata.ErrCorruptRecord):
+		r.find(recKey, 0, "%v", err)
+		return r, nil
+	case err != nil:
+		return r, fmt.Errorf("verify: %w", err)
+	case !found:
+		anchored, err := o.Meta.HasAnchor(ctx, o.Stream, true)
+		if err != nil {
+			return r, fmt.Errorf("verify: %w", err)
+		}
+		if !anchored {
+			return r, fmt.Errorf("verify: stream %q: %w (no anchor and no manifest record under %s)", o.Stream, ErrUnknownStream, o.Meta.Prefix())
+		}
+		r.Notes = append(r.Notes, "the stream is anchored but never persisted a manifest: nothing remote to verify")
+		return r, nil
+	}
+	r.Epoch, r.Revision = rec.Epoch, rev
+	r.RootKey = manifest.RootKey(o.KeyPrefix, o.Stream, rec.Epoch, rec.RootUID)
+	r.FirstOffset, r.NextOffset, r.TotalSize = rec.FirstOffset, rec.NextOffset, rec.TotalSize
+
+	body, err := o.Store.GetObject(ctx, r.RootKey)
+	if err != nil {
+		if s3io.IsNotFound(err) {
+			r.find(r.RootKey, 0, "root object named by the manifest record (%s) is missing", recKey)
+			return r, nil
+		}
+		return r, fmt.Errorf("verify: get root: %w", err)
+	}
+	m, err := manifest.DecodeRoot(body)
+	if err != nil {
+		r.find(r.RootKey, 0, "root object: %v", err)
+		return r, nil
+	}
+	if m.FirstOffset != rec.FirstOffset || m.NextOffset != rec.NextOffset || m.TotalSize != rec.TotalSize || m.FirstTimestamp != rec.FirstTimestamp {
+		r.find(r.RootKey, 0, "root [%d,%d) size %d first ts %d disagrees with its etcd record [%d,%d) size %d first ts %d",
+			m.FirstOffset, m.NextOffset, m.TotalSize, m.FirstTimestamp, rec.FirstOffset, rec.NextOffset, rec.TotalSize, rec.FirstTimestamp)
+	}
+
+	groups := map[manifest.Entry][]manifest.Entry{}
+	var s3err error // an S3 failure that is not about the data: stops the check
+	fetch := func(e manifest.Entry) ([]manifest.Entry, error) {
+		if c, ok := groups[e]; ok {
+			return c, nil
+		}
+		key := manifest.EntryKey(o.KeyPrefix, o.Stream, e)
+		b, err := o.Store.GetObject(ctx, key)
+		if err != nil {
+			if !s3io.IsNotFound(err) && s3err == nil {
+				s3err = err
+			}
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		_, children, err := manifest.DecodeGroup(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		groups[e] = children
+		return children, nil
+	}
+	if err := manifest.CheckTree(m, fetch); err != nil {
+		if s3err != nil {
+			return r, fmt.Errorf("verify: %w", s3err)
+		}
+		r.find(r.RootKey, 0, "manifest tree: %v", err)
+	}
+	r.Groups = len(groups)
+
+	local, err := scanLocal(o.LogDir, m.FirstOffset, m.NextOffset, &r)
+	if err != nil {
+		return r, err
+	}
+	defer local.close()
+
+	it := manifest.Iterate(m, m.FirstOffset, fetch)
+	for {
+		fr, ok, err := it.Next()
+		if err != nil {
+			if s3err != nil {
+				return r, fmt.Errorf("verify: %w", s3err)
+			}
+			r.find("", 0, "walking the manifest: %v", err)
+			break
+		}
+		if !ok {
+			break
+		}
+		key := manifest.EntryKey(o.KeyPrefix, o.Stream, fr.Entry)
+		obj, err := o.Store.ReadFragment(ctx, key)
+		switch {
+		case err == nil:
+		case s3io.IsNotFound(err):
+			r.find(key, fr.Entry.FirstOffset, "fragment object is missing")
+			continue
+		case errors.Is(err, fragment.ErrCorrupt):
+			r.find(key, fr.Entry.FirstOffset, "%v", err)
+			continue
+		default:
+			return r, fmt.Errorf("verify: %w", err)
+		}
+		r.Fragments++
+		r.Chunks += len(obj.Layout.Chunks)
+		r.FragmentBytes += obj.Layout.Size
+		for _, p := range CheckFragment(fr.Entry, fr.End, obj.Layout) {
+			r.find(key, fr.Entry.FirstOffset, "%s", p)
+		}
+		local.compare(key, obj, &r)
+	}
+	if r.Groups < len(groups) {
+		r.Groups = len(groups)
+	}
+	return r, nil
+}
+
+// CheckFragment compares a fragment object's layout with the manifest entry that names it
+// (ending at end): chunk-region size, first and last chunk ids and timestamps. It returns
+// one line per mismatch.
+func CheckFragment(e manifest.Entry, end uint64, l fragment.Layout) []string {
+	var out []string
+	if len(l.Chunks) == 0 {
+		return []string{"object holds no chunk"}
+	}
+	first, last := l.Chunks[0].Header, l.Chunks[len(l.Chunks)-1].Header
+	if l.Size != e.Size {
+		out = append(out, fmt.Sprintf("chunk region holds %d bytes, the manifest entry says %d", l.Size, e.Size))
+	}
+	if first.ChunkID != e.FirstOffset {
+		out = append(out, fmt.Sprintf("first chunk id %d, the entry starts at %d", first.ChunkID, e.FirstOffset))
+	}
+	if last.NextID() != end {
+		out = append(out, fmt.Sprintf("chunks end at offset %d, the manifest has the fragment end at %d", last.NextID(), end))
+	}
+	if first.Timestamp != e.FirstTimestamp || last.Timestamp != e.LastTimestamp {
+		out = append(out, fmt.Sprintf("chunk timestamps %d..%d, the entry says %d..%d", first.Timestamp, last.Timestamp, e.FirstTimestamp, e.LastTimestamp))
+	}
+	return out
+}
+
+// localLog is the part of the local log verify compares with: the chunks in [first, next)
+// it still holds, by id.
+type localLog struct {
+	dir    string
+	chunks []segments.ScannedChunk // sorted by chunk id
+	files  map[string]*os.File
+}
+
+func scanLocal(dir string, first, next uint64, r *Report) (*localLog, error) {
+	l := &localLog{dir: dir, files: map[string]*os.File{}}
+	if dir == "" {
+		r.Notes = append(r.Notes, "no local log directory given: fragments were not compared with local chunks")
+		return l, nil
+	}
+	if _, err := os.Stat(dir); err != nil {
+		r.Notes = append(r.Notes, fmt.Sprintf("local log %s: %v: fragments were not compared with local chunks", dir, err))
+		return l, nil
+	}
+	_, err := segments.Scan(dir, func(c segments.ScannedChunk) error {
+		if c.Header.NextID() > first && c.Header.ChunkID < next {
+			l.chunks = append(l.chunks, c)
+		}
+		return nil
+	})
+	if err != nil {
+		// A node appending meanwhile leaves a chunk half written at the tail; what was
+		// read before it is still worth comparing.
+		r.Notes = append(r.Notes, fmt.Sprintf("local log scan stopped early (%v); compared the %d chunks read before", err, len(l.chunks)))
+	}
+	return l, nil
+}
+
+func (l *localLog) close() {
+	for _, f := range l.files {
+		f.Close()
+	}
+}
+
+// compare checks every chunk of obj the local log holds byte for byte.
+func (l *localLog) compare(key string, obj s3io.FragmentObject, r *Report) {
+	if l.dir == "" {
+		return
+	}
+	for _, c := range obj.Layout.Chunks {
+		id := c.Header.ChunkID
+		i := sort.Search(len(l.chunks), func(i int) bool { return l.chunks[i].Header.ChunkID >= id })
+		if i == len(l.chunks) || l.chunks[i].Header.ChunkID != id {
+			r.LocalAbsent++
+			continue
+		}
+		lc := l.chunks[i]
+		remote := obj.Bytes[c.Position : c.Position+c.Header.Size()]
+		local, err := l.read(lc.Location)
+		if err != nil {
+			r.Notes = append(r.Notes, fmt.Sprintf("local chunk %d: %v", id, err))
+			r.LocalAbsent++
+			continue
+		}
+		r.LocalCompared++
+		if !bytes.Equal(local, remote) {
+			r.find(key, id, "chunk %d differs from the local log's (%s at %d)", id, lc.Location.Segment, lc.Location.Position)
+		}
+	}
+}
+
+func (l *localLog) read(loc segments.Location) ([]byte, error) {
+	f, ok := l.files[loc.Segment]
+	if !ok {
+		var err error
+		if f, err = os.Open(filepath.Join(l.dir, loc.Segment)); err != nil {
+			return nil, err
+		}
+		l.files[loc.Segment] = f
+	}
+	b := make([]byte, loc.Size)
+	if _, err := f.ReadAt(b, loc.Position); err != nil {
+		return nil, fmt.Errorf("read %s at %d: %w", loc.Segment, loc.Position, err)
+	}
+	return b, nil
+}
