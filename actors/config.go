@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
 	"streamtier/actors/governorcore"
@@ -42,6 +43,9 @@ type Config struct {
 	// Replicas, when set, carries broadcasts and syncs to replica nodes; nil drops them
 	// (a single node has no replicas).
 	Replicas ReplicaSender
+	// System, when set, is the actor system the node runs on (one with protoactor remote
+	// already listening: see Listen); nil creates a private one. Stop shuts it down.
+	System *actor.ActorSystem
 }
 
 func (c Config) withDefaults() Config {
@@ -133,6 +137,10 @@ var ErrStreamExists = errors.New("stream already running")
 // ErrStreamStopped is returned to await_offset callers of a stream that stopped (deleted,
 // removed or node stopped) before their offset was persisted.
 var ErrStreamStopped = errors.New("stream stopped")
+
+// ErrStreamStarting is returned by commands sent to a stream whose reader has not started
+// yet; retrying shortly succeeds.
+var ErrStreamStarting = errors.New("stream reader not started yet")
 
 // ErrNodeStopped is returned by calls made after Stop.
 var ErrNodeStopped = errors.New("node stopped")

@@ -54,9 +54,12 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 		metrics: &Metrics{}, streams: make(map[string]*streamHandle),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(zerologHandler{log: n.log.With().Str("component", "protoactor").Logger()})
-	}))
+	n.system = cfg.System
+	if n.system == nil {
+		n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(zerologHandler{log: n.log.With().Str("component", "protoactor").Logger()})
+		}))
+	}
 	n.root = n.system.Root
 	gov := newGovernor(cfg.Governor, store, cfg.KeyPrefix, n.log.With().Str("actor", "governor").Logger(), n.metrics)
 	var err error
@@ -226,7 +229,7 @@ func (n *Node) sendReader(id string, msg any) error {
 	}
 	pid := h.readerPID()
 	if pid == nil {
-		return fmt.Errorf("stream %s: reader not started yet", id)
+		return fmt.Errorf("stream %s: %w", id, ErrStreamStarting)
 	}
 	n.root.Send(pid, msg)
 	return nil

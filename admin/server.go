@@ -133,7 +133,7 @@ func writeError(w http.ResponseWriter, err error) {
 		code = http.StatusServiceUnavailable
 	case errors.Is(err, errBadRequest):
 		code = http.StatusBadRequest
-	case strings.Contains(err.Error(), "not started yet"):
+	case errors.Is(err, actors.ErrStreamStarting):
 		code = http.StatusConflict
 	}
 	writeJSON(w, code, errorBody{Error: err.Error()})
