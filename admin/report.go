@@ -31,6 +31,8 @@ type Node interface {
 type Report struct {
 	Node    NodeReport     `json:"node"`
 	Streams []StreamReport `json:"streams"`
+	// Cluster is set when the node runs as a cluster member.
+	Cluster *ClusterReport `json:"cluster,omitempty"`
 }
 
 // NodeReport is the per-node part of the status.

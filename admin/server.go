@@ -38,6 +38,7 @@ type Options struct {
 	Ready              []Check       // /readyz runs them all, each bounded by ReadyTimeout
 	ReadyTimeout       time.Duration // default 2 s
 	RebalanceThreshold int           // to count the fragments below groups in /status
+	Cluster            ClusterSource // set in cluster mode: /status then has a "cluster" part
 	Log                zerolog.Logger
 }
 
@@ -143,7 +144,12 @@ var errBadRequest = errors.New("bad request")
 
 // Report builds the node's status report now.
 func (s *Server) Report(ctx context.Context) Report {
-	return BuildReport(s.input(ctx), time.Now())
+	rep := BuildReport(s.input(ctx), time.Now())
+	if s.opts.Cluster != nil {
+		c := BuildClusterReport(s.opts.Cluster.Status(), s.opts.Cluster.Stats())
+		rep.Cluster = &c
+	}
+	return rep
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {

@@ -53,6 +53,8 @@ type RunInfo struct {
 	Started       time.Time   `json:"started"`
 	EtcdEndpoints []string    `json:"etcd_endpoints,omitempty"` // the embedded etcd's, when embedded
 	S3            *S3Endpoint `json:"s3,omitempty"`             // the embedded S3 endpoint, when embedded
+	// ClusterAddress is where peers reach the node's cluster transport (cluster mode only).
+	ClusterAddress string `json:"cluster_address,omitempty"`
 }
 
 // S3Endpoint is how to reach an embedded S3 endpoint.

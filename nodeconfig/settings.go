@@ -79,6 +79,13 @@ type Settings struct {
 	DemoRate   int64
 	DemoSeed   uint64
 
+	// Cluster runs the node as a cluster member: placement records in etcd decide which
+	// streams it writes and which it replicates (see docs/cluster.md).
+	Cluster            bool
+	ClusterListen      string        // protoactor remote listen address (host:port)
+	ClusterMemberTTL   time.Duration // membership lease
+	ClusterResyncRetry time.Duration // how long a replica waits for a sync before asking again
+
 	// Streams are the streams declared in the configuration file.
 	Streams []StreamSettings
 
@@ -289,6 +296,15 @@ var table = []setting{
 		apply: rate(func(s *Settings) *int64 { return &s.DemoRate })},
 	{name: "demo_seed", def: "1", help: "seed of the demo load (a restart resumes the same load)",
 		apply: unsigned(func(s *Settings) *uint64 { return &s.DemoSeed })},
+
+	{name: "cluster", def: "false", bool: true, help: "run as a cluster member: etcd placement records decide which streams this node writes and replicates",
+		apply: boolean(func(s *Settings) *bool { return &s.Cluster })},
+	{name: "cluster_listen", def: "127.0.0.1:0", help: "listen address of the cluster transport (protoactor remote); port 0 picks a free one; peers dial the address bound",
+		apply: str(func(s *Settings) *string { return &s.ClusterListen })},
+	{name: "cluster_member_ttl", def: "3s", help: "membership lease: a dead node leaves the members after about this long",
+		apply: duration(func(s *Settings) *time.Duration { return &s.ClusterMemberTTL })},
+	{name: "cluster_resync_retry", def: "1s", help: "how long a replica waits for a manifest sync before asking again",
+		apply: duration(func(s *Settings) *time.Duration { return &s.ClusterResyncRetry })},
 }
 
 // Setting describes one setting for documentation and help output.

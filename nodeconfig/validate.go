@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -177,6 +178,9 @@ func (s Settings) Validate() error {
 			return fmt.Errorf("%s (%s): negative retention_max_age, persist_interval or persist_threshold", where, st.ID)
 		}
 	}
+	if err := s.validateCluster(bad); err != nil {
+		return err
+	}
 	if err := s.NodeConfig(zerolog.Nop()).Validate(); err != nil {
 		return fmt.Errorf("settings: %w", err)
 	}
@@ -252,4 +256,72 @@ func (s Settings) Redacted() map[string]string {
 		out[d.name] = v
 	}
 	return out
+}
+
+// validateCluster checks the cluster settings: a listen address peers can dial, a lease of
+// at least a second (etcd counts leases in seconds), an explicit node id (two members
+// named by the default would take each other's place), no demo; and refuses cluster
+// settings given without cluster mode, which would otherwise be silently ignored.
+func (s Settings) validateCluster(bad func(name, format string, args ...any) error) error {
+	if err := checkListen(s.ClusterListen); err != nil {
+		return bad("cluster_listen", "%v", err)
+	}
+	if s.ClusterMemberTTL < time.Second {
+		return bad("cluster_member_ttl", "%v: must be at least 1s (etcd leases count whole seconds)", s.ClusterMemberTTL)
+	}
+	if s.ClusterResyncRetry <= 0 {
+		return bad("cluster_resync_retry", "%v: must be positive", s.ClusterResyncRetry)
+	}
+	if !s.Cluster {
+		for _, name := range []string{"cluster_listen", "cluster_member_ttl", "cluster_resync_retry"} {
+			if s.Origins[name] != "" && s.Origins[name] != "default" {
+				return bad(name, "only applies in cluster mode (set cluster: true)")
+			}
+		}
+		return nil
+	}
+	if s.Demo {
+		return bad("cluster", "the demo runs one node alone: use `node run --cluster` (demo off)")
+	}
+	if o := s.Origins["node_id"]; o == "" || o == "default" {
+		return bad("node_id", "set this node's unique name in cluster mode (the default %q would collide with other members)", s.NodeID)
+	}
+	return nil
+}
+
+// checkListen refuses a listen address that is not host:port with a host and a port from
+// 0 to 65535.
+func checkListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port (for example 127.0.0.1:7420): %v", addr, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if host == "" {
+		return fmt.Errorf("%q: give a host (peers dial the address bound; 127.0.0.1 keeps it on loopback)", addr)
+	}
+	return nil
+}
+
+// ClusterStream is where a stream the placement gives this node lives: the declared
+// stream's settings (its log_dir and overrides) or, for an undeclared one, its directory
+// under data_dir. The id is checked first: it becomes a path.
+func (s Settings) ClusterStream(id string) (StreamSettings, error) {
+	if err := manifest.ValidateStreamID(id); err != nil {
+		return StreamSettings{}, fmt.Errorf("placement stream: %w", err)
+	}
+	for _, st := range s.Streams {
+		if st.ID == id {
+			return st, nil
+		}
+	}
+	return StreamSettings{ID: id, LogDir: filepath.Join(s.DataDir, "streams", id)}, nil
+}
+
+// ClusterConfig is the actors cluster configuration of these settings; open maps a stream
+// id to its local log (see ClusterStream).
+func (s Settings) ClusterConfig(open func(stream string) (actors.StreamSpec, error)) actors.ClusterConfig {
+	return actors.ClusterConfig{MemberTTL: s.ClusterMemberTTL, ResyncRetry: s.ClusterResyncRetry, OpenStream: open}
 }

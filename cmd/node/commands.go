@@ -170,6 +170,9 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 			human(s.Fragment.Bytes), persist, lastAge, fmt.Sprintf("%d seg, %s", s.Local.Segments, human(s.Local.Bytes)))
 	}
 	t.flush()
+	if c := rep.Cluster; c != nil {
+		printCluster(out, *c)
+	}
 	for _, s := range rep.Streams {
 		if s.Pipeline.LastPersistError != "" {
 			fmt.Fprintf(out, "\n%s: last persist error: %s\n", s.Stream, s.Pipeline.LastPersistError)
@@ -569,6 +572,40 @@ func printVerify(out io.Writer, b *backends.Backends, r verify.Report) {
 		t.row("OFFSET", "OBJECT", "PROBLEM")
 		for _, f := range r.Findings {
 			t.row(fmt.Sprint(f.Offset), orDash(f.Key), f.Problem)
+		}
+		t.flush()
+	}
+}
+
+// printCluster prints the cluster part of a member's status: members, placements and the
+// replica manifests held.
+func printCluster(out io.Writer, c admin.ClusterReport) {
+	var members []string
+	for _, id := range sortedStrings(c.Members) {
+		members = append(members, id+"@"+c.Members[id])
+	}
+	tr := c.Transport
+	fmt.Fprintf(out, "\ncluster member %s at %s · members %s\n", c.Node, c.Address, strings.Join(members, ", "))
+	fmt.Fprintf(out, "  transport: %d sent, %d received, %d dropped (queue full %d, no route %d), %d rejected, %d bad messages\n",
+		tr.Sent, tr.Received, tr.QueueFull+tr.NoRoute+tr.FaultDropped+tr.PausedDropped, tr.QueueFull, tr.NoRoute, tr.Rejected, tr.BadMessages)
+	if len(c.Placements) > 0 {
+		fmt.Fprintln(out)
+		t := newTable(out)
+		t.row("STREAM", "WRITER", "EPOCH", "REPLICAS", "HERE")
+		for _, p := range c.Placements {
+			here := "-"
+			if e, ok := c.Writers[p.Stream]; ok {
+				here = fmt.Sprintf("writer (epoch %d)", e)
+			} else if r, ok := c.Replicas[p.Stream]; ok {
+				here = fmt.Sprintf("replica: revision %d epoch %d, offsets [%d, %d)", r.Revision, r.Epoch, r.FirstOffset, r.NextOffset)
+				if !r.Synced {
+					here = "replica: not synced yet"
+				}
+			}
+			if e, ok := c.Fenced[p.Stream]; ok {
+				here += fmt.Sprintf(" (fenced by epoch %d)", e)
+			}
+			t.row(p.Stream, p.Writer, fmt.Sprint(p.Epoch), orDash(strings.Join(p.Replicas, ",")), here)
 		}
 		t.flush()
 	}

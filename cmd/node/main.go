@@ -1,8 +1,8 @@
 // Command node is the streamtier node binary. With no command it runs the demo: an
 // embedded etcd and S3 endpoint under ./streamtier-data and a stream fed by the load
 // generator, tiered live. `node run` runs a node on the configured etcd and S3; the other
-// commands inspect and operate one (status, cut, retention, gc, verify) or read a local
-// log (segments dump). See docs/operations.md.
+// commands inspect and operate one (status, cut, retention, gc, verify), place a stream's
+// writer and replicas for cluster members (place), or read a local log (segments dump). See docs/operations.md.
 package main
 
 import (
@@ -53,6 +53,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return gcCmd(rest, stdout, stderr)
 	case cmd == "verify":
 		return verifyCmd(rest, stdout, stderr)
+	case cmd == "place":
+		return placeCmd(rest, stdout, stderr)
 	case cmd == "segments" && len(rest) >= 1 && rest[0] == "dump":
 		return segmentsDump(rest[1:], stdout, stderr)
 	case cmd == "settings":
@@ -68,6 +70,7 @@ const usage = `usage:
   node [flags]                      the demo: embedded etcd and S3 under ./streamtier-data, a stream
                                     fed by the load generator, tiered live (Ctrl-C stops cleanly)
   node run [--config node.yaml]     a node on the configured etcd and S3 with the declared streams
+                                    (--cluster: a cluster member; placements say what it writes)
   node status [stream] [--json]     a running node's status (or the persisted state of a stopped one)
   node cut <stream>                 cut the stream's current fragment now (running node)
   node retention <stream> [--max-bytes SIZE] [--max-age DURATION]
@@ -76,6 +79,8 @@ const usage = `usage:
                                     list (or delete) objects no persisted manifest references
   node verify <stream> [--json] [--log-dir DIR]
                                     check the stream's remote tier object by object
+  node place <stream> --writer NODE --epoch N [--replicas A,B]
+                                    write the stream's placement (cluster mode: who writes, who replicates)
   node segments dump <dir>          list every chunk of an osiris stream directory as JSON lines
   node settings                     list every setting with its flag, environment variable and default
 

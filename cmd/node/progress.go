@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -104,10 +105,13 @@ type sample struct {
 
 func (p *process) sample(ctx context.Context) sample {
 	sm := sample{at: time.Now(), uploaded: p.node.Metrics().BytesUploaded.Load(), written: map[string]int64{}}
-	for _, st := range p.streams {
+	for _, st := range p.openStreams() {
 		s, err := p.node.Status(ctx, st.id)
 		if err != nil {
 			s = actors.StreamStatus{Stream: st.id, Phase: "unknown"}
+			if p.cluster != nil && errors.Is(err, actors.ErrUnknownStream) {
+				continue // replicated here, not written
+			}
 		}
 		sm.streams = append(sm.streams, s)
 		if st.demo != nil {

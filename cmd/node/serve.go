@@ -73,15 +73,29 @@ func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 	log.Info().Str("data_dir", s.DataDir).Str("config", s.ConfigFile).Bool("embedded_etcd", s.EmbeddedEtcd()).
 		Bool("embedded_s3", s.EmbeddedS3()).Str("fragment_target_size", s.Redacted()["fragment_target_size"]).Msg("starting")
 	log.Debug().Interface("settings", s.Redacted()).Msg("settings")
+	var lis *actors.Listener
+	if s.Cluster {
+		// First, before any etcd client or embedded etcd: protoactor remote replaces gRPC's
+		// global logger, which gRPC reads without a lock (docs/cluster.md).
+		if lis, err = actors.Listen(s.ClusterListen, log); err != nil {
+			lock.Unlock()
+			fmt.Fprintf(stderr, "node: setting cluster_listen (from %s): %v\n", s.Origins["cluster_listen"], err)
+			return exitFailed
+		}
+	}
 	startCtx, cancelStart := context.WithTimeout(ctx, startTimeout)
 	defer cancelStart()
 	b, err := backends.Open(startCtx, s, lock)
 	if err != nil {
+		if lis != nil {
+			lis.Close()
+		}
 		lock.Unlock()
 		fmt.Fprintf(stderr, "node: %v\n", err)
 		return exitFailed
 	}
-	p := &process{s: s, b: b, log: log, stdout: stdout, stderr: stderr, display: display, started: started}
+	p := &process{s: s, b: b, lis: lis, log: log, stdout: stdout, stderr: stderr, display: display, started: started,
+		byID: map[string]*openStream{}}
 	defer p.close()
 	if err := p.start(startCtx); err != nil {
 		fmt.Fprintf(stderr, "node: %v\n", err)
@@ -131,21 +145,46 @@ type process struct {
 	etcdMetrics *admin.EtcdMetrics
 	node        *actors.Node
 	admin       *admin.Server
-	streams     []*openStream
-	closed      bool
+	// lis is the cluster listener until StartCluster takes it; cluster is set in cluster mode.
+	lis     *actors.Listener
+	cluster *actors.Cluster
+
+	mu      sync.Mutex // guards streams and byID: the cluster's role loop opens streams
+	streams []*openStream
+	byID    map[string]*openStream
+	closed  bool
+}
+
+// openStreams is a copy of the streams opened so far.
+func (p *process) openStreams() []*openStream {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*openStream(nil), p.streams...)
 }
 
 func (p *process) start(ctx context.Context) error {
 	s := p.s
 	p.etcdMetrics = admin.InstrumentEtcd(p.b.EtcdClient)
-	node, err := actors.Start(ctx, s.NodeConfig(p.log), p.b.Store, p.b.Meta)
-	if err != nil {
-		return err
-	}
-	p.node = node
-	for _, st := range s.Streams {
-		if err := p.addStream(st, nil); err != nil {
+	var node *actors.Node
+	if s.Cluster {
+		lis := p.lis
+		p.lis = nil // the cluster owns it now, also when it fails to start
+		c, err := actors.StartCluster(ctx, lis, s.NodeConfig(p.log), s.ClusterConfig(p.openClusterStream), p.b.Store, p.b.Meta)
+		if err != nil {
+			return fmt.Errorf("start cluster member %s: %w", s.NodeID, err)
+		}
+		p.cluster, node = c, c.Node()
+		p.node = node
+	} else {
+		n, err := actors.Start(ctx, s.NodeConfig(p.log), p.b.Store, p.b.Meta)
+		if err != nil {
 			return err
+		}
+		p.node, node = n, n
+		for _, st := range s.Streams {
+			if err := p.addStream(st, nil); err != nil {
+				return err
+			}
 		}
 	}
 	if s.Demo {
@@ -154,25 +193,74 @@ func (p *process) start(ctx context.Context) error {
 			return err
 		}
 	}
-	p.admin, err = admin.Start(s.AdminAddr, admin.Options{
+	opts := admin.Options{
 		Node: node, NodeID: s.NodeID, Started: p.started, S3: p.b.Store.Metrics(), Etcd: p.etcdMetrics,
 		RebalanceThreshold: s.RebalanceThreshold, Log: p.log,
 		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}, {Name: "s3", Check: p.b.ProbeS3}},
-	})
-	if err != nil {
+	}
+	info := backends.RunInfo{PID: os.Getpid(), NodeID: s.NodeID, Started: p.started}
+	if p.cluster != nil {
+		opts.Cluster = p.cluster
+		info.ClusterAddress = p.cluster.Address()
+	}
+	var err error
+	if p.admin, err = admin.Start(s.AdminAddr, opts); err != nil {
 		return err
 	}
-	info := p.b.RunInfoFor(backends.RunInfo{PID: os.Getpid(), NodeID: s.NodeID, AdminURL: p.admin.URL(), Started: p.started})
-	if err := backends.WriteRunInfo(s.DataDir, info); err != nil {
+	info.AdminURL = p.admin.URL()
+	if err := backends.WriteRunInfo(s.DataDir, p.b.RunInfoFor(info)); err != nil {
 		return err
 	}
-	ids := make([]string, 0, len(p.streams))
-	for _, st := range p.streams {
+	var ids []string
+	for _, st := range p.openStreams() {
 		ids = append(ids, st.id)
 	}
-	p.log.Info().Str("admin", p.admin.URL()).Str("backends", p.b.Describe()).Strs("streams", ids).
-		Dur("startup", time.Since(p.started)).Msg("node ready")
+	ev := p.log.Info().Str("admin", p.admin.URL()).Str("backends", p.b.Describe()).Strs("streams", ids)
+	if p.cluster != nil {
+		ev = ev.Str("cluster_address", p.cluster.Address())
+	}
+	ev.Dur("startup", time.Since(p.started)).Msg("node ready")
 	return nil
+}
+
+// openClusterStream is the cluster's OpenStream: the local log of a stream the placement
+// gives this node (to write or to replicate), opened once and kept open until the process
+// stops. The log must exist: this binary is not the broker, and a writer started on an
+// empty log behind the persisted manifest would take it for a previous timeline.
+func (p *process) openClusterStream(id string) (actors.StreamSpec, error) {
+	st, err := p.s.ClusterStream(id)
+	if err != nil {
+		return actors.StreamSpec{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return actors.StreamSpec{}, fmt.Errorf("stream %s: the node is stopping", id)
+	}
+	ost, ok := p.byID[id]
+	if !ok {
+		if fi, err := os.Stat(st.LogDir); err != nil || !fi.IsDir() {
+			return actors.StreamSpec{}, fmt.Errorf("stream %s: no local log directory %s (the placement names this node; the stream's log must be there, or declare the stream with its log_dir)", id, st.LogDir)
+		}
+		lg, err := segments.Open(st.LogDir, segments.Options{MaxSegmentBytes: p.s.SegmentMaxBytes})
+		if err != nil {
+			return actors.StreamSpec{}, fmt.Errorf("stream %s: %w", id, err)
+		}
+		if last, ok := lg.LastChunkID(); ok {
+			if err := lg.SetCommitted(last); err != nil {
+				return actors.StreamSpec{}, errors.Join(fmt.Errorf("stream %s: commit the recovered log: %w", id, err), lg.Close())
+			}
+		}
+		ost = &openStream{id: id, log: lg}
+		p.streams = append(p.streams, ost)
+		p.byID[id] = ost
+		p.log.Info().Str("stream", id).Str("log_dir", st.LogDir).Uint64("local_first", lg.FirstOffset()).
+			Uint64("local_next", lg.NextOffset()).Msg("stream log opened for the cluster")
+	}
+	return actors.StreamSpec{
+		Log: ost.log, Retention: p.s.Retention(st),
+		FragmentTargetSize: st.FragmentTargetSize, PersistThreshold: st.PersistThreshold, PersistInterval: st.PersistInterval,
+	}, nil
 }
 
 // addStream opens a stream's local log, commits what it holds (this process is the
@@ -186,7 +274,10 @@ func (p *process) addStream(st nodeconfig.StreamSettings, demo *nodeconfig.Setti
 		return fmt.Errorf("stream %s: %w", st.ID, err)
 	}
 	ost := &openStream{id: st.ID, log: lg}
+	p.mu.Lock()
 	p.streams = append(p.streams, ost)
+	p.byID[st.ID] = ost
+	p.mu.Unlock()
 	if last, ok := lg.LastChunkID(); ok {
 		if err := lg.SetCommitted(last); err != nil {
 			return fmt.Errorf("stream %s: commit the recovered log: %w", st.ID, err)
@@ -236,21 +327,31 @@ func (p *process) close() error {
 	if p.closed {
 		return nil
 	}
-	p.closed = true
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if p.node != nil {
+	switch {
+	case p.cluster != nil: // its role loop ends before the logs close below
+		if err := p.cluster.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	case p.node != nil:
 		if err := p.node.Stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	if p.lis != nil { // the cluster never started
+		p.lis.Close()
+	}
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
 	if p.admin != nil {
 		if err := p.admin.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, st := range p.streams {
+	for _, st := range p.openStreams() {
 		if err := st.log.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close log of %s: %w", st.id, err))
 		}
@@ -270,11 +371,14 @@ func (p *process) close() error {
 func (p *process) quiesce(ctx context.Context) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	for _, st := range p.streams {
+	for _, st := range p.openStreams() {
 		for {
 			s, err := p.node.Status(ctx, st.id)
 			if err == nil && quiet(s) {
 				break
+			}
+			if p.cluster != nil && errors.Is(err, actors.ErrUnknownStream) {
+				break // this member does not write the stream (a replica, or moved away)
 			}
 			if err == nil && s.Phase == "running" && s.Core.DrainNext >= s.LocalCommitted && s.Core.AssemblyBytes > 0 {
 				p.node.ForceCut(st.id) // an error means the reader is restarting: try again next tick
@@ -284,6 +388,11 @@ func (p *process) quiesce(ctx context.Context) error {
 				return fmt.Errorf("stream %s: not quiet after %v: %w", st.id, p.s.StopTimeout, ctx.Err())
 			case <-tick.C:
 			}
+		}
+		if p.cluster != nil {
+			// A writer that took over may leave roots of the previous writer's epoch: the
+			// wait below would not end; `node gc` collects such roots.
+			continue
 		}
 		for {
 			stale, err := p.roots(ctx, st.id)
@@ -368,7 +477,7 @@ func (p *process) summary(ctx context.Context) summary {
 	if p.b.S3 != nil {
 		sum.s3Dir = p.b.S3.Dir
 	}
-	for _, st := range p.streams {
+	for _, st := range p.openStreams() {
 		ss := streamSummary{id: st.id, committed: st.log.CommittedNext()}
 		if c, ok := p.node.Cached(st.id); ok {
 			ss.first, ss.next, ss.size = c.Manifest.FirstOffset, c.Manifest.NextOffset, c.Manifest.TotalSize
