@@ -121,8 +121,16 @@ func (r *Reader) Next() (Header, Location, error) {
 	if r.next >= l.visible.Load() {
 		return Header{}, Location{}, ErrEndOfStream
 	}
-	if r.segFirst < l.firstSeg.Load() {
-		return Header{}, Location{}, fmt.Errorf("read chunk %d: %s: %w", r.next, r.seg, ErrSegmentGone)
+	if first := l.firstSeg.Load(); r.segFirst < first {
+		// Retention deleted the reader's segment. If the reader had read all of it (its
+		// next chunk starts a segment that is still there) it moves on; otherwise the
+		// chunk it needs is gone.
+		if r.next < first {
+			return Header{}, Location{}, fmt.Errorf("read chunk %d: %s: %w", r.next, r.seg, ErrSegmentGone)
+		}
+		if err := r.roll(); err != nil {
+			return Header{}, Location{}, err
+		}
 	}
 	b, err := r.peek(r.pos, HeaderSize)
 	if err != nil {

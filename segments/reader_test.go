@@ -194,6 +194,33 @@ func TestReaderAndRangedReadsAfterDeletion(t *testing.T) {
 	}
 }
 
+// TestReaderMovesOnWhenItsReadSegmentIsDeleted: retention deletes the segment a reader has
+// read to its end (everything in it is durable); the reader continues in the next segment
+// instead of reporting it gone.
+func TestReaderMovesOnWhenItsReadSegmentIsDeleted(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{MaxSegmentChunks: 3})
+	hs := appendN(t, l, 9, 1)
+	l.SetCommitted(hs[8].ChunkID)
+	r, err := l.NewReader(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i := 0; i < 3; i++ { // the whole first segment
+		if _, _, err := r.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted, err := l.ApplyRetention(RetentionPolicy{MayDelete: func(s SegmentInfo) bool { return s.NextOffset <= hs[3].ChunkID }}, time.Now())
+	if err != nil || len(deleted) != 1 {
+		t.Fatalf("retention deleted %v, %v; want the first segment", deleted, err)
+	}
+	h, loc, err := r.Next()
+	if err != nil || h.ChunkID != hs[3].ChunkID || loc.Segment != SegmentName(hs[3].ChunkID) {
+		t.Fatalf("after its read segment was deleted the reader returned %+v at %+v, %v; want chunk %d", h, loc, err, hs[3].ChunkID)
+	}
+}
+
 func TestReaderClosed(t *testing.T) {
 	l := mustOpen(t, t.TempDir(), Options{})
 	hs := appendN(t, l, 2, 1)
