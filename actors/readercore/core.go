@@ -249,9 +249,7 @@ func (c *Core) Step(ev Event) ([]Effect, error) {
 		err = c.onPolicy(e)
 	case EvaluateRetention:
 		c.now = e.Now
-		if c.phase == phaseRunning {
-			c.wantRetention()
-		}
+		c.wantRetention() // while starting it is kept and runs once the start decision is made
 	case ReplicaRegistered:
 		err = c.onReplica(e.Replica)
 	case ResyncRequested:
@@ -325,7 +323,9 @@ func (c *Core) dropAll() {
 // registered replicas carry over.
 func (c *Core) reinitialize(reason string) {
 	c.emit(Reinitialize{Reason: reason})
+	want := c.retentionWant // a requested evaluation is not lost: it runs after resolution
 	c.dropAll()
+	c.retentionWant = want
 	c.mem = c.persisted
 	c.phase = phaseStarting
 	c.resolved = nil

@@ -80,18 +80,19 @@ func (c *Core) onGroupResult(e GroupUploadResult) error {
 }
 
 // wantRetention asks for remote retention now (policy change, on demand); it runs as soon as
-// nothing else changes the head.
+// nothing else changes the head, at the earliest when the core is running.
 func (c *Core) wantRetention() {
 	c.retentionWant = true
 	c.afterChange()
 }
 
+// onPolicy sets the new policy and asks for its evaluation. A change that arrives while the
+// core is starting (at start, after a reinitialize) is evaluated once the start decision is
+// made, not dropped.
 func (c *Core) onPolicy(e RetentionPolicyChanged) error {
 	c.policy = e.Policy
 	c.now = e.Now
-	if c.phase == phaseRunning {
-		c.wantRetention()
-	}
+	c.wantRetention()
 	return nil
 }
 
