@@ -232,7 +232,11 @@ func (r *reader) onChunks(c actor.Context, m *chunksDrained) {
 	}
 	switch {
 	case m.Gone:
-		r.step(c, readercore.DrainSegmentGone{LocalFirst: m.LocalFirst})
+		if err := r.step(c, readercore.DrainSegmentGone{LocalFirst: m.LocalFirst}); err != nil {
+			// The chunk the core expects is still held locally: read on from there rather
+			// than leave the drain waiting for a restart that will not come.
+			r.startDrain(c, r.core.Status().DrainNext)
+		}
 	case m.End:
 		r.step(c, readercore.EndOfStream{})
 	default:
@@ -240,18 +244,20 @@ func (r *reader) onChunks(c actor.Context, m *chunksDrained) {
 	}
 }
 
-// step feeds one event to the core and executes the effects it returns.
-func (r *reader) step(c actor.Context, ev readercore.Event) {
+// step feeds one event to the core and executes the effects it returns. An event the core
+// refuses (a broken contract: a bug) is logged, counted and returned; nothing changed.
+func (r *reader) step(c actor.Context, ev readercore.Event) error {
 	effects, err := r.core.Step(ev)
 	if err != nil {
 		r.n.metrics.CoreErrors.Add(1)
 		r.log.Error().Err(err).Msg("core refused an event")
-		return
+		return err
 	}
 	for _, e := range effects {
 		r.log.Debug().Stringer("effect", e).Msg("effect")
 		r.execute(c, e)
 	}
+	return nil
 }
 
 func (r *reader) execute(c actor.Context, e readercore.Effect) {
