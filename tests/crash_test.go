@@ -16,7 +16,6 @@ import (
 
 	"streamtier/actors"
 	"streamtier/actors/readercore"
-	"streamtier/manifest"
 	"streamtier/metadata"
 	"streamtier/metadata/etcdtest"
 	"streamtier/s3io"
@@ -126,20 +125,7 @@ func TestCrashRestart(t *testing.T) {
 	}
 	// Orphans: every object is referenced by the persisted tree, or is an object of a kind
 	// and key the upload path writes (a fragment or root whose persist never happened).
-	referenced := map[string]bool{}
-	_, rec, _ := e.remote(cfg.Stream)
-	referenced[manifest.RootKey(manifest.DefaultKeyPrefix, cfg.Stream, rec.Epoch, rec.RootUID)] = true
-	it := manifest.Iterate(m, 0, e.fetcher(cfg.Stream))
-	for {
-		fr, ok, err := it.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		referenced[manifest.EntryKey(manifest.DefaultKeyPrefix, cfg.Stream, fr.Entry)] = true
-	}
+	referenced := e.referencedKeys(cfg.Stream)
 	orphans := 0
 	for k := range e.objectKeys(cfg.Stream) {
 		if referenced[k] {

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"streamtier/actors"
+	"streamtier/gc"
 	"streamtier/manifest"
 	"streamtier/metadata"
 	"streamtier/metadata/etcdtest"
@@ -244,36 +245,14 @@ func testLogger(name string) zerolog.Logger {
 	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(level).With().Timestamp().Str("test", name).Logger()
 }
 
-// referencedKeys lists every object the persisted tree of stream references, groups and
-// their live descendants included, plus the root object itself.
-func (e *env) referencedKeys(stream string, m manifest.Manifest) map[string]bool {
+// referencedKeys lists every object the persisted manifest of stream references (the root,
+// every group holding live offsets, every live fragment), as garbage collection sees it.
+func (e *env) referencedKeys(stream string) map[string]bool {
 	e.t.Helper()
 	_, rec, _ := e.remote(stream)
-	keys := map[string]bool{manifest.RootKey(prefix(e.cfg), stream, rec.Epoch, rec.RootUID): true}
-	fetch := e.fetcher(stream)
-	var walk func(en manifest.Entry)
-	walk = func(en manifest.Entry) {
-		keys[manifest.EntryKey(prefix(e.cfg), stream, en)] = true
-		if en.Kind == manifest.KindFragment {
-			return
-		}
-		children, err := fetch(en)
-		if err != nil {
-			e.t.Fatalf("fetch %s at %d: %v", en.Kind, en.FirstOffset, err)
-		}
-		for i, c := range children {
-			end := en.FirstOffset // unused for the last child: it is live if the group is
-			if i+1 < len(children) {
-				end = children[i+1].FirstOffset
-			}
-			if i+1 < len(children) && end <= m.FirstOffset {
-				continue // below the root's first offset: deleted by retention
-			}
-			walk(c)
-		}
-	}
-	for _, en := range m.Entries {
-		walk(en)
+	keys, err := gc.References(context.Background(), e.store, prefix(e.cfg), stream, rec)
+	if err != nil {
+		e.t.Fatalf("references of %s: %v", stream, err)
 	}
 	return keys
 }

@@ -310,7 +310,7 @@ func TestRemoteRetentionMaxAge(t *testing.T) {
 	if m.FirstOffset != next || m.NextOffset != next || m.TotalSize != 0 || m.FirstTimestamp != -1 {
 		t.Fatalf("retained-away manifest: [%d,%d) size %d ts %d; want [%d,%d) size 0 ts -1", m.FirstOffset, m.NextOffset, m.TotalSize, m.FirstTimestamp, next, next)
 	}
-	want := e.referencedKeys("aged", m)
+	want := e.referencedKeys("aged")
 	waitFor(t, 30*time.Second, "the reaper to delete every dropped object", func() bool {
 		return sameKeys(e.objectKeys("aged"), want)
 	})

@@ -52,7 +52,7 @@ func TestTierGeneratedStream(t *testing.T) {
 		t.Fatalf("root holds %v after %d fragments with M=16: no kilo-group", kinds, frags)
 	}
 	// The bucket holds exactly what the persisted tree references.
-	want := e.referencedKeys("orders", m)
+	want := e.referencedKeys("orders")
 	waitFor(t, 60*time.Second, "the reaper to delete what retention and persists dropped", func() bool {
 		return sameKeys(e.objectKeys("orders"), want)
 	})
