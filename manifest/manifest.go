@@ -18,6 +18,9 @@ const (
 	KindGroup     Kind = 1
 	KindKiloGroup Kind = 2
 	KindMegaGroup Kind = 3
+	// KindGap is a declared hole (format version 2): a range the local log lost before it
+	// could be uploaded. It names no object; it is a leaf, like a fragment.
+	KindGap Kind = 4
 )
 
 // String names the kind as it appears in keys and logs.
@@ -31,6 +34,8 @@ func (k Kind) String() string {
 		return "kgroup"
 	case KindMegaGroup:
 		return "mgroup"
+	case KindGap:
+		return "gap"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -43,6 +48,18 @@ type Entry struct {
 	Size           uint64 // chunk-region bytes of everything below it
 	UID            uint64 // random, fresh for every object
 	Kind           Kind
+}
+
+// IsGap reports whether e declares a gap rather than naming an object.
+func (e Entry) IsGap() bool { return e.Kind == KindGap }
+
+// IsLeaf reports whether e is a fragment or a gap: what groups of kind 1 hold.
+func (e Entry) IsLeaf() bool { return e.Kind == KindFragment || e.Kind == KindGap }
+
+// GapEntry is the entry declaring that the range starting at first will never be held
+// remotely: size 0, uid 0, both timestamps -1.
+func GapEntry(first uint64) Entry {
+	return Entry{FirstOffset: first, FirstTimestamp: -1, LastTimestamp: -1, Kind: KindGap}
 }
 
 // Manifest is the root of a stream's remote tier: header values and entries sorted by
