@@ -10,8 +10,12 @@ import (
 // Byte layout constants of remote-format.md: every integer big-endian, one CRC-32 (IEEE) of
 // every byte before it at the end of each object.
 const (
-	// FormatVersion is the version written after the magic of root and group objects.
-	FormatVersion = 1
+	// FormatVersion is the version written after the magic of every new root and group
+	// object: 2, whose entries may be gaps. The project writes version 2 everywhere.
+	FormatVersion = 2
+	// MinFormatVersion is the oldest version the decoders still read: 1, the same layout
+	// without gap entries (a gap in a version 1 object is corrupt).
+	MinFormatVersion = 1
 	// EntrySize is the size of one entry, the same in the root and in groups.
 	EntrySize = 48
 	// RootHeaderSize is the root's bytes before its first entry.
@@ -31,7 +35,8 @@ const (
 )
 
 // ErrCorrupt marks a root or group object that a decoder refuses: wrong magic, unknown
-// version, bad CRC, truncation, entries out of order, or a header that contradicts them.
+// version, bad CRC, truncation, entries out of order, a gap entry where none may stand, or
+// a header that contradicts them.
 // Such an object is never treated as empty.
 var ErrCorrupt = errors.New("corrupt manifest object")
 
@@ -61,8 +66,8 @@ func RootSize(n int) int { return RootHeaderSize + EntrySize*n + CRCSize }
 // GroupSize is the encoded length of a group object with n entries.
 func GroupSize(n int) int { return GroupHeaderSize + EntrySize*n + CRCSize }
 
-// EncodeRoot serialises the root manifest as remote-format.md lays it out. It encodes what
-// it is given; callers keep m valid (Apply does).
+// EncodeRoot serialises the root manifest as remote-format.md lays it out, as version
+// FormatVersion. It encodes what it is given; callers keep m valid (Apply does).
 func EncodeRoot(m Manifest) []byte {
 	b := make([]byte, RootSize(len(m.Entries)))
 	copy(b, RootMagic)
@@ -78,10 +83,11 @@ func EncodeRoot(m Manifest) []byte {
 	return b
 }
 
-// DecodeRoot parses a root object, refusing (with a *CorruptError naming the byte) a wrong
-// magic or version, a length that does not match the entry count, a bad CRC, entries of
-// unknown kinds, with non-zero reserved bytes, unsorted or overlapping, and a header that
-// contradicts the entries (see Manifest.Check).
+// DecodeRoot parses a root object of version 1 or 2, refusing (with a *CorruptError naming
+// the byte) a wrong magic or version, a length that does not match the entry count, a bad
+// CRC, entries of unknown kinds, with non-zero reserved bytes, unsorted or overlapping, gap
+// entries in a version 1 object, illegal (non-zero size or uid, timestamps not -1),
+// adjacent or at the head, and a header that contradicts the entries (see Manifest.Check).
 func DecodeRoot(b []byte) (Manifest, error) {
 	const obj = "root"
 	if len(b) < RootSize(0) {
@@ -90,8 +96,9 @@ func DecodeRoot(b []byte) (Manifest, error) {
 	if string(b[:4]) != RootMagic {
 		return Manifest{}, corrupt(obj, 0, "magic %q, want %q", b[:4], RootMagic)
 	}
-	if v := binary.BigEndian.Uint32(b[4:]); v != FormatVersion {
-		return Manifest{}, corrupt(obj, 4, "unknown version %d (this decoder reads %d)", v, FormatVersion)
+	v, err := readVersion(obj, b)
+	if err != nil {
+		return Manifest{}, err
 	}
 	n := binary.BigEndian.Uint32(b[48:])
 	if err := checkLength(obj, b, 48, RootHeaderSize, n); err != nil {
@@ -107,9 +114,12 @@ func DecodeRoot(b []byte) (Manifest, error) {
 		FirstLastTimestamp: int64(binary.BigEndian.Uint64(b[32:])),
 		TotalSize:          binary.BigEndian.Uint64(b[40:]),
 	}
-	entries, err := readEntries(obj, b, RootHeaderSize, int(n), nil)
+	entries, err := readEntries(obj, b, RootHeaderSize, int(n), v, KindFragment)
 	if err != nil {
 		return Manifest{}, err
+	}
+	if len(entries) > 0 && entries[0].IsGap() {
+		return Manifest{}, corrupt(obj, RootHeaderSize+40, "entry 0 is a gap (a leading gap goes with the prefix)")
 	}
 	m.Entries = entries
 	for i, e := range entries {
@@ -138,8 +148,8 @@ func groupMagic(k Kind) string {
 }
 
 // EncodeGroup serialises a group object of the given kind (1 to 3) holding entries of kind
-// one lower. It encodes what it is given; a kind outside 1..3 gets a magic no decoder
-// accepts.
+// one lower (fragments and gaps for kind 1), as version FormatVersion. It encodes what it
+// is given; a kind outside 1..3 gets a magic no decoder accepts.
 func EncodeGroup(kind Kind, entries []Entry) []byte {
 	b := make([]byte, GroupSize(len(entries)))
 	copy(b, groupMagic(kind))
@@ -150,10 +160,11 @@ func EncodeGroup(kind Kind, entries []Entry) []byte {
 	return b
 }
 
-// DecodeGroup parses a group, kilo-group or mega-group object and returns its kind and
-// entries, refusing (with a *CorruptError naming the byte) a wrong magic or version, a
-// length that does not match the count, a bad CRC, no entries, entries not of the kind one
-// lower, with non-zero reserved bytes, unsorted or overlapping.
+// DecodeGroup parses a group, kilo-group or mega-group object of version 1 or 2 and returns
+// its kind and entries, refusing (with a *CorruptError naming the byte) a wrong magic or
+// version, a length that does not match the count, a bad CRC, no entries, entries not of
+// the kind one lower (a group holds fragments and, in version 2, gaps), with non-zero
+// reserved bytes, unsorted or overlapping, and illegal, adjacent or only gaps.
 func DecodeGroup(b []byte) (Kind, []Entry, error) {
 	obj := "group"
 	if len(b) < GroupSize(0) {
@@ -171,8 +182,9 @@ func DecodeGroup(b []byte) (Kind, []Entry, error) {
 		return 0, nil, corrupt(obj, 0, "magic %q, want %q, %q or %q", b[:4], GroupMagic, KiloGroupMagic, MegaGroupMagic)
 	}
 	obj = kind.String()
-	if v := binary.BigEndian.Uint32(b[4:]); v != FormatVersion {
-		return 0, nil, corrupt(obj, 4, "unknown version %d (this decoder reads %d)", v, FormatVersion)
+	v, err := readVersion(obj, b)
+	if err != nil {
+		return 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(b[8:])
 	if err := checkLength(obj, b, 8, GroupHeaderSize, n); err != nil {
@@ -184,10 +196,12 @@ func DecodeGroup(b []byte) (Kind, []Entry, error) {
 	if n == 0 {
 		return 0, nil, corrupt(obj, 8, "no entries")
 	}
-	child := kind - 1
-	entries, err := readEntries(obj, b, GroupHeaderSize, int(n), &child)
+	entries, err := readEntries(obj, b, GroupHeaderSize, int(n), v, kind)
 	if err != nil {
 		return 0, nil, err
+	}
+	if len(entries) == 1 && entries[0].IsGap() { // no two gaps are adjacent: one gap is all gaps
+		return 0, nil, corrupt(obj, GroupHeaderSize+40, "holds only gaps (a group holds at least one fragment)")
 	}
 	return kind, entries, nil
 }
@@ -232,9 +246,32 @@ func putEntries(b []byte, entries []Entry) {
 	}
 }
 
-// readEntries decodes n entries starting at byte start, checking kinds (all equal to
-// *want when want is set), reserved bytes and strictly increasing first offsets.
-func readEntries(obj string, b []byte, start, n int, want *Kind) ([]Entry, error) {
+// readVersion reads the version after the magic: MinFormatVersion to FormatVersion.
+func readVersion(obj string, b []byte) (uint32, error) {
+	v := binary.BigEndian.Uint32(b[4:])
+	if v < MinFormatVersion || v > FormatVersion {
+		return 0, corrupt(obj, 4, "unknown version %d (this decoder reads %d to %d)", v, MinFormatVersion, FormatVersion)
+	}
+	return v, nil
+}
+
+// childKindOK reports whether an entry of kind c may stand in a group of kind parent (a
+// group holds leaves: fragments and gaps), or in the root when parent is KindFragment.
+func childKindOK(parent, c Kind) bool {
+	switch parent {
+	case KindFragment:
+		return c <= KindGap
+	case KindGroup:
+		return c == KindFragment || c == KindGap
+	}
+	return c == parent-1
+}
+
+// readEntries decodes n entries of an object of the given version starting at byte start,
+// checking kinds (those a group of kind parent holds, or any for the root: parent
+// KindFragment), gaps (version 2 only, legal, never adjacent), reserved bytes and strictly
+// increasing first offsets.
+func readEntries(obj string, b []byte, start, n int, version uint32, parent Kind) ([]Entry, error) {
 	if n == 0 {
 		return nil, nil
 	}
@@ -250,15 +287,36 @@ func readEntries(obj string, b []byte, start, n int, want *Kind) ([]Entry, error
 			UID:            binary.BigEndian.Uint64(p[32:]),
 			Kind:           Kind(p[40]),
 		}
-		if e.Kind > KindMegaGroup {
+		if e.Kind > KindGap {
 			return nil, corrupt(obj, at+40, "entry %d has unknown kind %d", i, p[40])
 		}
-		if want != nil && e.Kind != *want {
-			return nil, corrupt(obj, at+40, "entry %d is a %s, a %s holds only %ss", i, e.Kind, obj, *want)
+		if e.IsGap() && version < 2 {
+			return nil, corrupt(obj, at+40, "entry %d is a gap, which a version %d object cannot hold (gaps came with version 2)", i, version)
+		}
+		if !childKindOK(parent, e.Kind) {
+			want := parent - 1
+			if parent == KindGroup {
+				return nil, corrupt(obj, at+40, "entry %d is a %s, a %s holds only fragments and gaps", i, e.Kind, obj)
+			}
+			return nil, corrupt(obj, at+40, "entry %d is a %s, a %s holds only %ss", i, e.Kind, obj, want)
 		}
 		for j := 41; j < EntrySize; j++ {
 			if p[j] != 0 {
 				return nil, corrupt(obj, at+j, "entry %d: reserved byte %d is %#x, not zero", i, j, p[j])
+			}
+		}
+		if e.IsGap() {
+			switch {
+			case e.FirstTimestamp != -1:
+				return nil, corrupt(obj, at+8, "entry %d: gap with first timestamp %d (a gap has none: -1)", i, e.FirstTimestamp)
+			case e.LastTimestamp != -1:
+				return nil, corrupt(obj, at+16, "entry %d: gap with last timestamp %d (a gap has none: -1)", i, e.LastTimestamp)
+			case e.Size != 0:
+				return nil, corrupt(obj, at+24, "entry %d: gap with size %d (a gap holds nothing)", i, e.Size)
+			case e.UID != 0:
+				return nil, corrupt(obj, at+32, "entry %d: gap with uid %016x (a gap names no object)", i, e.UID)
+			case i > 0 && entries[i-1].IsGap():
+				return nil, corrupt(obj, at+40, "entry %d is a gap right after the gap entry %d (adjacent gaps are one gap)", i, i-1)
 			}
 		}
 		if i > 0 && e.FirstOffset <= entries[i-1].FirstOffset {

@@ -33,7 +33,7 @@ func TestEncodeRootLayout(t *testing.T) {
 		got  uint64
 		want uint64
 	}{
-		{"version", uint64(be.Uint32(b[4:])), 1},
+		{"version", uint64(be.Uint32(b[4:])), 2},
 		{"first offset", be.Uint64(b[8:]), 150},
 		{"next offset", be.Uint64(b[16:]), 400},
 		{"first timestamp", be.Uint64(b[24:]), 1500},
@@ -83,7 +83,7 @@ func TestEncodeGroupLayout(t *testing.T) {
 			cs[i].Kind = kind - 1
 		}
 		b := EncodeGroup(kind, cs)
-		if string(b[:4]) != magic || binary.BigEndian.Uint32(b[4:]) != 1 || binary.BigEndian.Uint32(b[8:]) != 2 || len(b) != 12+96+4 {
+		if string(b[:4]) != magic || binary.BigEndian.Uint32(b[4:]) != 2 || binary.BigEndian.Uint32(b[8:]) != 2 || len(b) != 12+96+4 {
 			t.Fatalf("%s: header %q %x, length %d", kind, b[:4], b[4:12], len(b))
 		}
 		if binary.BigEndian.Uint64(b[12:]) != 5 || b[12+40] != byte(kind-1) {
@@ -117,13 +117,14 @@ func TestDecodeRootRejects(t *testing.T) {
 		{"empty", nil, 0, "truncated"},
 		{"short header", good[:40], 40, "truncated"},
 		{"wrong magic", mod(func(b []byte) []byte { b[3] = 'G'; return b }), 0, "magic"},
-		{"unknown version", mod(func(b []byte) []byte { b[7] = 2; return b }), 4, "unknown version 2"},
+		{"unknown version", mod(func(b []byte) []byte { b[7] = 3; return b }), 4, "unknown version 3"},
+		{"version zero", mod(func(b []byte) []byte { b[7] = 0; return b }), 4, "unknown version 0"},
 		{"truncated entry", good[:len(good)-10], 48, "truncated"},
 		{"trailing bytes", append(append([]byte(nil), good...), 0), 48, "count and length disagree"},
 		{"count too high", mod(func(b []byte) []byte { b[51] = 3; return b }), 48, "truncated"},
 		{"bad crc", mod(func(b []byte) []byte { b[len(b)-1] ^= 1; return b }), len(good) - 4, "CRC-32 mismatch"},
 		{"flipped data bit", mod(func(b []byte) []byte { b[60] ^= 0x10; return b }), len(good) - 4, "CRC-32 mismatch"},
-		{"unknown kind", mod(func(b []byte) []byte { b[140] = 4; return withCRC(b) }), 140, "unknown kind 4"},
+		{"unknown kind", mod(func(b []byte) []byte { b[140] = 5; return withCRC(b) }), 140, "unknown kind 5"},
 		{"reserved byte", mod(func(b []byte) []byte { b[95] = 1; return withCRC(b) }), 95, "reserved byte"},
 		{"unsorted", mod(func(b []byte) []byte { binary.BigEndian.PutUint64(b[100:], 50); return withCRC(b) }), 100, "unsorted or overlapping"},
 		{"overlapping", mod(func(b []byte) []byte { binary.BigEndian.PutUint64(b[100:], 100); return withCRC(b) }), 100, "unsorted or overlapping"},
@@ -170,6 +171,7 @@ func TestDecodeGroupRejects(t *testing.T) {
 		{"short", good[:15], 15, "group", "truncated"},
 		{"root magic", mod(func(b []byte) []byte { copy(b, "OSIR"); return b }), 0, "group", "magic"},
 		{"unknown version", mod(func(b []byte) []byte { b[7] = 0; return b }), 4, "group", "unknown version 0"},
+		{"version three", mod(func(b []byte) []byte { b[7] = 3; return b }), 4, "group", "unknown version 3"},
 		{"truncated", good[:len(good)-1], 8, "group", "truncated"},
 		{"trailing", append(append([]byte(nil), good...), 1, 2), 8, "group", "count and length disagree"},
 		{"bad crc", mod(func(b []byte) []byte { b[20] ^= 0xff; return b }), len(good) - 4, "group", "CRC-32 mismatch"},

@@ -85,6 +85,18 @@ func (t *tier) appendFragment(first, next, size uint64, ts1, ts2 int64) (Edit, e
 	return ed, nil
 }
 
+// declareGap applies the gap edit declaring [next offset, to) lost.
+func (t *tier) declareGap(to uint64) (Edit, error) {
+	ed, err := GapEdit(t.m, to)
+	if err != nil {
+		return Edit{}, err
+	}
+	if err := t.apply(ed); err != nil {
+		return Edit{}, err
+	}
+	return ed, nil
+}
+
 // rebalanceOnce uploads the next due group object and applies the replace edit.
 func (t *tier) rebalanceOnce() (Rebalance, Edit, bool, error) {
 	r, ok := FindRebalance(t.m, t.threshold)
@@ -152,12 +164,21 @@ func (t *tier) deleteObjects(r Retention) ([]Entry, error) {
 		}
 		objs = append(objs, list...)
 	}
+	return objs, t.remove(objs)
+}
+
+// remove deletes objects from the store, refusing gaps, unknown objects and objects
+// deleted twice.
+func (t *tier) remove(objs []Entry) error {
 	for _, o := range objs {
+		if o.IsGap() {
+			return fmt.Errorf("gap at %d handed to the reaper", o.FirstOffset)
+		}
 		if _, gone := t.deleted[o.UID]; gone {
-			return objs, fmt.Errorf("%s uid %d at %d deleted twice", o.Kind, o.UID, o.FirstOffset)
+			return fmt.Errorf("%s uid %d at %d deleted twice", o.Kind, o.UID, o.FirstOffset)
 		}
 		if _, ok := t.objects[o.UID]; !ok {
-			return objs, fmt.Errorf("%s uid %d at %d is not in the store", o.Kind, o.UID, o.FirstOffset)
+			return fmt.Errorf("%s uid %d at %d is not in the store", o.Kind, o.UID, o.FirstOffset)
 		}
 		delete(t.objects, o.UID)
 		t.deleted[o.UID] = o
@@ -165,7 +186,7 @@ func (t *tier) deleteObjects(r Retention) ([]Entry, error) {
 	for _, o := range objs {
 		delete(t.groups, o.UID)
 	}
-	return objs, nil
+	return nil
 }
 
 // persist checks that folding the captured edits over the last persisted manifest gives
@@ -198,8 +219,11 @@ func (t *tier) checkStore() error {
 	walk = func(entries []Entry, end uint64) error {
 		for i, e := range entries {
 			eEnd := endOf(entries, i, end)
-			if eEnd <= t.m.FirstOffset {
+			if eEnd <= t.m.FirstOffset || e.IsGap() {
 				continue
+			}
+			if e.UID == 0 {
+				return fmt.Errorf("%s at %d has uid 0", e.Kind, e.FirstOffset)
 			}
 			want[e.UID] = e
 			if e.Kind != KindFragment {
@@ -247,6 +271,9 @@ func entriesEqual(a, b []Entry) bool {
 func fmtTS(ts int64) string { return fmt.Sprint(ts) }
 
 func fmtEntry(e Entry, end uint64) string {
+	if e.IsGap() {
+		return fmt.Sprintf("gap [%d,%d)", e.FirstOffset, end)
+	}
 	return fmt.Sprintf("%s [%d,%d) ts=%s..%s size=%d uid=%d", e.Kind, e.FirstOffset, end, fmtTS(e.FirstTimestamp), fmtTS(e.LastTimestamp), e.Size, e.UID)
 }
 
@@ -278,7 +305,7 @@ func (t *tier) fmtTree() string {
 				mark = " (below first)"
 			}
 			fmt.Fprintf(&b, "%s%s%s\n", indent, fmtEntry(e, eEnd), mark)
-			if e.Kind != KindFragment && mark == "" {
+			if !e.IsLeaf() && mark == "" {
 				children, err := t.fetch(e)
 				if err != nil {
 					fmt.Fprintf(&b, "%s  error: %v\n", indent, err)
@@ -295,6 +322,10 @@ func (t *tier) fmtTree() string {
 func fmtEdit(ed Edit) string {
 	var ins []string
 	for _, e := range ed.Insert {
+		if e.IsGap() {
+			ins = append(ins, fmt.Sprintf("gap@%d", e.FirstOffset))
+			continue
+		}
 		ins = append(ins, fmt.Sprintf("%s@%d uid=%d size=%d", e.Kind, e.FirstOffset, e.UID, e.Size))
 	}
 	next := "-"
@@ -303,6 +334,14 @@ func fmtEdit(ed Edit) string {
 	}
 	return fmt.Sprintf("edit at=%d remove=%d insert=[%s] first=%d ts=%d first-last=%d next=%s size%+d",
 		ed.At, ed.Remove, strings.Join(ins, " "), ed.FirstOffset, ed.FirstTimestamp, ed.FirstLastTimestamp, next, ed.SizeDelta)
+}
+
+// fmtRef prints a lookup or iteration result; a gap says it is one.
+func fmtRef(ref FragmentRef) string {
+	if ref.Gap {
+		return fmtEntry(ref.Entry, ref.End) + " (declared lost)"
+	}
+	return fmtEntry(ref.Entry, ref.End)
 }
 
 func fmtObjects(objs []Entry) string {

@@ -40,13 +40,14 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// Entry points at one object of the remote tier: a fragment or a group of a lower level.
+// Entry points at one object of the remote tier (a fragment or a group of a lower level),
+// or declares a gap: a range no object will ever hold.
 type Entry struct {
 	FirstOffset    uint64 // first offset covered; the entry ends where the next one starts
-	FirstTimestamp int64  // timestamp of the first chunk below it
-	LastTimestamp  int64  // timestamp of the last chunk below it
-	Size           uint64 // chunk-region bytes of everything below it
-	UID            uint64 // random, fresh for every object
+	FirstTimestamp int64  // timestamp of the first chunk below it (gaps below are skipped); -1 for a gap
+	LastTimestamp  int64  // timestamp of the last chunk below it (gaps below are skipped); -1 for a gap
+	Size           uint64 // chunk-region bytes of everything below it; 0 for a gap
+	UID            uint64 // random, fresh for every object; 0 for a gap
 	Kind           Kind
 }
 
@@ -69,7 +70,7 @@ type Manifest struct {
 	NextOffset         uint64 // one past the last offset uploaded; where uploading resumes
 	FirstTimestamp     int64  // oldest chunk held, -1 when none
 	FirstLastTimestamp int64  // last timestamp of the oldest live fragment, -1 when none
-	TotalSize          uint64 // sum of live fragments' chunk-region bytes
+	TotalSize          uint64 // sum of live fragments' chunk-region bytes (gaps count 0)
 	Entries            []Entry
 }
 
@@ -114,9 +115,10 @@ type Edit struct {
 var ErrBadEdit = errors.New("edit does not apply")
 
 // Apply returns the manifest with e applied, or ErrBadEdit (wrapped, saying why) when the
-// splice is out of range, the edit moves next offset without being a tail append that
-// starts exactly there (so a replayed append is refused), or the result breaks the
-// manifest's invariants (see Check). m is not changed.
+// splice is out of range, the edit moves next offset without being one of the four shapes
+// that may (see checkNextMove: a fragment append, a gap append, a gap extension, the move
+// of an empty manifest; so a replayed one is refused), or the result breaks the manifest's
+// invariants (see Check). m is not changed. Replicas replay edits: Apply is their gatekeeper.
 func (m Manifest) Apply(e Edit) (Manifest, error) {
 	if e.At < 0 || e.Remove < 0 || e.At > len(m.Entries) || e.Remove > len(m.Entries)-e.At {
 		return m, fmt.Errorf("%w: splice at %d removing %d of %d entries", ErrBadEdit, e.At, e.Remove, len(m.Entries))
@@ -136,14 +138,11 @@ func (m Manifest) Apply(e Edit) (Manifest, error) {
 		}
 	}
 	if e.SetNextOffset {
-		// only an append moves next offset: at the tail, starting at the current next offset
-		switch {
-		case e.NextOffset <= m.NextOffset:
+		if e.NextOffset <= m.NextOffset {
 			return m, fmt.Errorf("%w: next offset would go from %d to %d (it only grows)", ErrBadEdit, m.NextOffset, e.NextOffset)
-		case e.At != len(m.Entries) || e.Remove != 0 || len(e.Insert) == 0:
-			return m, fmt.Errorf("%w: an edit that moves next offset must append at the tail", ErrBadEdit)
-		case e.Insert[0].FirstOffset != m.NextOffset:
-			return m, fmt.Errorf("%w: append at %d, manifest next offset is %d", ErrBadEdit, e.Insert[0].FirstOffset, m.NextOffset)
+		}
+		if err := checkNextMove(m, e); err != nil {
+			return m, fmt.Errorf("%w: %v", ErrBadEdit, err)
 		}
 	}
 	out := Manifest{
@@ -166,20 +165,89 @@ func (m Manifest) Apply(e Edit) (Manifest, error) {
 	return out, nil
 }
 
+// checkNextMove accepts exactly the edits that may move next offset up (the caller has
+// checked that it grows): (1) a fragment append, one fragment at the tail starting at next
+// offset with its size as the delta; (2) a gap append, GapEntry(next offset) at the tail
+// of a manifest whose last entry is not a gap; (3) a gap extension, the trailing gap
+// replaced by itself; (4) an empty manifest moving on, nothing inserted and first offset
+// moving with next offset. Except for an append to an empty manifest, the header stays.
+func checkNextMove(m Manifest, e Edit) error {
+	n := len(m.Entries)
+	keepsHeader := e.FirstOffset == m.FirstOffset && e.FirstTimestamp == m.FirstTimestamp && e.FirstLastTimestamp == m.FirstLastTimestamp
+	switch {
+	case e.At == n && e.Remove == 0 && len(e.Insert) == 1 && e.Insert[0].Kind == KindFragment:
+		f := e.Insert[0]
+		switch {
+		case f.FirstOffset != m.NextOffset:
+			return fmt.Errorf("append at %d, manifest next offset is %d", f.FirstOffset, m.NextOffset)
+		case e.SizeDelta < 0 || uint64(e.SizeDelta) != f.Size:
+			return fmt.Errorf("append of a %d-byte fragment with size delta %+d", f.Size, e.SizeDelta)
+		case n > 0 && !keepsHeader:
+			return fmt.Errorf("an append to a non-empty manifest changes its header")
+		}
+		return nil
+	case e.At == n && e.Remove == 0 && len(e.Insert) == 1 && e.Insert[0].IsGap():
+		switch g := e.Insert[0]; {
+		case n == 0:
+			return fmt.Errorf("a gap appended to an empty manifest would be its head (move the empty manifest instead)")
+		case m.Entries[n-1].IsGap():
+			return fmt.Errorf("a gap appended next to the trailing gap at %d (extend it instead)", m.Entries[n-1].FirstOffset)
+		case g.FirstOffset != m.NextOffset:
+			return fmt.Errorf("gap appended at %d, manifest next offset is %d", g.FirstOffset, m.NextOffset)
+		case g != GapEntry(g.FirstOffset):
+			return fmt.Errorf("gap entry at %d: %s", g.FirstOffset, gapProblem(g))
+		}
+	case n > 0 && e.At == n-1 && e.Remove == 1 && len(e.Insert) == 1 && m.Entries[n-1].IsGap():
+		if e.Insert[0] != m.Entries[n-1] {
+			return fmt.Errorf("a gap extension must keep the trailing gap at %d as it is", m.Entries[n-1].FirstOffset)
+		}
+	case n == 0 && e.At == 0 && e.Remove == 0 && len(e.Insert) == 0:
+		if e.FirstOffset != e.NextOffset || e.FirstTimestamp != -1 || e.FirstLastTimestamp != -1 {
+			return fmt.Errorf("an empty manifest moving to %d must have first offset %d and timestamps -1", e.NextOffset, e.NextOffset)
+		}
+		keepsHeader = true // the header is new by design; Check verifies the rest
+	default:
+		return fmt.Errorf("an edit that moves next offset must append at the tail (a fragment or a gap), extend the trailing gap, or move an empty manifest")
+	}
+	if e.SizeDelta != 0 {
+		return fmt.Errorf("a gap edit with size delta %+d (gaps hold nothing)", e.SizeDelta)
+	}
+	if !keepsHeader {
+		return fmt.Errorf("a gap edit changes the header")
+	}
+	return nil
+}
+
+// gapProblem says what makes e an illegal gap entry ("" when e is a legal one): a gap
+// names no object and holds no chunk, so its size and uid are 0 and its timestamps -1.
+func gapProblem(e Entry) string {
+	switch {
+	case e.Size != 0:
+		return fmt.Sprintf("gap with size %d (a gap holds nothing)", e.Size)
+	case e.UID != 0:
+		return fmt.Sprintf("gap with uid %016x (a gap names no object)", e.UID)
+	case e.FirstTimestamp != -1 || e.LastTimestamp != -1:
+		return fmt.Sprintf("gap with timestamps %d..%d (a gap has none: -1)", e.FirstTimestamp, e.LastTimestamp)
+	}
+	return ""
+}
+
 // Check verifies what the root alone can show: entries of known kinds, sorted and below
-// next offset; the first offset not above next offset and inside the first entry (readers
-// skip entries below it); and a header that agrees with the head entry: with no entries the
-// first offset equals next offset, timestamps are -1 and the size is 0; a fragment at the
-// head is wholly live (first offset, both timestamps and its size are the header's); a
-// group at the head may be partly consumed, so the total size lies between the size of the
-// entries after it and the size of all entries, and equals the latter when the first offset
-// is the group's own.
+// next offset; gap entries legal (size 0, uid 0, timestamps -1), never two in a row and
+// never the head (a leading gap goes with the prefix); the first offset not above next
+// offset and inside the first entry (readers skip entries below it); and a header that
+// agrees with the head entry: with no entries the first offset equals next offset,
+// timestamps are -1 and the size is 0; a fragment at the head is wholly live (first
+// offset, both timestamps and its size are the header's); a group at the head may be
+// partly consumed, so the total size lies between the size of the entries after it and
+// the size of all entries, and equals the latter when the first offset is the group's
+// own. Gaps count 0 in every size; header timestamps are always a fragment's.
 func (m Manifest) Check() error {
 	if m.FirstOffset > m.NextOffset {
 		return fmt.Errorf("first offset %d above next offset %d", m.FirstOffset, m.NextOffset)
 	}
 	for i, e := range m.Entries {
-		if e.Kind > KindMegaGroup {
+		if e.Kind > KindGap {
 			return fmt.Errorf("entry %d: unknown kind %d", i, e.Kind)
 		}
 		if e.FirstOffset >= m.NextOffset {
@@ -187,6 +255,18 @@ func (m Manifest) Check() error {
 		}
 		if i > 0 && e.FirstOffset <= m.Entries[i-1].FirstOffset {
 			return fmt.Errorf("entry %d starts at %d, not after entry %d at %d", i, e.FirstOffset, i-1, m.Entries[i-1].FirstOffset)
+		}
+		if !e.IsGap() {
+			continue
+		}
+		if p := gapProblem(e); p != "" {
+			return fmt.Errorf("entry %d: %s", i, p)
+		}
+		if i == 0 {
+			return fmt.Errorf("entry 0 is a gap at %d (a leading gap goes with the prefix)", e.FirstOffset)
+		}
+		if m.Entries[i-1].IsGap() {
+			return fmt.Errorf("entries %d and %d are adjacent gaps at %d and %d (they are one gap)", i-1, i, m.Entries[i-1].FirstOffset, e.FirstOffset)
 		}
 	}
 	if len(m.Entries) == 0 {
@@ -274,7 +354,7 @@ func (m Manifest) EntryEnd(i int) uint64 {
 
 // AppendEdit is the edit that appends a newly uploaded fragment covering [e.FirstOffset,
 // next). The fragment must start exactly at the manifest's next offset; anything else is a
-// bug and is refused.
+// bug and is refused. Gaps are declared with GapEdit.
 func AppendEdit(m Manifest, e Entry, next uint64) (Edit, error) {
 	if e.Kind != KindFragment {
 		return Edit{}, fmt.Errorf("%w: append of a %s entry", ErrBadEdit, e.Kind)
@@ -299,6 +379,37 @@ func AppendEdit(m Manifest, e Entry, next uint64) (Edit, error) {
 		ed.FirstOffset = e.FirstOffset
 		ed.FirstTimestamp = e.FirstTimestamp
 		ed.FirstLastTimestamp = e.LastTimestamp
+	}
+	return ed, nil
+}
+
+// GapEdit is the edit declaring [m.NextOffset, to) lost: the local log dropped it before
+// it was uploaded (local ahead), so the remote tier will never hold it. It has one of three
+// shapes: after a fragment or group, GapEntry(m.NextOffset) is appended at the tail; after
+// a trailing gap, that gap is replaced by itself and simply ends at to (adjacent gaps
+// merge); on a manifest with no entries nothing is inserted and first and next offset both
+// move to to (a leading gap is never kept). Next offset becomes to, size delta 0, the
+// header otherwise unchanged. to must be above m.NextOffset, else ErrBadEdit.
+func GapEdit(m Manifest, to uint64) (Edit, error) {
+	if to <= m.NextOffset {
+		return Edit{}, fmt.Errorf("%w: gap [%d, %d) is empty or goes back", ErrBadEdit, m.NextOffset, to)
+	}
+	n := len(m.Entries)
+	ed := Edit{
+		At:                 n,
+		FirstOffset:        m.FirstOffset,
+		FirstTimestamp:     m.FirstTimestamp,
+		FirstLastTimestamp: m.FirstLastTimestamp,
+		SetNextOffset:      true,
+		NextOffset:         to,
+	}
+	switch {
+	case n == 0:
+		ed.FirstOffset, ed.FirstTimestamp, ed.FirstLastTimestamp = to, -1, -1
+	case m.Entries[n-1].IsGap():
+		ed.At, ed.Remove, ed.Insert = n-1, 1, []Entry{m.Entries[n-1]}
+	default:
+		ed.Insert = []Entry{GapEntry(m.NextOffset)}
 	}
 	return ed, nil
 }

@@ -5,8 +5,9 @@ import "fmt"
 // DefaultRebalanceThreshold is M, the entries folded into one group object.
 const DefaultRebalanceThreshold = 1024
 
-// Rebalance is one fold: the run of Children (threshold entries of kind Kind-1, starting at
-// root index At) becomes one group object of kind Kind.
+// Rebalance is one fold: the run of Children (threshold entries of kind Kind-1, or leaves:
+// fragments and gaps for a group, starting at root index At) becomes one group object of
+// kind Kind.
 type Rebalance struct {
 	At       int     // index in the root of the first entry of the run
 	Kind     Kind    // kind of the group object to create (children are Kind-1)
@@ -14,9 +15,10 @@ type Rebalance struct {
 }
 
 // FindRebalance returns the next fold due in m, if any. A run is a maximal sequence of
-// consecutive root entries of one kind below mega-groups; the first run, scanning from the
-// head, that holds at least threshold entries is due, and its first threshold entries are
-// folded. Scanning from the head folds the highest due level first, which keeps the root's
+// consecutive root entries of one kind below mega-groups, a gap counting as a fragment
+// (both are leaves); the first run, scanning from the head, that holds at least threshold
+// entries is due, and its first threshold entries are folded (a run of leaves never holds
+// only gaps: no two are adjacent). Scanning from the head folds the highest due level first, which keeps the root's
 // kinds non-increasing from head to tail. Cascading works by applying the replace edit and
 // calling again. A threshold below 2 disables rebalancing.
 func FindRebalance(m Manifest, threshold int) (Rebalance, bool) {
@@ -24,9 +26,9 @@ func FindRebalance(m Manifest, threshold int) (Rebalance, bool) {
 		return Rebalance{}, false
 	}
 	for start := 0; start < len(m.Entries); {
-		k := m.Entries[start].Kind
+		k := runKind(m.Entries[start])
 		end := start + 1
-		for end < len(m.Entries) && m.Entries[end].Kind == k {
+		for end < len(m.Entries) && runKind(m.Entries[end]) == k {
 			end++
 		}
 		if k < KindMegaGroup && end-start >= threshold {
@@ -38,18 +40,32 @@ func FindRebalance(m Manifest, threshold int) (Rebalance, bool) {
 	return Rebalance{}, false
 }
 
-// Group is the root entry of the new group object: the first child's first offset and
-// first timestamp, the last child's last timestamp, and the sum of the children's sizes.
+// runKind is the kind an entry counts as in a run: gaps are leaves like fragments.
+func runKind(e Entry) Kind {
+	if e.IsGap() {
+		return KindFragment
+	}
+	return e.Kind
+}
+
+// Group is the root entry of the new group object: the first child's first offset, the
+// first timestamp of the first child and the last timestamp of the last child that are
+// not gaps (gaps have none), and the sum of the children's sizes (gaps count 0).
 func (r Rebalance) Group(uid uint64) Entry {
 	g := Entry{UID: uid, Kind: r.Kind}
 	if len(r.Children) == 0 {
 		return g
 	}
-	first, last := r.Children[0], r.Children[len(r.Children)-1]
-	g.FirstOffset = first.FirstOffset
-	g.FirstTimestamp = first.FirstTimestamp
-	g.LastTimestamp = last.LastTimestamp
+	g.FirstOffset = r.Children[0].FirstOffset
+	seen := false
 	for _, c := range r.Children {
+		if c.IsGap() {
+			continue
+		}
+		if !seen {
+			g.FirstTimestamp, seen = c.FirstTimestamp, true
+		}
+		g.LastTimestamp = c.LastTimestamp
 		g.Size += c.Size
 	}
 	return g

@@ -8,7 +8,8 @@ import (
 
 // Policy is a stream's remote retention: a prefix of whole fragments goes while the total
 // size exceeds MaxBytes, or while the head fragment's last timestamp is older than now -
-// MaxAgeMillis. Zero (or a negative age) means no limit of that kind.
+// MaxAgeMillis. Zero (or a negative age) means no limit of that kind. Gaps hold no bytes
+// and no timestamps: they never stop the prefix, they go with the fragments before them.
 type Policy struct {
 	MaxBytes     uint64
 	MaxAgeMillis int64
@@ -137,12 +138,13 @@ func EvaluateRetentionWith(m Manifest, p Policy, nowMillis int64, fetch GroupFet
 
 // ExpandForDelete lists the children of a group deleted whole that are still to be deleted
 // with it: those holding offsets at or after from (the root's first offset before the
-// edit). Children below from went in earlier runs. A child group in the result is partly
-// or wholly live: expand it in turn with the same from.
+// edit). Children below from went in earlier runs; gaps name no object and are never
+// listed. A child group in the result is partly or wholly live: expand it in turn with the
+// same from.
 func ExpandForDelete(group Entry, children []Entry, from uint64) []Entry {
 	var out []Entry
 	for i, c := range children {
-		if i+1 == len(children) || children[i+1].FirstOffset > from {
+		if !c.IsGap() && (i+1 == len(children) || children[i+1].FirstOffset > from) {
 			out = append(out, c)
 		}
 	}
@@ -151,11 +153,14 @@ func ExpandForDelete(group Entry, children []Entry, from uint64) []Entry {
 
 // CollectForDelete lists every object to delete for one entry of Retention.Delete: a
 // fragment alone, or a group's live descendants (fetched through fetch) followed by the
-// group object itself.
+// group object itself. A gap names no object: it yields nothing.
 func CollectForDelete(e Entry, from uint64, fetch GroupFetcher) ([]Entry, error) {
 	var out []Entry
 	var collect func(e Entry, depth int) error
 	collect = func(e Entry, depth int) error {
+		if e.IsGap() {
+			return nil
+		}
 		if e.Kind != KindFragment {
 			if depth >= maxDepth {
 				return fmt.Errorf("%s at offset %d: tree deeper than %d levels", e.Kind, e.FirstOffset, maxDepth)
@@ -223,6 +228,11 @@ func (w *walker) level(entries []Entry, head int, headLive uint64, end uint64, d
 		if i == head {
 			live = headLive
 		}
+		if e.IsGap() {
+			// no bytes, no timestamps: a gap never stops the walk, so that it never becomes
+			// the head; it goes with what went before it (and names no object to delete)
+			continue
+		}
 		if e.Kind == KindFragment {
 			if !w.drops(e.LastTimestamp) {
 				w.land = e
@@ -274,6 +284,9 @@ func (w *walker) level(entries []Entry, head int, headLive uint64, end uint64, d
 			childLive = live - rest
 			if c := children[j]; c.Kind == KindFragment && c.FirstOffset != w.from {
 				return 0, 0, fmt.Errorf("%w: first offset %d falls inside the fragment at %d of %s at %d", ErrCorrupt, w.from, c.FirstOffset, e.Kind, e.FirstOffset)
+			}
+			if c := children[j]; c.IsGap() {
+				return 0, 0, fmt.Errorf("%w: first offset %d falls on the gap at %d of %s at %d (a leading gap goes with the prefix)", ErrCorrupt, w.from, c.FirstOffset, e.Kind, e.FirstOffset)
 			}
 		}
 		mark := len(w.dels)
@@ -339,11 +352,13 @@ var ErrStaleRetention = errors.New("retention decision is stale")
 
 // Rebase returns the decision's edit for cur, a manifest that may have grown at its tail
 // since the one evaluated (the writer evaluates the persisted manifest and applies the
-// edit to its in-memory one, which may hold newer fragments). The same prefix goes with
-// the same size delta; when the decision empties the evaluated manifest and cur holds
-// newer entries, the header moves to cur's next fragment instead. It fails with
-// ErrStaleRetention when cur's head is not the evaluated one, or when the entry after the
-// removed prefix is a group (its first fragment is not known): evaluate again then.
+// edit to its in-memory one, which may hold newer fragments and gaps, its trailing gap
+// possibly extended). The same prefix goes with the same size delta; when the decision
+// empties the evaluated manifest and cur holds newer entries, the header moves to cur's
+// next fragment instead, a gap before it going too (cur empties when only a gap follows).
+// It fails with ErrStaleRetention when cur's head is not the evaluated one, or when the
+// entry after the removed prefix is a group (its first fragment is not known): evaluate
+// again then.
 func (r Retention) Rebase(cur Manifest) (Edit, error) {
 	if !r.Changed {
 		return Edit{}, fmt.Errorf("%w: nothing was decided", ErrStaleRetention)
@@ -364,12 +379,18 @@ func (r Retention) Rebase(cur Manifest) (Edit, error) {
 		}
 		return ed, nil
 	}
+	if ed.Remove < len(cur.Entries) && cur.Entries[ed.Remove].FirstOffset < ev.NextOffset {
+		return Edit{}, fmt.Errorf("%w: root entry %d starts at %d, below the evaluated next offset %d", ErrStaleRetention, ed.Remove, cur.Entries[ed.Remove].FirstOffset, ev.NextOffset)
+	}
+	if ed.Remove < len(cur.Entries) && cur.Entries[ed.Remove].IsGap() {
+		ed.Remove++ // a gap never becomes the head
+	}
 	if len(cur.Entries) == ed.Remove {
-		ed.FirstOffset = cur.NextOffset
+		ed.FirstOffset, ed.FirstTimestamp, ed.FirstLastTimestamp = cur.NextOffset, -1, -1
 		return ed, nil
 	}
 	next := cur.Entries[ed.Remove]
-	if next.Kind != KindFragment || next.FirstOffset != ev.NextOffset {
+	if next.Kind != KindFragment {
 		return Edit{}, fmt.Errorf("%w: the entry after the removed prefix is a %s at %d", ErrStaleRetention, next.Kind, next.FirstOffset)
 	}
 	ed.FirstOffset, ed.FirstTimestamp, ed.FirstLastTimestamp = next.FirstOffset, next.FirstTimestamp, next.LastTimestamp

@@ -19,11 +19,13 @@ import (
 //	init [next=N] [threshold=M]             empty manifest (never uploaded, or reset at N)
 //	append first=F next=N size=S ts=A,B      one fragment covering [F, N)
 //	append-run count=K len=L size=S ts=T [step=D]  K fragments of L offsets from next offset
+//	gap to=N                                 declare [next offset, N) lost (GapEdit)
 //	rebalance [cascade]                      fold the next due run (all of them with cascade)
 //	retain [max-bytes=B] [max-age=A] now=T   evaluate, fetching groups as asked, apply, delete
 //	lookup offset=O | ts=T                   find a fragment
 //	iterate [from=O]                         the live fragments from O
 //	summary [threshold=M]                    what status shows
+//	count-gaps                               CountGaps over the whole tree
 //	persist                                  fold the captured edits over the last persisted root
 //	print                                    the root and every group below it
 func TestScenarios(t *testing.T) {
@@ -97,6 +99,26 @@ func runCommand(t *testing.T, d *datadriven.TestData, trp **tier) string {
 		}
 		return fmtRoot(tr.m)
 
+	case "gap":
+		var to uint64
+		d.ScanArgs(t, "to", &to)
+		before := tr.m
+		ed, err := tr.declareGap(to)
+		if err != nil {
+			if !tr.m.Equal(before) {
+				d.Fatalf(t, "a refused gap changed the manifest")
+			}
+			return errString(err)
+		}
+		return fmtEdit(ed) + "\n" + fmtRoot(tr.m)
+
+	case "count-gaps":
+		n, offs, err := CountGaps(tr.m, tr.fetch)
+		if err != nil {
+			return errString(err)
+		}
+		return fmt.Sprintf("gap entries=%d gap offsets=%d", n, offs)
+
 	case "rebalance":
 		var b strings.Builder
 		for {
@@ -151,7 +173,10 @@ func runCommand(t *testing.T, d *datadriven.TestData, trp **tier) string {
 			if err != nil {
 				return errString(err)
 			}
-			return fmtEntry(ref.Entry, ref.End)
+			if ref.Gap != ref.Entry.IsGap() {
+				d.Fatalf(t, "lookup result Gap=%t for a %s", ref.Gap, ref.Entry.Kind)
+			}
+			return fmtRef(ref)
 		}
 		var ts int64
 		d.ScanArgs(t, "ts", &ts)
@@ -159,7 +184,10 @@ func runCommand(t *testing.T, d *datadriven.TestData, trp **tier) string {
 		if err != nil {
 			return errString(err)
 		}
-		return fmtEntry(ref.Entry, ref.End)
+		if ref.Gap || ref.Entry.Kind != KindFragment {
+			d.Fatalf(t, "a timestamp lookup returned a %s", ref.Entry.Kind)
+		}
+		return fmtRef(ref)
 
 	case "iterate":
 		var from uint64
@@ -175,7 +203,10 @@ func runCommand(t *testing.T, d *datadriven.TestData, trp **tier) string {
 			if !ok {
 				break
 			}
-			b.WriteString(fmtEntry(ref.Entry, ref.End) + "\n")
+			if ref.Gap != ref.Entry.IsGap() {
+				d.Fatalf(t, "iterator result Gap=%t for a %s", ref.Gap, ref.Entry.Kind)
+			}
+			b.WriteString(fmtRef(ref) + "\n")
 		}
 		if b.Len() == 0 {
 			b.WriteString("nothing\n")
@@ -187,7 +218,11 @@ func runCommand(t *testing.T, d *datadriven.TestData, trp **tier) string {
 		threshold := tr.threshold
 		d.MaybeScanArgs(t, "threshold", &threshold)
 		s := tr.m.Summary(threshold)
-		return fmt.Sprintf("first=%d next=%d size=%d fragments=%d oldest=%d", s.FirstOffset, s.NextOffset, s.TotalSize, s.Fragments, s.OldestTimestamp)
+		out := fmt.Sprintf("first=%d next=%d size=%d fragments=%d oldest=%d", s.FirstOffset, s.NextOffset, s.TotalSize, s.Fragments, s.OldestTimestamp)
+		if s.GapEntries > 0 || s.GapOffsets > 0 {
+			out += fmt.Sprintf(" root-gaps=%d root-gap-offsets=%d", s.GapEntries, s.GapOffsets)
+		}
+		return out
 
 	case "persist":
 		n := len(tr.edits)
