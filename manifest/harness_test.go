@@ -97,6 +97,26 @@ func (t *tier) declareGap(to uint64) (Edit, error) {
 	return ed, nil
 }
 
+// truncate cuts the tier back to at with TruncateTail, deletes what it drops (expanded
+// with TruncateResult.Objects, refusing to delete anything twice), and makes the result the
+// new base of the edit fold: a truncation is not an edit; the writer persists the new root
+// (with the prefix fragment's append) and syncs replicas with it.
+func (t *tier) truncate(at uint64) (TruncateResult, []Entry, error) {
+	res, err := TruncateTail(t.m, at, t.fetch)
+	if err != nil {
+		return res, nil, err
+	}
+	objs, err := res.Objects(t.fetch)
+	if err != nil {
+		return res, nil, err
+	}
+	if err := t.remove(objs); err != nil {
+		return res, objs, err
+	}
+	t.m, t.persisted, t.edits = res.Manifest, res.Manifest, nil
+	return res, objs, nil
+}
+
 // rebalanceOnce uploads the next due group object and applies the replace edit.
 func (t *tier) rebalanceOnce() (Rebalance, Edit, bool, error) {
 	r, ok := FindRebalance(t.m, t.threshold)

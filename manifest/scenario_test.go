@@ -20,6 +20,8 @@ import (
 //	append first=F next=N size=S ts=A,B      one fragment covering [F, N)
 //	append-run count=K len=L size=S ts=T [step=D]  K fragments of L offsets from next offset
 //	gap to=N                                 declare [next offset, N) lost (GapEdit)
+//	truncate at=A [prefix-size=S prefix-ts=A,B]  TruncateTail, delete what it drops, and
+//	                                         append the straddling fragment's prefix
 //	rebalance [cascade]                      fold the next due run (all of them with cascade)
 //	retain [max-bytes=B] [max-age=A] now=T   evaluate, fetching groups as asked, apply, delete
 //	lookup offset=O | ts=T                   find a fragment
@@ -111,6 +113,45 @@ func runCommand(t *testing.T, d *datadriven.TestData, trp **tier) string {
 			return errString(err)
 		}
 		return fmtEdit(ed) + "\n" + fmtRoot(tr.m)
+
+	case "truncate":
+		var at uint64
+		d.ScanArgs(t, "at", &at)
+		before := tr.m
+		res, objs, err := tr.truncate(at)
+		if err != nil {
+			if !tr.m.Equal(before) {
+				d.Fatalf(t, "a refused truncation changed the manifest")
+			}
+			return errString(err)
+		}
+		var b strings.Builder
+		if res.Straddle != nil {
+			fmt.Fprintf(&b, "straddle: %s\n", fmtEntry(*res.Straddle, res.StraddleEnd))
+		}
+		var named []string
+		for _, e := range res.Dropped {
+			named = append(named, fmt.Sprintf("%s@%d", e.Kind, e.FirstOffset))
+		}
+		if len(named) == 0 {
+			named = []string{"nothing"}
+		}
+		fmt.Fprintf(&b, "dropped: %s\n", strings.Join(named, " "))
+		if len(objs) > 0 {
+			fmt.Fprintf(&b, "deleted objects: %s\n", fmtObjects(objs))
+		}
+		b.WriteString(fmtRoot(tr.m))
+		if res.Straddle != nil && d.HasArg("prefix-size") {
+			var size uint64
+			d.ScanArgs(t, "prefix-size", &size)
+			ts := scanInts(t, d, "prefix-ts", 2)
+			ed, err := tr.appendFragment(res.Straddle.FirstOffset, at, size, ts[0], ts[1])
+			if err != nil {
+				return b.String() + errString(err)
+			}
+			b.WriteString("prefix " + fmtEdit(ed) + "\n" + fmtRoot(tr.m))
+		}
+		return b.String()
 
 	case "count-gaps":
 		n, offs, err := CountGaps(tr.m, tr.fetch)
