@@ -25,8 +25,11 @@ type Metrics struct {
 	PersistNotFound      atomic.Int64
 	PersistFailures      atomic.Int64
 	ResolveFailures      atomic.Int64
-	Resets               atomic.Int64
+	Gaps                 atomic.Int64 // gaps declared: the local log lost offsets before upload
 	GapOffsets           atomic.Int64
+	Truncations          atomic.Int64 // divergence truncations of the remote tier
+	TruncatedOffsets     atomic.Int64
+	DivergedStalls       atomic.Int64 // stalls because the local log shares no chunk with the remote tier
 	Reinitializations    atomic.Int64
 	ReaderCrashes        atomic.Int64
 	CoreErrors           atomic.Int64

@@ -287,6 +287,35 @@ func (n *Node) Status(ctx context.Context, id string) (StreamStatus, error) {
 	return st, nil
 }
 
+// TruncateRemote is an operator's word for a stream whose local log shares no chunk with its
+// remote tier (status phase "diverged"): the remote tier is cut back to below the local
+// log's first offset (at a fragment boundary), the cut is persisted, and tiering resumes
+// from the local log. What lies above the cut is deleted: this is the one command that
+// removes durable data, so it is refused for a stream in any other state.
+func (n *Node) TruncateRemote(ctx context.Context, id string) error {
+	h, err := n.handle(id)
+	if err != nil {
+		return err
+	}
+	pid := h.readerPID()
+	if pid == nil {
+		return fmt.Errorf("stream %s: %w", id, ErrStreamStarting)
+	}
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	res, err := n.root.RequestFuture(pid, truncateRequestMsg{}, timeout).Result()
+	if err != nil {
+		return fmt.Errorf("truncate %s: %w", id, err)
+	}
+	tr, ok := res.(truncateResult)
+	if !ok {
+		return fmt.Errorf("truncate %s: unexpected answer %T", id, res)
+	}
+	return tr.Err
+}
+
 // GovernorStatus reports the governor's bucket and queue.
 func (n *Node) GovernorStatus(ctx context.Context) (GovernorStatus, error) {
 	res, err := n.root.RequestFuture(n.governor, governorStatusRequest{}, 5*time.Second).Result()

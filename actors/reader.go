@@ -28,13 +28,19 @@ type (
 		Resync  bool
 	}
 	statusRequestMsg struct{}
+	// truncateRequestMsg is an operator's truncate of a remote tier sharing no chunk with
+	// the local log; the reader answers with an error (nil when done).
+	truncateRequestMsg struct{}
+	truncateResult     struct{ Err error }
 	resolveRetryMsg  struct{}
 	retentionTickMsg struct{}
 )
 
-// resolvedMsg is the outcome of one resolution attempt.
+// resolvedMsg is the outcome of one resolution attempt: the manifest, compared with the
+// local log as it was (Log) when the comparison ran.
 type resolvedMsg struct {
 	Resolved readercore.Resolved
+	Log      readercore.LogOpened
 	Err      error
 }
 
@@ -120,6 +126,12 @@ func (r *reader) Receive(c actor.Context) {
 		}
 	case statusRequestMsg:
 		c.Respond(r.status())
+	case truncateRequestMsg:
+		if !r.running {
+			c.Respond(truncateResult{fmt.Errorf("stream %s: %w", r.h.spec.ID, ErrStreamStarting)})
+			return
+		}
+		c.Respond(truncateResult{r.step(c, readercore.OperatorTruncate{})})
 	case readercore.Event: // results and timers go straight to the core
 		r.step(c, m)
 	}
@@ -156,7 +168,15 @@ func (r *reader) resolve(c actor.Context) {
 	n, h := r.n, r.h
 	spawnTask(c, r.ctx, func(ctx context.Context) any {
 		res, err := resolveManifest(ctx, n, h, stream)
-		return &resolvedMsg{Resolved: res, Err: err}
+		lg := h.spec.Log
+		opened := readercore.LogOpened{First: lg.FirstOffset(), Next: lg.NextOffset(), Epoch: h.spec.Epoch}
+		if err == nil {
+			res.Comparison, err = compareWithLocal(ctx, n, stream, h.spec.Epoch, lg, res.Manifest, opened.First, opened.Next)
+			if err != nil {
+				err = fmt.Errorf("resolve %s: %w", stream, err)
+			}
+		}
+		return &resolvedMsg{Resolved: res, Log: opened, Err: err}
 	})
 }
 
@@ -198,18 +218,20 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 		return
 	}
 	if m.Err != nil {
-		r.resolveTries++
-		r.resolveErr = m.Err.Error()
-		delay := min(100*time.Millisecond<<min(r.resolveTries-1, 10), r.n.cfg.ResolveBackoffMax)
-		r.n.metrics.ResolveFailures.Add(1)
-		r.log.Warn().Err(m.Err).Int("attempt", r.resolveTries).Dur("retry_in", delay).Msg("cannot resolve the manifest; retrying")
-		r.timers.after(c.ActorSystem().Root, c.Self(), delay, resolveRetryMsg{})
+		r.retryResolve(c, m.Err)
+		return
+	}
+	if err := r.step(c, m.Resolved); err != nil {
+		r.retryResolve(c, err)
+		return
+	}
+	if err := r.step(c, m.Log); err != nil {
+		// The core refused the start (a comparison that does not fit the log): it is
+		// still starting and waits for a new resolution.
+		r.retryResolve(c, err)
 		return
 	}
 	r.running, r.resolveErr = true, ""
-	log := r.h.spec.Log
-	r.step(c, m.Resolved)
-	r.step(c, readercore.LogOpened{First: log.FirstOffset(), Next: log.NextOffset(), Epoch: r.h.spec.Epoch})
 	for _, w := range r.h.outstanding() {
 		r.waiters[w.Waiter] = true
 		r.step(c, w)
@@ -221,6 +243,17 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 	r.step(c, readercore.EvaluateRetention{Now: time.Now().UnixMilli()})
 	r.timers.after(c.ActorSystem().Root, c.Self(), r.n.cfg.RetentionInterval, retentionTickMsg{})
 	r.log.Info().Int64("revision", m.Resolved.Revision).Uint64("next_offset", m.Resolved.Manifest.NextOffset).Msg("manifest resolved")
+}
+
+// retryResolve counts a failed resolution, says why in status and the log, and tries again
+// after a growing delay.
+func (r *reader) retryResolve(c actor.Context, err error) {
+	r.resolveTries++
+	r.resolveErr = err.Error()
+	delay := min(100*time.Millisecond<<min(r.resolveTries-1, 10), r.n.cfg.ResolveBackoffMax)
+	r.n.metrics.ResolveFailures.Add(1)
+	r.log.Warn().Err(err).Int("attempt", r.resolveTries).Dur("retry_in", delay).Msg("cannot resolve the manifest; retrying")
+	r.timers.after(c.ActorSystem().Root, c.Self(), delay, resolveRetryMsg{})
 }
 
 func (r *reader) onChunks(c actor.Context, m *chunksDrained) {
@@ -266,14 +299,25 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 	switch e := e.(type) {
 	case readercore.StartDrain:
 		r.startDrain(c, e.From)
-	case readercore.Reset:
-		r.n.metrics.Resets.Add(1)
-		r.log.Warn().Str("reason", e.Reason.String()).Uint64("drain_from", e.DrainFrom).Uint64("gap_from", e.GapFrom).
-			Int("dropped_transfers", e.DroppedTransfers).Int("stale_objects", len(e.Stale)).Msg("upload path reset")
-		if e.DrainFrom > e.GapFrom {
-			r.n.metrics.GapOffsets.Add(int64(e.DrainFrom - e.GapFrom))
+	case readercore.DeclareGap:
+		r.n.metrics.Gaps.Add(1)
+		r.n.metrics.GapOffsets.Add(int64(e.To - e.From))
+		r.log.Warn().Str("reason", e.Reason.String()).Uint64("gap_from", e.From).Uint64("gap_to", e.To).
+			Int("dropped_transfers", e.DroppedTransfers).Int("dropped_chunks", e.DroppedChunks).
+			Msg("the local log lost offsets before they were uploaded: declared a gap, the remote tier keeps everything else")
+	case readercore.TruncateRemote:
+		r.n.metrics.Truncations.Add(1)
+		if e.OldNext > e.At {
+			r.n.metrics.TruncatedOffsets.Add(int64(e.OldNext - e.At))
 		}
-		r.startDrain(c, e.DrainFrom)
+		r.log.Warn().Str("reason", e.Reason.String()).Uint64("at", e.At).Uint64("old_next", e.OldNext).Uint64("drain_from", e.DrainFrom).
+			Int("dropped_objects", len(e.Dropped)).Int("expanded_groups", len(e.Alone)).Bool("prefix_copied", e.Copy).
+			Msg("the local log diverged from the remote tier: truncating the remote tier to the last chunk both hold")
+	case readercore.StalledDiverged:
+		r.n.metrics.DivergedStalls.Add(1)
+		r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
+			Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).
+			Msg("the local log shares no chunk with the remote tier: nothing is deleted or uploaded until an operator runs 'node truncate' (or restores the local log)")
 	case readercore.RegisterOffsetListener:
 		c.Send(r.drain, drainListen{Offset: e.Offset, Gen: r.drainGen})
 	case readercore.SubmitTransfer:
@@ -485,6 +529,9 @@ func (r *reader) reap(c actor.Context, e readercore.DeleteObjects) {
 		} else {
 			req.Groups = append(req.Groups, reapGroup{Entry: en, From: e.From})
 		}
+	}
+	for _, en := range e.Alone { // groups a truncation expanded: their children stay
+		req.Keys = append(req.Keys, manifest.EntryKey(prefix, stream, en))
 	}
 	for _, root := range e.Roots {
 		req.Keys = append(req.Keys, manifest.RootKey(prefix, stream, root.Epoch, root.UID))

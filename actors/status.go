@@ -52,6 +52,9 @@ func (r *reader) status() StreamStatus {
 	if r.running {
 		st.Core = r.core.Status()
 		st.Phase = st.Core.Phase
+		if st.Core.Diverged {
+			st.Phase = "diverged"
+		}
 		st.LagBytes, st.LagSeconds = lag(segs, st.Core.PersistedNext, st.LocalCommitted, time.Now())
 	}
 	return st

@@ -98,6 +98,14 @@ func (c Client) Cut(ctx context.Context, id string) (ActionResult, error) {
 	return r, err
 }
 
+// Truncate asks the node to truncate the remote tier of a stream whose local log shares no
+// chunk with it (status phase "diverged").
+func (c Client) Truncate(ctx context.Context, id string) (ActionResult, error) {
+	var r ActionResult
+	err := c.do(ctx, http.MethodPost, "/streams/"+url.PathEscape(id)+"/truncate", &r)
+	return r, err
+}
+
 // Retention asks the node to evaluate the stream's remote retention now; with a policy it
 // first sets the stream's policy.
 func (c Client) Retention(ctx context.Context, id string, p *manifest.Policy) (ActionResult, error) {

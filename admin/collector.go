@@ -92,7 +92,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		name string
 		v    int64
 	}{
-		{"resolve_failure", m.ResolveFailures.Load()}, {"reset", m.Resets.Load()},
+		{"resolve_failure", m.ResolveFailures.Load()}, {"gap", m.Gaps.Load()}, {"truncation", m.Truncations.Load()}, {"diverged_stall", m.DivergedStalls.Load()},
 		{"reinitialization", m.Reinitializations.Load()}, {"reader_crash", m.ReaderCrashes.Load()},
 		{"core_error", m.CoreErrors.Load()}, {"stall", m.Stalls.Load()},
 		{"remote_retention_run", m.RemoteRetentionRuns.Load()}, {"local_segment_deleted", m.LocalSegmentsDeleted.Load()},

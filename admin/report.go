@@ -25,6 +25,7 @@ type Node interface {
 	ForceCut(id string) error
 	EvaluateRetention(id string) error
 	SetRetention(id string, p manifest.Policy) error
+	TruncateRemote(ctx context.Context, id string) error
 }
 
 // Report is the body of /status: the node, then each stream in id order.
@@ -278,7 +279,8 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 			"transient_retries": int64(c.Counters.TransientRetries), "non_transient_retries": int64(c.Counters.NonTransientRetries),
 			"deadline_resubmits": int64(c.Counters.DeadlineResubmits), "ignored_results": int64(c.Counters.IgnoredResults),
 			"persists": int64(c.Counters.Persists), "persist_failures": int64(c.Counters.PersistFailures),
-			"resets": int64(c.Counters.Resets), "gap_offsets": int64(c.Counters.GapOffsets),
+			"gaps": int64(c.Counters.Gaps), "gap_offsets": int64(c.Counters.GapOffsets),
+			"truncations": int64(c.Counters.Truncations), "truncated_offsets": int64(c.Counters.TruncatedOffsets),
 			"reinitializations": int64(c.Counters.Reinitializations), "rebalances": int64(c.Counters.Rebalances),
 			"retention_runs": int64(c.Counters.RetentionRuns), "retention_failures": int64(c.Counters.RetentionFailures),
 		},

@@ -103,6 +103,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /status", s.status)
 	mux.HandleFunc("GET /streams/{id}", s.stream)
 	mux.HandleFunc("POST /streams/{id}/cut", s.cut)
+	mux.HandleFunc("POST /streams/{id}/truncate", s.truncate)
 	mux.HandleFunc("POST /streams/{id}/retention", s.retention)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -202,6 +203,23 @@ func (s *Server) cut(w http.ResponseWriter, r *http.Request) {
 	}
 	s.opts.Log.Info().Str("stream", id).Msg("admin: fragment cut requested")
 	writeJSON(w, http.StatusOK, ActionResult{Stream: id, Action: "cut"})
+}
+
+// truncate is an operator's word for a stream whose local log shares no chunk with its remote
+// tier: cut the remote tier back below the local log and tier from there. Refused otherwise.
+func (s *Server) truncate(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	err := s.known(id)
+	if err == nil {
+		err = s.opts.Node.TruncateRemote(r.Context(), id)
+	}
+	if err != nil {
+		s.opts.Log.Warn().Str("stream", id).Err(err).Msg("admin: truncate of the remote tier refused")
+		writeError(w, err)
+		return
+	}
+	s.opts.Log.Warn().Str("stream", id).Msg("admin: remote tier truncated on the operator's word")
+	writeJSON(w, http.StatusOK, ActionResult{Stream: id, Action: "truncate"})
 }
 
 // retention evaluates remote retention now; with max_bytes and/or max_age in the query it

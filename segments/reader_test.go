@@ -240,3 +240,33 @@ func TestReaderClosed(t *testing.T) {
 		t.Fatalf("new reader of a closed log: %v", err)
 	}
 }
+
+func TestChunkHeaderFindsWrittenChunks(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, Options{MaxSegmentChunks: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var hs []Header
+	for i := 0; i < 8; i++ {
+		h, _, err := l.Append(ChunkSpec{Type: ChunkUser, Timestamp: int64(1000 + i), Epoch: 1, Entries: []Entry{SimpleEntry([]byte("a")), SimpleEntry([]byte("bc"))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	// nothing committed: the headers are still found
+	for _, want := range hs {
+		got, found, err := l.ChunkHeader(want.ChunkID)
+		if err != nil || !found || got != want {
+			t.Fatalf("chunk %d: got %+v found=%v err=%v, want %+v", want.ChunkID, got, found, err, want)
+		}
+		if _, found, err := l.ChunkHeader(want.ChunkID + 1); err != nil || found {
+			t.Fatalf("offset %d inside a chunk: found=%v err=%v", want.ChunkID+1, found, err)
+		}
+	}
+	if _, found, err := l.ChunkHeader(l.NextOffset()); err != nil || found {
+		t.Fatalf("next offset: found=%v err=%v", found, err)
+	}
+}

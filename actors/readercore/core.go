@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 
+	"streamtier/actors/divergence"
 	"streamtier/fragment"
 	"streamtier/manifest"
 )
@@ -50,6 +51,7 @@ const (
 type transfer struct {
 	ref          Ref
 	desc         fragment.Description
+	copy         *CopyPrefix // a prefix copied from a remote object instead of uploaded from the log
 	attempt      int
 	state        transferState
 	uid          uint64
@@ -64,14 +66,20 @@ type pendingEdit struct {
 	edit       manifest.Edit
 	deletes    []manifest.Entry
 	deleteFrom uint64 // groups in deletes go with everything under them from this offset
-	append     bool   // a fragment append (does not touch the head)
+	append     bool   // a fragment or gap append (does not touch the head)
+	gap        bool   // declares a gap: no bytes, no timestamps
 }
 
-// pendingReset is a reset that has not been persisted yet.
+// pendingReset is a truncation of the remote tier that has not been persisted yet: until
+// it is, nothing is published (the persisted manifest holds the discarded timeline).
 type pendingReset struct {
-	reason ResetReason
-	at     uint64           // the new next offset: the local first offset
-	stale  []manifest.Entry // objects of the discarded manifests, deleted once the reset is persisted
+	reason TruncateReason
+	base   manifest.Manifest // the truncated manifest the pending edits apply to
+	stale  []manifest.Entry  // objects wholly above the cut, deleted (with all below them) once persisted
+	alone  []manifest.Entry  // groups the cut expanded: their object alone goes
+	// copying holds the persist while the straddling fragment's prefix is being copied:
+	// a persist never goes out while a replacement fragment is in flight (remote-format.md).
+	copying Ref
 }
 
 // persistOp is the one persist in flight.
@@ -81,7 +89,6 @@ type persistOp struct {
 	edits      []pendingEdit
 	reset      *pendingReset
 	expected   int64
-	superseded bool // a reset happened meanwhile: the result still counts, but pending edits are gone
 }
 
 // rebalanceOp is the one group upload in flight.
@@ -117,6 +124,7 @@ type Core struct {
 
 	resolved *Resolved
 	logInfo  *LogOpened
+	diverged *divergence.Result // the local log shares no chunk with the remote tier: stalled for an operator
 
 	// The persisted truth: the last manifest etcd accepted, its revision and root object.
 	persisted manifest.Manifest
@@ -164,8 +172,10 @@ type Counters struct {
 	IgnoredResults      uint64 // late, duplicate or previous-generation results
 	Persists            uint64
 	PersistFailures     uint64
-	Resets              uint64
-	GapOffsets          uint64 // offsets given up by local-ahead and segment-gone resets
+	Gaps                uint64 // gaps declared (local ahead at resolution, segment gone mid-stream)
+	GapOffsets          uint64 // offsets those gaps gave up
+	Truncations         uint64 // divergence truncations of the remote tier (and operator truncates)
+	TruncatedOffsets    uint64 // offsets of the other timeline the truncations removed
 	Reinitializations   uint64
 	Rebalances          uint64
 	RebalancesGivenUp   uint64
@@ -250,6 +260,8 @@ func (c *Core) Step(ev Event) ([]Effect, error) {
 	case EvaluateRetention:
 		c.now = e.Now
 		c.wantRetention() // while starting it is kept and runs once the start decision is made
+	case OperatorTruncate:
+		err = c.onOperatorTruncate()
 	case ReplicaRegistered:
 		err = c.onReplica(e.Replica)
 	case ResyncRequested:
@@ -285,8 +297,8 @@ func (c *Core) newRef() Ref {
 // design wants: a due rebalance goes first (so the persist includes it), then a wanted
 // retention, then a due persist; finally the persist timer is armed for unpersisted edits.
 func (c *Core) afterChange() {
-	if c.phase != phaseRunning {
-		return
+	if c.phase != phaseRunning || c.diverged != nil {
+		return // stalled for an operator: nothing may change the remote tier meanwhile
 	}
 	c.maybeRebalance()
 	if c.retentionWant {
@@ -330,6 +342,7 @@ func (c *Core) reinitialize(reason string) {
 	c.phase = phaseStarting
 	c.resolved = nil
 	c.logInfo = nil
+	c.diverged = nil
 	c.stats.Reinitializations++
 }
 
@@ -359,7 +372,7 @@ func (c *Core) onReplica(name string) error {
 	if i, found := slices.BinarySearch(c.replicas, name); !found {
 		c.replicas = slices.Insert(c.replicas, i, name)
 	}
-	if c.phase == phaseRunning && c.reset == nil {
+	if c.phase == phaseRunning && c.reset == nil && c.diverged == nil {
 		c.emit(SyncReplica{Replica: name, Manifest: c.persisted, Revision: c.revision, Epoch: c.epoch})
 	}
 	return nil

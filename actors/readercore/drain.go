@@ -28,7 +28,7 @@ func (c *Core) onChunk(e ChunkDrained) error {
 }
 
 // onDrainSegmentGone answers the stream's retention outrunning the drain: the range up to the
-// local first offset is gone locally and can never be uploaded, so the core resets there.
+// local first offset is gone locally and can never be uploaded, so it becomes a gap.
 func (c *Core) onDrainSegmentGone(e DrainSegmentGone) error {
 	if c.phase != phaseRunning {
 		return nil
@@ -36,7 +36,8 @@ func (c *Core) onDrainSegmentGone(e DrainSegmentGone) error {
 	if e.LocalFirst <= c.drainNext {
 		return fmt.Errorf("stream %s: drain reported its segment gone, but the local log starts at %d, not above the drain position %d", c.cfg.StreamID, e.LocalFirst, c.drainNext)
 	}
-	c.resetTo(ResetSegmentGone, e.LocalFirst)
+	c.declareGap(GapSegmentGone, e.LocalFirst)
+	c.afterChange()
 	return nil
 }
 
@@ -124,7 +125,8 @@ func (c *Core) onTransferResult(e TransferResult) error {
 			c.nonTransientFailure(t, reason)
 			return nil
 		}
-		c.resetTo(ResetSegmentGone, e.LocalFirst)
+		c.declareGap(GapSegmentGone, e.LocalFirst)
+		c.afterChange()
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"streamtier/actors/divergence"
 	"streamtier/fragment"
 	"streamtier/manifest"
 )
@@ -17,44 +18,95 @@ type Effect interface {
 	isEffect()
 }
 
-// ResetReason says why the core discarded its manifest and jumped to the local first offset.
-type ResetReason uint8
+// GapReason says why the core declared a gap: the local log lost a range before it was
+// uploaded, found at resolution or mid-stream.
+type GapReason uint8
 
-// Reset reasons: the remote tier holds a previous timeline, local retention dropped data
-// the remote tier never got (found at start), or a segment vanished under an upload.
+// Gap reasons: the local log starts above the manifest's next offset at resolution, or a
+// segment vanished under the drain or an upload (the stream's own retention outran it).
 const (
-	ResetS3Ahead ResetReason = iota + 1
-	ResetLocalAhead
-	ResetSegmentGone
+	GapLocalAhead GapReason = iota + 1
+	GapSegmentGone
 )
 
 // String names the reason as logs and scenarios print it.
-func (r ResetReason) String() string {
+func (r GapReason) String() string {
 	switch r {
-	case ResetS3Ahead:
-		return "s3-ahead"
-	case ResetLocalAhead:
+	case GapLocalAhead:
 		return "local-ahead"
-	case ResetSegmentGone:
+	case GapSegmentGone:
 		return "segment-gone"
 	}
-	return "reset(?)"
+	return "gap(?)"
 }
 
 // StartDrain tells the shell to open the data reader at From and drain.
 type StartDrain struct{ From uint64 }
 
-// Reset tells the shell the core discarded its manifest (and every fragment in progress or in
-// flight) and that draining restarts at DrainFrom. GapFrom..DrainFrom is the range never
-// uploaded that is given up (empty for s3-ahead). Stale lists the objects of the discarded
-// manifest: they are deleted by a DeleteObjects once the reset is persisted, not before.
-type Reset struct {
-	Reason           ResetReason
-	DrainFrom        uint64
-	GapFrom          uint64
+// DeclareGap tells the shell the core gave up [From, To), which the local log no longer
+// holds, and declared it as a gap entry in the manifest: everything already remote stays.
+// Work not yet uploaded in order (DroppedTransfers, DroppedChunks) was dropped, and draining
+// restarts at To. For the shell's log and metrics.
+type DeclareGap struct {
+	Reason           GapReason
+	From, To         uint64
 	DroppedTransfers int
 	DroppedChunks    int
-	Stale            []manifest.Entry
+}
+
+// TruncateReason says why the remote tier is cut back.
+type TruncateReason uint8
+
+// Truncate reasons: the local log diverged from the remote tier (a lost unsynced tail, an
+// unclean failover), or an operator chose to truncate a remote tier sharing no chunk.
+const (
+	TruncateDiverged TruncateReason = iota + 1
+	TruncateOperator
+)
+
+// String names the reason as logs and scenarios print it.
+func (r TruncateReason) String() string {
+	switch r {
+	case TruncateDiverged:
+		return "diverged"
+	case TruncateOperator:
+		return "operator"
+	}
+	return "truncate(?)"
+}
+
+// TruncateRemote tells the shell the core cut the remote tier back from OldNext to At: the
+// manifest now ends there (less a straddling fragment's prefix, put back by re-draining it
+// from the local log or by a CopyPrefix) and draining restarts at DrainFrom. Dropped and
+// Alone are deleted only after the truncation is persisted. For the shell's log and metrics.
+type TruncateRemote struct {
+	Reason    TruncateReason
+	At        uint64
+	OldNext   uint64
+	DrainFrom uint64
+	Dropped   []manifest.Entry
+	Alone     []manifest.Entry
+	Copy      bool // the straddling fragment's prefix is copied from its remote object
+}
+
+// StalledDiverged reports that the local log and the remote tier share no chunk: nothing is
+// deleted, nothing drained, until an operator truncates the remote tier (OperatorTruncate)
+// or restores the local log from it.
+type StalledDiverged struct {
+	RemoteFirst, RemoteNext uint64
+	LocalFirst, LocalNext   uint64
+}
+
+// CopyPrefix asks for a fragment object made of the first Bytes of Source's chunk region
+// (a ranged GET of Source's object) and Index, written under a fresh uid; it is answered by
+// a TransferResult{Ref, Attempt} like an upload. It puts back the part below a divergence
+// point of a fragment the local log no longer holds.
+type CopyPrefix struct {
+	Ref     Ref
+	Attempt int
+	Source  manifest.Entry
+	Bytes   uint64
+	Index   []divergence.IndexEntry
 }
 
 // RegisterOffsetListener tells the shell to register the one-shot offset listener for
@@ -111,14 +163,14 @@ type Unstalled struct {
 // StartPersist asks the shell to PUT Root as a new root object (fresh uid) and then write the
 // etcd record conditionally on ExpectedRevision and Epoch; it answers PersistResult{Ref}.
 // Edits are the edits captured since the last persist: folded over the last persisted
-// manifest (or, for a reset, over the empty manifest at the reset offset) they give Root.
+// manifest (or, for a truncation, over the truncated manifest) they give Root.
 type StartPersist struct {
 	Ref              Ref
 	Root             manifest.Manifest
 	ExpectedRevision int64
 	Epoch            uint64
 	Edits            []manifest.Edit
-	Reset            bool // persists a reset: replicas get a sync instead of the edits
+	Reset            bool // persists a truncation of the remote tier: replicas get a sync instead of the edits
 }
 
 // ArmPersistTimer asks for PersistTimer{Ref} after After.
@@ -192,15 +244,18 @@ type EvaluateLocalRetention struct{ PersistedNext uint64 }
 // DeleteObjects hands objects to the reaper, only ever after the persist that stopped
 // referencing them. A group entry means the group object and every object under it that
 // holds offsets at or after From (manifest.CollectForDelete); objects below From went
-// earlier, and deleting a key already gone is harmless. Roots are replaced root objects.
+// earlier, and deleting a key already gone is harmless. Alone are objects deleted without
+// anything under them (groups a truncation expanded: their children stay referenced).
+// Roots are replaced root objects.
 type DeleteObjects struct {
 	Entries []manifest.Entry
 	From    uint64
+	Alone   []manifest.Entry
 	Roots   []RootRef
 }
 
 // ReplyWaiters answers await_offset callers: OK means their offset is persisted; otherwise
-// Reason says why it never will be (given up by a reset, the reader stopped).
+// Reason says why it never will be (lost locally before upload: a gap; the reader stopped).
 type ReplyWaiters struct {
 	Waiters []WaiterID
 	OK      bool
@@ -222,7 +277,10 @@ type Problem struct {
 }
 
 func (StartDrain) isEffect()             {}
-func (Reset) isEffect()                  {}
+func (DeclareGap) isEffect()             {}
+func (TruncateRemote) isEffect()         {}
+func (StalledDiverged) isEffect()        {}
+func (CopyPrefix) isEffect()             {}
 func (RegisterOffsetListener) isEffect() {}
 func (SubmitTransfer) isEffect()         {}
 func (ResubmitTransfer) isEffect()       {}
@@ -249,9 +307,22 @@ func (Problem) isEffect()                {}
 
 func (e StartDrain) String() string { return fmt.Sprintf("start-drain from=%d", e.From) }
 
-func (e Reset) String() string {
-	return fmt.Sprintf("reset reason=%s drain-from=%d gap=[%d,%d) dropped-transfers=%d dropped-chunks=%d stale=%s",
-		e.Reason, e.DrainFrom, e.GapFrom, e.DrainFrom, e.DroppedTransfers, e.DroppedChunks, FormatEntries(e.Stale))
+func (e DeclareGap) String() string {
+	return fmt.Sprintf("declare-gap reason=%s gap=[%d,%d) dropped-transfers=%d dropped-chunks=%d",
+		e.Reason, e.From, e.To, e.DroppedTransfers, e.DroppedChunks)
+}
+
+func (e TruncateRemote) String() string {
+	return fmt.Sprintf("truncate-remote reason=%s at=%d old-next=%d drain-from=%d copy=%t dropped=%s alone=%s",
+		e.Reason, e.At, e.OldNext, e.DrainFrom, e.Copy, FormatEntries(e.Dropped), FormatEntries(e.Alone))
+}
+
+func (e StalledDiverged) String() string {
+	return fmt.Sprintf("stalled-diverged remote=[%d,%d) local=[%d,%d)", e.RemoteFirst, e.RemoteNext, e.LocalFirst, e.LocalNext)
+}
+
+func (e CopyPrefix) String() string {
+	return fmt.Sprintf("copy-prefix ref=%d attempt=%d source=%s bytes=%d chunks=%d", e.Ref, e.Attempt, FormatEntry(e.Source), e.Bytes, len(e.Index))
 }
 
 func (e RegisterOffsetListener) String() string { return fmt.Sprintf("listen offset=%d", e.Offset) }
@@ -326,7 +397,11 @@ func (e DeleteObjects) String() string {
 	for i, r := range e.Roots {
 		roots[i] = fmt.Sprintf("root-%d-%d", r.Epoch, r.UID)
 	}
-	return fmt.Sprintf("delete entries=%s from=%d roots=[%s]", FormatEntries(e.Entries), e.From, strings.Join(roots, " "))
+	alone := ""
+	if len(e.Alone) > 0 {
+		alone = " alone=" + FormatEntries(e.Alone)
+	}
+	return fmt.Sprintf("delete entries=%s from=%d%s roots=[%s]", FormatEntries(e.Entries), e.From, alone, strings.Join(roots, " "))
 }
 
 func (e ReplyWaiters) String() string {
@@ -371,6 +446,8 @@ func FormatEntry(e manifest.Entry) string {
 		k = "k"
 	case manifest.KindMegaGroup:
 		k = "m"
+	case manifest.KindGap:
+		return fmt.Sprintf("gap%d", e.FirstOffset)
 	}
 	return fmt.Sprintf("%s%d#%d", k, e.FirstOffset, e.UID)
 }

@@ -1,6 +1,7 @@
 package readercore
 
 import (
+	"streamtier/actors/divergence"
 	"streamtier/manifest"
 	"streamtier/segments"
 )
@@ -31,6 +32,10 @@ type Resolved struct {
 	Manifest manifest.Manifest
 	Revision int64   // the manifest record's etcd Version
 	Root     RootRef // the root object the record names (zero when Revision is 0)
+	// Comparison is how the manifest compares with the local log chunk by chunk (the shell
+	// runs divergence.Find against the log LogOpened reports). Its zero value, NotCompared,
+	// lets the core's offset rules decide alone.
+	Comparison divergence.Result
 }
 
 // LogOpened reports the local log's bounds when the shell opens it, at start and after a
@@ -196,6 +201,11 @@ type RetentionPolicyChanged struct {
 // EvaluateRetention asks for remote retention to be evaluated now (operator command, timer).
 type EvaluateRetention struct{ Now int64 }
 
+// OperatorTruncate is an operator's word that a stream whose local log shares no chunk with
+// its remote tier may truncate the remote tier (Comparison.Truncation of the resolution)
+// and tier the local log from there. Anywhere else it is refused.
+type OperatorTruncate struct{}
+
 // ReplicaRegistered says a replica node (re)started and needs a sync.
 type ReplicaRegistered struct{ Replica string }
 
@@ -223,3 +233,4 @@ func (RetentionPolicyChanged) isEvent() {}
 func (EvaluateRetention) isEvent()      {}
 func (ReplicaRegistered) isEvent()      {}
 func (ResyncRequested) isEvent()        {}
+func (OperatorTruncate) isEvent()       {}

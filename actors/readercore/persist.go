@@ -8,7 +8,7 @@ import (
 
 // uncaptured counts the pending edits the in-flight persist (if any) does not carry.
 func (c *Core) uncaptured() int {
-	if c.inflight != nil && !c.inflight.superseded {
+	if c.inflight != nil {
 		return len(c.pending) - len(c.inflight.edits)
 	}
 	return len(c.pending)
@@ -148,17 +148,15 @@ func (c *Core) persistSucceeded(op *persistOp, e PersistResult) {
 	c.lastPersistAt = e.Now
 	c.rebalanceHeld = false
 	c.stats.Persists++
-	if !op.superseded {
-		c.pending = append([]pendingEdit(nil), c.pending[len(op.edits):]...)
-		c.nonAppend = 0
-		for _, p := range c.pending {
-			if !p.append {
-				c.nonAppend++
-			}
+	c.pending = append([]pendingEdit(nil), c.pending[len(op.edits):]...)
+	c.nonAppend = 0
+	for _, p := range c.pending {
+		if !p.append {
+			c.nonAppend++
 		}
-		if op.reset != nil && op.reset == c.reset {
-			c.reset = nil
-		}
+	}
+	if op.reset != nil && op.reset == c.reset {
+		c.reset = nil
 	}
 
 	c.emit(UpdateRange{Manifest: c.persisted, Revision: c.revision})
@@ -188,21 +186,20 @@ func (c *Core) persistSucceeded(op *persistOp, e PersistResult) {
 			}
 		}
 	}
-	if op.reset != nil && len(op.reset.stale) > 0 {
-		del = append(del, op.reset.stale...)
-		from = 0 // a discarded manifest goes whole
+	var alone []manifest.Entry
+	if op.reset != nil {
+		if len(op.reset.stale) > 0 {
+			del = append(del, op.reset.stale...)
+			from = 0 // what lies above the cut goes whole
+		}
+		alone = op.reset.alone
 	}
 	var roots []RootRef
 	if hadRoot && prevRoot != c.root {
 		roots = append(roots, prevRoot)
 	}
-	if len(del) > 0 || len(roots) > 0 {
-		c.emit(DeleteObjects{Entries: dedupeEntries(del), From: from, Roots: roots})
-	}
-
-	if op.reset != nil {
-		c.replyWaiters(func(o uint64) bool { return o < op.reset.at }, false,
-			fmt.Sprintf("offset given up by a %s reset to %d", op.reset.reason, op.reset.at))
+	if len(del) > 0 || len(alone) > 0 || len(roots) > 0 {
+		c.emit(DeleteObjects{Entries: dedupeEntries(del), From: from, Alone: alone, Roots: roots})
 	}
 	c.releaseWaiters()
 	c.afterChange()

@@ -144,14 +144,26 @@ func (c *Core) applyRetention(r manifest.Retention) {
 }
 
 // rebaseRetention carries an edit computed on the persisted manifest p over to the in-memory
-// manifest m, which is p with fragments appended at the tail. Only one thing differs: when
-// the edit empties p while m holds newer fragments, the header moves to the first of them.
+// manifest m, which is p with fragments and gaps appended at the tail. Only one thing
+// differs: when the edit empties p while m holds newer entries, the header moves to the
+// first of them, and a gap that would then lead goes with the prefix (a root never starts
+// with a gap); with nothing after it, m is left empty at its next offset.
 func rebaseRetention(ed manifest.Edit, p, m manifest.Manifest) manifest.Edit {
 	left := len(p.Entries) - ed.Remove + len(ed.Insert)
 	if left > 0 || len(m.Entries) <= len(p.Entries) {
 		return ed
 	}
-	h := m.Entries[len(p.Entries)]
+	i := len(p.Entries)
+	if m.Entries[i].IsGap() {
+		ed.Remove++
+		i++
+	}
+	if i == len(m.Entries) {
+		ed.FirstOffset = m.NextOffset
+		ed.FirstTimestamp, ed.FirstLastTimestamp = -1, -1
+		return ed
+	}
+	h := m.Entries[i]
 	ed.FirstOffset = h.FirstOffset
 	ed.FirstTimestamp = h.FirstTimestamp
 	ed.FirstLastTimestamp = h.LastTimestamp

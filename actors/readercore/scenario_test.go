@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"streamtier/actors/divergence"
 	"streamtier/fragment"
 	"streamtier/manifest"
 	"streamtier/segments"
@@ -63,6 +64,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		evs = append(evs, Resolved{Manifest: manifest.Empty()}, LogOpened{First: argU(t, d, "log-first", 0), Next: argU(t, d, "log-next", 0)})
 	case "resolved":
 		evs = append(evs, h.resolved(t, d))
+	case "resolve-compare":
+		evs = append(evs, h.resolveCompare(t, d)...)
+	case "operator-truncate":
+		evs = append(evs, OperatorTruncate{})
 	case "log":
 		evs = append(evs, LogOpened{First: argU(t, d, "first", 0), Next: argU(t, d, "next", 0), Epoch: argU(t, d, "epoch", 0)})
 	case "chunk", "chunks":
@@ -210,8 +215,6 @@ func (h *harness) observe(e Effect) {
 	switch e := e.(type) {
 	case StartDrain:
 		h.nextID, h.seg, h.pos = e.From, fmt.Sprintf("s%d", e.From), 8
-	case Reset:
-		h.nextID, h.seg, h.pos = e.DrainFrom, fmt.Sprintf("s%d", e.DrainFrom), 8
 	case SubmitTransfer:
 		h.frags = append(h.frags, e.Ref)
 		h.attempts[e.Ref] = e.Attempt
@@ -258,7 +261,10 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) error {
 
 // resolved builds a Resolved event from arguments and entry lines (see parseEntries).
 func (h *harness) resolved(t *testing.T, d *datadriven.TestData) Event {
-	es := parseEntries(t, d)
+	return h.resolvedFrom(t, d, parseEntries(t, d))
+}
+
+func (h *harness) resolvedFrom(t *testing.T, d *datadriven.TestData, es []manifest.Entry) Resolved {
 	m := manifest.Empty()
 	m.Entries = es
 	var sum uint64
@@ -281,7 +287,12 @@ func (h *harness) resolved(t *testing.T, d *datadriven.TestData) Event {
 		m.FirstLastTimestamp = int64(argU(t, d, "first-last-ts", 0))
 	}
 	rev := int64(argU(t, d, "rev", 0))
-	return Resolved{Manifest: m, Revision: rev, Root: RootRef{Epoch: argU(t, d, "root-epoch", 1), UID: argU(t, d, "root", 0)}}
+	r := Resolved{Manifest: m, Revision: rev, Root: RootRef{Epoch: argU(t, d, "root-epoch", 1), UID: argU(t, d, "root", 0)}}
+	if len(es) > 0 && !d.HasArg("not-compared") && d.Cmd == "resolved" {
+		// a shell that compared and found the remote tier's last chunk in the local log
+		r.Comparison = divergence.Result{Kind: divergence.Match, RemoteFirst: m.FirstOffset, RemoteNext: m.NextOffset}
+	}
+	return r
 }
 
 // chunk builds the next drained chunk: it follows the previous one unless id/seg/pos say
@@ -348,6 +359,8 @@ func parseEntries(t *testing.T, d *datadriven.TestData) []manifest.Entry {
 			e.Kind = manifest.KindKiloGroup
 		case "mgroup":
 			e.Kind = manifest.KindMegaGroup
+		case "gap":
+			e.Kind = manifest.KindGap
 		default:
 			t.Fatalf("%s: entry kind %q", d.Pos, f[0])
 		}
@@ -356,6 +369,9 @@ func parseEntries(t *testing.T, d *datadriven.TestData) []manifest.Entry {
 			t.Fatalf("%s: entry first offset %q: %v", d.Pos, f[1], err)
 		}
 		e.FirstOffset, e.FirstTimestamp, e.LastTimestamp = first, int64(first), int64(first)
+		if e.Kind == manifest.KindGap {
+			e.FirstTimestamp, e.LastTimestamp = -1, -1
+		}
 		for _, kv := range f[2:] {
 			k, v, _ := strings.Cut(kv, "=")
 			switch k {

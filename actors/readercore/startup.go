@@ -3,6 +3,7 @@ package readercore
 import (
 	"fmt"
 
+	"streamtier/actors/divergence"
 	"streamtier/manifest"
 )
 
@@ -19,11 +20,41 @@ func (c *Core) onResolved(e Resolved) error {
 	if e.Revision == 0 && !e.Manifest.NeverUploaded() {
 		return fmt.Errorf("stream %s: resolved manifest without a record (revision 0) is not empty: %s", c.cfg.StreamID, FormatManifest(e.Manifest))
 	}
+	if err := checkComparison(e.Manifest, e.Comparison); err != nil {
+		return fmt.Errorf("stream %s: resolved manifest at revision %d: %w", c.cfg.StreamID, e.Revision, err)
+	}
 	r := e
 	r.Manifest = e.Manifest.Clone()
 	c.resolved = &r
 	if c.logInfo != nil {
-		c.start()
+		return c.start()
+	}
+	return nil
+}
+
+// checkComparison refuses a comparison that does not fit the manifest it was made against.
+func checkComparison(m manifest.Manifest, cmp divergence.Result) error {
+	t := cmp.Truncation
+	switch cmp.Kind {
+	case divergence.NotCompared, divergence.Match:
+		return nil
+	case divergence.Diverged, divergence.NoCommon:
+		if t == nil {
+			return fmt.Errorf("%s comparison without a truncation", cmp.Kind)
+		}
+	default:
+		return fmt.Errorf("comparison of unknown kind %d", cmp.Kind)
+	}
+	if cmp.RemoteFirst != m.FirstOffset || cmp.RemoteNext != m.NextOffset {
+		return fmt.Errorf("comparison made against the remote tier [%d,%d), the manifest holds [%d,%d)", cmp.RemoteFirst, cmp.RemoteNext, m.FirstOffset, m.NextOffset)
+	}
+	if err := t.Manifest.Check(); err != nil {
+		return fmt.Errorf("truncated manifest: %w", err)
+	}
+	if r := t.Replacement; r != nil {
+		if t.Straddle == nil || r.FirstOffset != t.Straddle.FirstOffset || r.Kind != manifest.KindFragment || r.FirstOffset != t.Manifest.NextOffset || r.FirstOffset >= t.At {
+			return fmt.Errorf("replacement %s does not put back the prefix [%d,%d) of the straddling fragment", FormatEntry(*r), t.Manifest.NextOffset, t.At)
+		}
 	}
 	return nil
 }
@@ -44,106 +75,174 @@ func (c *Core) onLogOpened(e LogOpened) error {
 	l := e
 	c.logInfo = &l
 	if c.resolved != nil {
-		c.start()
+		return c.start()
 	}
 	return nil
 }
 
-// start compares the resolved manifest with the local log and either resumes draining at the
-// manifest's next offset or resets to the local first offset:
-//   - S3 ahead: the manifest's next offset is above the local log's end, so the remote tier
-//     holds a previous timeline; it is discarded and its objects collected.
-//   - local ahead: the local log starts above the manifest's next offset, so local retention
-//     dropped data the remote tier never got; the gap is accepted and counted.
+// start compares the resolved manifest with the local log. A comparison that does not fit
+// the log (made against other bounds, or missing where the two overlap) is refused: the core
+// forgets both and waits for a new resolution.
 //
-// An empty local log is never a reason to reset.
-func (c *Core) start() {
+// It (manifest.md, "Resolution", step
+// 4) and decides where draining resumes. Nothing already remote is ever discarded here
+// except above a divergence point the comparison proved:
+//   - an empty local log: resume at the manifest's next offset, whatever it holds;
+//   - local ahead (the log starts above the next offset): declare the gap, drain on;
+//   - diverged: truncate the remote tier to the last chunk both hold, drain from there;
+//   - no chunk in common: stall, delete nothing, until an operator decides;
+//   - otherwise (the remote tier's last chunk is the same locally): resume.
+func (c *Core) start() error {
 	r, l := c.resolved, c.logInfo
+	p := r.Manifest
+	empty := l.First == l.Next
+	cmp := r.Comparison
+	if !empty && l.First < p.NextOffset && cmp.Kind == divergence.NotCompared && len(p.Entries) > 0 {
+		c.resolved, c.logInfo = nil, nil
+		return fmt.Errorf("stream %s: the local log [%d,%d) overlaps the remote tier [%d,%d) but the two were not compared", c.cfg.StreamID, l.First, l.Next, p.FirstOffset, p.NextOffset)
+	}
+	if t := cmp.Truncation; cmp.Kind == divergence.Diverged && t.NeedsCopy(l.First) && t.Replacement == nil {
+		c.resolved, c.logInfo = nil, nil
+		return fmt.Errorf("stream %s: the divergence point %d falls inside the fragment at %d, which the local log (from %d) no longer holds, and no copy of its prefix was made", c.cfg.StreamID, t.At, t.Straddle.FirstOffset, l.First)
+	}
+	if cmp.Kind == divergence.Match && !empty && l.Next < p.NextOffset && l.First <= p.NextOffset {
+		c.resolved, c.logInfo = nil, nil
+		return fmt.Errorf("stream %s: a match with the remote tier [%d,%d) claimed for a local log [%d,%d) that ends below it", c.cfg.StreamID, p.FirstOffset, p.NextOffset, l.First, l.Next)
+	}
+	if (cmp.Kind == divergence.Diverged || cmp.Kind == divergence.NoCommon) && (cmp.LocalFirst != l.First || cmp.LocalNext != l.Next) {
+		c.resolved, c.logInfo = nil, nil
+		return fmt.Errorf("stream %s: comparison made against the local log [%d,%d), it holds [%d,%d)", c.cfg.StreamID, cmp.LocalFirst, cmp.LocalNext, l.First, l.Next)
+	}
 	c.phase = phaseRunning
-	c.persisted = r.Manifest
+	c.persisted = p
 	c.revision = r.Revision
 	c.root = r.Root
 	c.hasRoot = r.Revision > 0
 	c.mem = c.persisted
-	p := c.persisted
-	empty := l.First == l.Next
 	switch {
-	case !empty && p.NextOffset > l.Next:
-		c.startupReset(ResetS3Ahead, l.First, l.First)
-	case !empty && l.First > p.NextOffset:
-		c.startupReset(ResetLocalAhead, l.First, p.NextOffset)
-	default:
+	case empty:
+		c.resume()
+	case l.First > p.NextOffset:
+		c.resume()
+		c.declareGap(GapLocalAhead, l.First)
+	case cmp.Kind == divergence.Diverged:
+		c.truncate(TruncateDiverged, cmp.Truncation)
+	case cmp.Kind == divergence.NoCommon:
+		c.diverged = &cmp
 		c.drainNext = p.NextOffset
-		c.emit(UpdateRange{Manifest: p, Revision: c.revision})
-		c.syncAll()
-		c.emit(EvaluateLocalRetention{PersistedNext: p.NextOffset})
-		c.releaseWaiters()
-		c.emit(StartDrain{From: c.drainNext})
+		c.emit(StalledDiverged{RemoteFirst: p.FirstOffset, RemoteNext: p.NextOffset, LocalFirst: l.First, LocalNext: l.Next})
+	default:
+		c.resume()
 	}
 	c.afterChange()
+	return nil
 }
 
-// startupReset discards the resolved manifest: the in-memory manifest becomes empty at the
-// local first offset and the reset is persisted at once. Until then nothing is published:
-// the manifest being discarded must not feed the range table, replicas or local retention.
-func (c *Core) startupReset(reason ResetReason, at, gapFrom uint64) {
-	stale := append([]manifest.Entry(nil), c.persisted.Entries...)
-	c.mem = manifest.EmptyAt(at)
-	c.reset = &pendingReset{reason: reason, at: at, stale: stale}
-	c.drainNext = at
-	c.stats.Resets++
-	c.stats.GapOffsets += at - gapFrom
-	c.emit(Reset{Reason: reason, DrainFrom: at, GapFrom: gapFrom, Stale: stale})
+// resume publishes the persisted manifest (it is the truth: cache, range table, replicas,
+// local retention, waiters) and drains from its next offset.
+func (c *Core) resume() {
+	p := c.persisted
+	c.drainNext = p.NextOffset
+	c.emit(UpdateRange{Manifest: p, Revision: c.revision})
+	c.syncAll()
+	c.emit(EvaluateLocalRetention{PersistedNext: p.NextOffset})
+	c.releaseWaiters()
+	c.emit(StartDrain{From: c.drainNext})
 }
 
-// resetTo answers a segment deleted under an upload: the local log now starts at at, above
-// the fragment's first offset, so that range is gone locally and can never be uploaded.
-// Everything in progress is discarded (results still to come become stale), the in-memory
-// manifest becomes empty at the local first offset, and the reset is persisted at once.
-func (c *Core) resetTo(reason ResetReason, at uint64) {
-	var stale []manifest.Entry
-	if c.reset != nil {
-		stale = append(stale, c.reset.stale...)
-	}
-	stale = append(stale, c.persisted.Entries...)
-	stale = append(stale, c.mem.Entries...)
-	for _, p := range c.pending {
-		stale = append(stale, p.deletes...)
-	}
-	if c.inflight != nil {
-		for _, p := range c.inflight.edits {
-			stale = append(stale, p.deletes...)
-		}
-		c.inflight.superseded = true
-	}
-	for _, t := range c.transfers {
-		if t.state == transferDone {
-			stale = append(stale, manifest.Entry{FirstOffset: t.desc.FirstOffset, FirstTimestamp: t.desc.FirstTimestamp,
-				LastTimestamp: t.desc.LastTimestamp, Size: t.desc.Size, UID: t.uid, Kind: manifest.KindFragment})
-		}
-	}
-	stale = dedupeEntries(stale)
-	gapFrom := c.mem.NextOffset
+// declareGap answers the local log losing [next, to) before it was uploaded: at resolution
+// (local ahead) or mid-stream (a segment gone under the drain or an upload). Everything
+// remote stays, and so does every edit already applied in memory and the persist in
+// flight; only the work not yet applied in order is dropped (its uploaded objects become
+// orphans). A gap entry [next, to) is appended (or the trailing gap extended) and persisted
+// promptly, waiters inside it are told their offsets are lost, and draining restarts at to.
+func (c *Core) declareGap(reason GapReason, to uint64) {
+	from := c.mem.NextOffset
 	dropped := len(c.transfers)
 	chunks := c.asm.Discard()
 	c.transfers = nil
-	c.rebalance = nil
-	c.retention = nil
-	c.retentionWant = false
+	c.drainNext = to
+	ed, err := manifest.GapEdit(c.mem, to)
+	var m manifest.Manifest
+	if err == nil {
+		m, err = c.mem.Apply(ed)
+	}
+	if err != nil {
+		// Never reached unless the core has a bug; draining resumes at to regardless and
+		// the next append is refused loudly rather than covering the hole.
+		c.emit(Problem{Op: "declare gap", Err: fmt.Errorf("stream %s: gap [%d,%d): %w", c.cfg.StreamID, from, to, err)})
+	} else {
+		c.mem = m
+		// On an empty manifest the gap only moves the header: that is a head change.
+		head := len(ed.Insert) == 0
+		c.pending = append(c.pending, pendingEdit{edit: ed, append: !head, gap: true})
+		if head {
+			c.nonAppend++
+		}
+		c.persistDue = true
+	}
+	c.stats.Gaps++
+	c.stats.GapOffsets += to - from
+	c.emit(DeclareGap{Reason: reason, From: from, To: to, DroppedTransfers: dropped, DroppedChunks: chunks})
+	c.replyWaiters(func(o uint64) bool { return o >= from && o < to }, false,
+		fmt.Sprintf("offsets [%d,%d) were lost from the local log before they were uploaded (%s): declared as a gap", from, to, reason))
+	c.emit(StartDrain{From: to})
+}
+
+// truncate cuts the remote tier back to the divergence point (or where an operator's
+// truncate cuts it): the in-memory manifest becomes the truncated one, the straddling
+// fragment's prefix is put back (its copy already uploaded by the shell, or re-drained from
+// the local log), a gap covers what the local log lacks above the cut, and the truncation
+// is persisted at once. Until then nothing is published: the persisted manifest holds the
+// other timeline. Only what lies above the cut is deleted, after that persist.
+func (c *Core) truncate(reason TruncateReason, t *divergence.Truncation) {
+	l := c.logInfo
+	base := t.Manifest
+	drainFrom := base.NextOffset
+	if r := t.Replacement; r != nil {
+		ed, err := manifest.AppendEdit(base, *r, t.At)
+		if err == nil {
+			base, err = base.Apply(ed)
+		}
+		if err != nil {
+			c.emit(Problem{Op: "truncate", Err: fmt.Errorf("stream %s: replacement of the prefix [%d,%d): %w", c.cfg.StreamID, r.FirstOffset, t.At, err)})
+			c.diverged = &divergence.Result{Kind: divergence.NoCommon, RemoteFirst: c.persisted.FirstOffset, RemoteNext: c.persisted.NextOffset, LocalFirst: l.First, LocalNext: l.Next}
+			c.emit(StalledDiverged{RemoteFirst: c.persisted.FirstOffset, RemoteNext: c.persisted.NextOffset, LocalFirst: l.First, LocalNext: l.Next})
+			return
+		}
+		drainFrom = t.At
+	}
+	oldNext := c.persisted.NextOffset
+	c.mem = base
+	c.reset = &pendingReset{reason: reason, base: base, stale: t.Dropped, alone: t.Alone}
 	c.pending = nil
 	c.nonAppend = 0
-	if c.timer != 0 && !c.persistBackoff {
-		c.emit(CancelPersistTimer{Ref: c.timer})
-		c.timer = 0
+	c.stats.Truncations++
+	if oldNext > t.At {
+		c.stats.TruncatedOffsets += oldNext - t.At
 	}
-	c.persistDue = false
-	c.mem = manifest.EmptyAt(at)
-	c.reset = &pendingReset{reason: reason, at: at, stale: stale}
-	c.drainNext = at
-	c.stats.Resets++
-	if at > gapFrom {
-		c.stats.GapOffsets += at - gapFrom
+	c.emit(TruncateRemote{Reason: reason, At: t.At, OldNext: oldNext, DrainFrom: max(drainFrom, l.First),
+		Dropped: t.Dropped, Alone: t.Alone, Copy: t.Replacement != nil})
+	if l.First > drainFrom {
+		c.declareGap(GapLocalAhead, l.First)
+		return
 	}
-	c.emit(Reset{Reason: reason, DrainFrom: at, GapFrom: gapFrom, DroppedTransfers: dropped, DroppedChunks: chunks, Stale: stale})
+	c.drainNext = drainFrom
+	c.emit(StartDrain{From: drainFrom})
+}
+
+// onOperatorTruncate carries out an operator's truncate of a remote tier that shares no
+// chunk with the local log: the cut the resolution prepared.
+func (c *Core) onOperatorTruncate() error {
+	if c.phase != phaseRunning || c.diverged == nil {
+		return fmt.Errorf("stream %s: truncate refused: the local log and the remote tier are not known to share no chunk (%s)", c.cfg.StreamID, c.phase)
+	}
+	t := c.diverged.Truncation
+	if t == nil {
+		return fmt.Errorf("stream %s: truncate refused: the resolution prepared no cut", c.cfg.StreamID)
+	}
+	c.diverged = nil
+	c.truncate(TruncateOperator, t)
 	c.afterChange()
+	return nil
 }

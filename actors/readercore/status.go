@@ -39,7 +39,13 @@ type Status struct {
 	// persisted (-1 when everything drained is persisted): the lag in seconds is now minus it.
 	OldestUnpersistedTimestamp int64
 	LastPersistError           string
-	ResetPending               bool
+	ResetPending               bool // a truncation of the remote tier waits for its persist
+
+	// Diverged: the local log and the remote tier share no chunk; the stream waits for an
+	// operator to truncate the remote tier or restore the local log. Both ranges are named.
+	Diverged                bool
+	RemoteFirst, RemoteNext uint64
+	LocalFirst, LocalNext   uint64
 
 	Stalled       bool
 	StalledOffset uint64
@@ -77,9 +83,13 @@ func (c *Core) Status() Status {
 		Replicas:         len(c.replicas),
 		Counters:         c.stats,
 	}
+	if d := c.diverged; d != nil {
+		s.Diverged = true
+		s.RemoteFirst, s.RemoteNext, s.LocalFirst, s.LocalNext = d.RemoteFirst, d.RemoteNext, d.LocalFirst, d.LocalNext
+	}
 	s.OldestUnpersistedTimestamp = -1
 	for _, p := range c.pending {
-		if p.append {
+		if p.append && !p.gap {
 			e := p.edit.Insert[0]
 			s.UnpersistedBytes += e.Size
 			if s.OldestUnpersistedTimestamp == -1 {
@@ -139,11 +149,14 @@ func (s Status) String() string {
 	if s.Stalled {
 		fmt.Fprintf(&b, "stalled at %d\n", s.StalledOffset)
 	}
+	if s.Diverged {
+		fmt.Fprintf(&b, "diverged: remote=[%d,%d) local=[%d,%d) share no chunk\n", s.RemoteFirst, s.RemoteNext, s.LocalFirst, s.LocalNext)
+	}
 	fmt.Fprintf(&b, "rebalancing=%t retention-busy=%t waiters=%d replicas=%d\n", s.Rebalancing, s.RetentionBusy, s.Waiters, s.Replicas)
 	k := s.Counters
-	fmt.Fprintf(&b, "counters: cuts=%d completions=%d transient=%d non-transient=%d deadlines=%d ignored=%d persists=%d persist-failures=%d resets=%d gap=%d reinits=%d rebalances=%d rebalances-given-up=%d retention-runs=%d retention-failures=%d",
+	fmt.Fprintf(&b, "counters: cuts=%d completions=%d transient=%d non-transient=%d deadlines=%d ignored=%d persists=%d persist-failures=%d gaps=%d gap-offsets=%d truncations=%d truncated-offsets=%d reinits=%d rebalances=%d rebalances-given-up=%d retention-runs=%d retention-failures=%d",
 		k.Cuts, k.Completions, k.TransientRetries, k.NonTransientRetries, k.DeadlineResubmits, k.IgnoredResults, k.Persists, k.PersistFailures,
-		k.Resets, k.GapOffsets, k.Reinitializations, k.Rebalances, k.RebalancesGivenUp, k.RetentionRuns, k.RetentionFailures)
+		k.Gaps, k.GapOffsets, k.Truncations, k.TruncatedOffsets, k.Reinitializations, k.Rebalances, k.RebalancesGivenUp, k.RetentionRuns, k.RetentionFailures)
 	return b.String()
 }
 

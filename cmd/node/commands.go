@@ -328,6 +328,21 @@ func cutCmd(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
+// truncateCmd runs the operator's truncate of a diverged stream's remote tier. It deletes
+// durable data, so it needs --yes.
+func truncateCmd(args []string, stdout, stderr io.Writer) int {
+	var yes bool
+	extra := func(fs *flag.FlagSet) {
+		fs.BoolVar(&yes, "yes", false, "confirm: delete the remote tier above the cut (only for a stream whose status is 'diverged')")
+	}
+	return nodeAction("truncate", args, stdout, stderr, extra, func(ctx context.Context, c admin.Client, id string) (admin.ActionResult, error) {
+		if !yes {
+			return admin.ActionResult{}, fmt.Errorf("truncate deletes remote data of %s that the local log does not hold: check `node status %s`, then run again with --yes", id, id)
+		}
+		return c.Truncate(ctx, id)
+	})
+}
+
 func retentionCmd(args []string, stdout, stderr io.Writer) int {
 	var maxBytes, maxAge string
 	extra := func(fs *flag.FlagSet) {

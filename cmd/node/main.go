@@ -47,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return statusCmd(rest, stdout, stderr)
 	case cmd == "cut":
 		return cutCmd(rest, stdout, stderr)
+	case cmd == "truncate":
+		return truncateCmd(rest, stdout, stderr)
 	case cmd == "retention":
 		return retentionCmd(rest, stdout, stderr)
 	case cmd == "gc":
@@ -73,6 +75,8 @@ const usage = `usage:
                                     (--cluster: a cluster member; placements say what it writes)
   node status [stream] [--json]     a running node's status (or the persisted state of a stopped one)
   node cut <stream>                 cut the stream's current fragment now (running node)
+  node truncate <stream> --yes      a stream whose local log shares no chunk with its remote tier
+                                    (status "diverged"): cut the remote tier back and tier the log
   node retention <stream> [--max-bytes SIZE] [--max-age DURATION]
                                     evaluate remote retention now, optionally with a new policy
   node gc [stream] [--delete] [--json] [--grace DURATION]

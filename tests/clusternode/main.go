@@ -434,7 +434,7 @@ func (n *node) status(ctx context.Context) status {
 	m := n.cluster.Node().Metrics()
 	st.Metrics = map[string]int64{
 		"persists": m.Persists.Load(), "persistConflicts": m.PersistConflicts.Load(), "persistFailures": m.PersistFailures.Load(),
-		"reinitializations": m.Reinitializations.Load(), "resets": m.Resets.Load(), "fragmentsUploaded": m.FragmentsUploaded.Load(),
+		"reinitializations": m.Reinitializations.Load(), "gaps": m.Gaps.Load(), "truncations": m.Truncations.Load(), "fragmentsUploaded": m.FragmentsUploaded.Load(),
 		"localSegmentsDeleted": m.LocalSegmentsDeleted.Load(), "readerCrashes": m.ReaderCrashes.Load(),
 	}
 	t := n.cluster.Stats()

@@ -1,0 +1,155 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"streamtier/actors/divergence"
+	"streamtier/fragment"
+	"streamtier/manifest"
+	"streamtier/segments"
+)
+
+// errLocalMoved says the local log lost a chunk while it was being compared with the remote
+// tier (its own retention ran): the comparison is void and the resolution is retried, so a
+// chunk that is merely gone is never taken for one that differs.
+var errLocalMoved = errors.New("the local log moved while it was compared with the remote tier")
+
+// remoteChunks reads the remote tier for a comparison: group objects, fragment indexes and
+// single chunk headers, each by a GET of just the bytes needed.
+type remoteChunks struct {
+	ctx    context.Context
+	n      *Node
+	stream string
+}
+
+func (r remoteChunks) Children(g manifest.Entry) ([]manifest.Entry, error) {
+	key, err := r.n.locate(r.ctx, r.stream, g)
+	if err != nil {
+		return nil, err
+	}
+	body, err := r.n.store.GetObject(r.ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	_, children, err := manifest.DecodeGroup(body)
+	if err != nil {
+		return nil, fmt.Errorf("group %s: %w", key, err)
+	}
+	return children, nil
+}
+
+func (r remoteChunks) Index(f manifest.Entry) ([]divergence.IndexEntry, error) {
+	key, err := r.n.locate(r.ctx, r.stream, f)
+	if err != nil {
+		return nil, err
+	}
+	info, err := r.n.store.Head(r.ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("head %s: %w", key, err)
+	}
+	start := int64(fragment.ObjectHeaderSize) + int64(f.Size)
+	if info.Size <= start {
+		return nil, fmt.Errorf("fragment %s: %d bytes, its entry says the chunks alone take %d", key, info.Size, f.Size)
+	}
+	tail, err := r.n.store.GetRange(r.ctx, key, start, info.Size-start)
+	if err != nil {
+		return nil, fmt.Errorf("get index of %s: %w", key, err)
+	}
+	recs, err := fragment.ParseIndex(tail, info.Size, f.Size)
+	if err != nil {
+		return nil, fmt.Errorf("fragment %s: %w", key, err)
+	}
+	out := make([]divergence.IndexEntry, len(recs))
+	for i, rec := range recs {
+		out[i] = divergence.IndexEntry{ID: rec.ChunkID, Timestamp: rec.Timestamp, Position: rec.Position}
+	}
+	return out, nil
+}
+
+func (r remoteChunks) Chunk(f manifest.Entry, pos uint32) (divergence.Chunk, error) {
+	key, err := r.n.locate(r.ctx, r.stream, f)
+	if err != nil {
+		return divergence.Chunk{}, err
+	}
+	b, err := r.n.store.GetRange(r.ctx, key, int64(pos), segments.HeaderSize)
+	if err != nil {
+		return divergence.Chunk{}, fmt.Errorf("get chunk header at %d of %s: %w", pos, key, err)
+	}
+	h, err := segments.ParseHeader(b)
+	if err != nil {
+		return divergence.Chunk{}, fmt.Errorf("chunk header at %d of %s: %w", pos, key, err)
+	}
+	return chunkOf(h), nil
+}
+
+func chunkOf(h segments.Header) divergence.Chunk {
+	return divergence.Chunk{ID: h.ChunkID, Next: h.NextID(), Epoch: h.Epoch, CRC: h.DataCRC, Size: h.Size()}
+}
+
+// localChunks reads chunk headers from the local log for a comparison.
+type localChunks struct{ log *segments.Log }
+
+func (l localChunks) Chunk(id uint64) (divergence.Chunk, bool, error) {
+	h, found, err := l.log.ChunkHeader(id)
+	switch {
+	case errors.Is(err, segments.ErrBelowFirst), errors.Is(err, segments.ErrSegmentGone):
+		return divergence.Chunk{}, false, fmt.Errorf("chunk %d: %w: %v", id, errLocalMoved, err)
+	case err != nil:
+		return divergence.Chunk{}, false, err
+	}
+	return chunkOf(h), found, nil
+}
+
+// compareWithLocal compares a resolved manifest with the local log chunk by chunk and, when
+// the divergence point falls inside a fragment the local log no longer holds, puts that
+// fragment's prefix back as a new object (a ranged GET of the old one, a PUT under a fresh
+// uid) before the core sees the answer: the replacement exists before any persist can
+// depend on it, and nothing is deleted until the truncation is persisted.
+func compareWithLocal(ctx context.Context, n *Node, stream string, epoch uint64, lg *segments.Log, m manifest.Manifest, first, next uint64) (divergence.Result, error) {
+	res, err := divergence.Find(m, first, next, remoteChunks{ctx, n, stream}, localChunks{lg})
+	if err != nil {
+		return res, fmt.Errorf("compare the remote tier [%d,%d) with the local log [%d,%d): %w", m.FirstOffset, m.NextOffset, first, next, err)
+	}
+	if t := res.Truncation; res.Kind == divergence.Diverged && t.NeedsCopy(first) {
+		repl, err := copyPrefix(ctx, n, stream, epoch, t)
+		if err != nil {
+			return res, fmt.Errorf("copy the prefix [%d,%d) of the fragment at %d: %w", t.Straddle.FirstOffset, t.At, t.Straddle.FirstOffset, err)
+		}
+		t.Replacement = &repl
+	}
+	return res, nil
+}
+
+// copyPrefix writes a fragment object holding the chunks of t.Straddle below t.At: its
+// chunk region is the first PrefixBytes of the old object's (positions unchanged), followed
+// by the index records of those chunks.
+func copyPrefix(ctx context.Context, n *Node, stream string, epoch uint64, t *divergence.Truncation) (manifest.Entry, error) {
+	src, err := n.locate(ctx, stream, *t.Straddle)
+	if err != nil {
+		return manifest.Entry{}, err
+	}
+	region, err := n.store.GetRange(ctx, src, fragment.ObjectHeaderSize, int64(t.PrefixBytes))
+	if err != nil {
+		return manifest.Entry{}, fmt.Errorf("get %s: %w", src, err)
+	}
+	obj := fragment.AppendObjectHeader(make([]byte, 0, fragment.ObjectHeaderSize+len(region)+fragment.IndexRecordSize*len(t.Prefix)))
+	obj = append(obj, region...)
+	for _, p := range t.Prefix {
+		obj = fragment.AppendIndexRecord(obj, fragment.IndexRecord{ChunkID: p.ID, Timestamp: p.Timestamp, Position: p.Position})
+	}
+	if _, err := fragment.ParseObject(obj); err != nil {
+		return manifest.Entry{}, fmt.Errorf("prefix of %s: %w", src, err)
+	}
+	e := manifest.Entry{
+		FirstOffset: t.Straddle.FirstOffset, FirstTimestamp: t.Prefix[0].Timestamp, LastTimestamp: t.PrefixLastTimestamp,
+		Size: t.PrefixBytes, UID: rand.Uint64(), Kind: manifest.KindFragment,
+	}
+	key := n.newObjectKey(stream, e, epoch)
+	if err := n.store.PutObject(ctx, key, obj); err != nil {
+		return manifest.Entry{}, fmt.Errorf("put %s: %w", key, err)
+	}
+	return e, nil
+}
