@@ -32,8 +32,8 @@ type (
 	// the local log; the reader answers with an error (nil when done).
 	truncateRequestMsg struct{}
 	truncateResult     struct{ Err error }
-	resolveRetryMsg  struct{}
-	retentionTickMsg struct{}
+	resolveRetryMsg    struct{}
+	retentionTickMsg   struct{}
 )
 
 // resolvedMsg is the outcome of one resolution attempt: the manifest, compared with the
