@@ -196,7 +196,8 @@ func TestDecodeGroupRejects(t *testing.T) {
 }
 
 // genManifest draws a valid root: sorted entries with kinds not increasing from the head,
-// possibly a partly consumed head group, and a header that agrees.
+// gaps (never the head, never adjacent), possibly a partly consumed head group, and a
+// header that agrees.
 func genManifest(t *rapid.T) Manifest {
 	n := rapid.IntRange(0, 12).Draw(t, "entries")
 	off := rapid.Uint64Range(0, 1<<50).Draw(t, "base")
@@ -212,11 +213,15 @@ func genManifest(t *rapid.T) Manifest {
 		if kind > 0 && rapid.Bool().Draw(t, "lower") {
 			kind--
 		}
-		ts := rapid.Int64().Draw(t, "ts")
-		m.Entries = append(m.Entries, Entry{
-			FirstOffset: off, FirstTimestamp: ts, LastTimestamp: ts + rapid.Int64Range(0, 1000).Draw(t, "dur"),
-			Size: rapid.Uint64Range(0, 1<<40).Draw(t, "size"), UID: rapid.Uint64().Draw(t, "uid"), Kind: kind,
-		})
+		if i > 0 && !m.Entries[i-1].IsGap() && rapid.IntRange(0, 3).Draw(t, "gap") == 0 {
+			m.Entries = append(m.Entries, GapEntry(off)) // never the head, never two in a row
+		} else {
+			ts := rapid.Int64().Draw(t, "ts")
+			m.Entries = append(m.Entries, Entry{
+				FirstOffset: off, FirstTimestamp: ts, LastTimestamp: ts + rapid.Int64Range(0, 1000).Draw(t, "dur"),
+				Size: rapid.Uint64Range(0, 1<<40).Draw(t, "size"), UID: rapid.Uint64().Draw(t, "uid"), Kind: kind,
+			})
+		}
 		off += rapid.Uint64Range(1, 1<<20).Draw(t, "len")
 	}
 	m.NextOffset = off
@@ -247,7 +252,9 @@ func TestCodecRoundTripProperty(t *testing.T) {
 			kind := Kind(rapid.IntRange(1, 3).Draw(t, "group-kind"))
 			es := append([]Entry(nil), m.Entries...)
 			for i := range es {
-				es[i].Kind = kind - 1
+				if kind != KindGroup || !es[i].IsGap() { // groups keep their gaps
+					es[i].Kind = kind - 1
+				}
 			}
 			k, back, err := DecodeGroup(EncodeGroup(kind, es))
 			if err != nil || k != kind || !entriesEqual(back, es) {

@@ -7,36 +7,6 @@ import (
 	"pgregory.net/rapid"
 )
 
-// model is the flat truth the tree must agree with: every fragment ever appended, in order.
-type model struct {
-	frags []FragmentRef
-}
-
-// live returns the fragments at or after first (the header always sits on a fragment start).
-func (md *model) live(first uint64) []FragmentRef {
-	for i, f := range md.frags {
-		if f.Entry.FirstOffset >= first {
-			return md.frags[i:]
-		}
-	}
-	return nil
-}
-
-// retain applies the policy to the flat list: drop head fragments while the total exceeds
-// max-bytes or the fragment's last timestamp is older than now - max-age. It returns the
-// new first offset (next when everything goes) and the new total.
-func retainFlat(live []FragmentRef, total uint64, next uint64, p Policy, now int64) (uint64, uint64) {
-	for _, f := range live {
-		byBytes := p.MaxBytes > 0 && total > p.MaxBytes
-		byAge := p.MaxAgeMillis > 0 && f.Entry.LastTimestamp < now-p.MaxAgeMillis
-		if !byBytes && !byAge {
-			return f.Entry.FirstOffset, total
-		}
-		total -= f.Entry.Size
-	}
-	return next, total
-}
-
 // machine drives random sequences of appends, rebalances, retention runs and persists.
 type machine struct {
 	tr        *tier
@@ -84,7 +54,7 @@ func (s *machine) appendOne(t *rapid.T) {
 		t.Fatalf("append to a non-empty manifest moved the header: %s", fmtEdit(ed))
 	}
 	e := s.tr.m.Entries[len(s.tr.m.Entries)-1]
-	s.md.frags = append(s.md.frags, FragmentRef{Entry: e, End: m.NextOffset + length})
+	s.md.leaves = append(s.md.leaves, FragmentRef{Entry: e, End: m.NextOffset + length})
 }
 
 func (s *machine) badAppend(t *rapid.T) {
@@ -185,7 +155,11 @@ func (s *machine) retainInterleaved(t *rapid.T) {
 	var err error
 	for r.Fetch != nil {
 		for n := rapid.IntRange(0, 2).Draw(t, "appends-during-fetch"); n > 0; n-- {
-			s.appendOne(t)
+			if rapid.IntRange(0, 3).Draw(t, "gap-during-fetch") == 0 {
+				s.gapOne(t)
+			} else {
+				s.appendOne(t)
+			}
 		}
 		g := *r.Fetch
 		children, ferr := s.tr.fetch(g)
@@ -215,6 +189,11 @@ func (s *machine) retainInterleaved(t *rapid.T) {
 			t.Fatalf("delete: %v", err)
 		}
 	}
+	if wantFirst == before.NextOffset && len(before.Entries) > 0 {
+		// everything evaluated went: the header lands on the next fragment appended since
+		// (gaps declared since go too), or the manifest empties
+		wantFirst = s.md.firstFragmentFrom(before.NextOffset, grown.NextOffset)
+	}
 	if m := s.tr.m; m.FirstOffset != wantFirst || m.TotalSize != grown.TotalSize-(before.TotalSize-wantTotal) {
 		t.Fatalf("interleaved retention %+v at %d: first offset %d size %d, model says %d and %d",
 			p, now, m.FirstOffset, m.TotalSize, wantFirst, grown.TotalSize-(before.TotalSize-wantTotal))
@@ -241,18 +220,19 @@ func (s *machine) check(t *rapid.T, full bool) {
 	if err != nil || !back.Equal(m) {
 		t.Fatalf("root round trip: %v", err)
 	}
-	live := s.md.live(m.FirstOffset)
+	live := s.md.live(m.FirstOffset) // fragments and gaps
+	frags := fragments(live)
 	var total uint64
-	for _, f := range live {
+	for _, f := range frags {
 		total += f.Entry.Size
 	}
 	if total != m.TotalSize {
 		t.Fatalf("total size %d, model's live fragments hold %d", m.TotalSize, total)
 	}
-	if len(live) == 0 && m.FirstOffset != m.NextOffset {
-		t.Fatalf("no live fragment but first offset %d != next %d", m.FirstOffset, m.NextOffset)
+	if len(frags) == 0 && (m.FirstOffset != m.NextOffset || len(m.Entries) != 0) {
+		t.Fatalf("no live fragment but first offset %d, next %d, %d entries", m.FirstOffset, m.NextOffset, len(m.Entries))
 	}
-	// the iterator yields exactly the model's live fragments
+	// the iterator yields exactly the model's live leaves (gaps as gaps)
 	from := m.FirstOffset
 	if m.NextOffset > 0 {
 		from = rapid.Uint64Range(0, m.NextOffset).Draw(t, "iterate-from")
@@ -261,6 +241,7 @@ func (s *machine) check(t *rapid.T, full bool) {
 	for len(want) > 0 && want[0].End <= from {
 		want = want[1:]
 	}
+	s.checkLeaves(t, live)
 	it := Iterate(m, from, s.fetchCached)
 	for i := 0; ; i++ {
 		ref, ok, err := it.Next()
@@ -277,7 +258,8 @@ func (s *machine) check(t *rapid.T, full bool) {
 			t.Fatalf("iterate from %d: fragment %d is %+v", from, i, ref)
 		}
 	}
-	// lookups: every live offset on full checks, boundaries otherwise
+	// lookups: every live offset on full checks, boundaries otherwise; an offset in a gap
+	// finds the gap
 	for _, f := range live {
 		offs := []uint64{f.Entry.FirstOffset, f.End - 1}
 		if full {
@@ -292,10 +274,13 @@ func (s *machine) check(t *rapid.T, full bool) {
 				t.Fatalf("lookup %d: %+v, %v; want %+v", o, ref, err, f)
 			}
 		}
+		if f.Gap {
+			continue
+		}
 		ts := []int64{f.Entry.FirstTimestamp, f.Entry.LastTimestamp, f.Entry.LastTimestamp + 1}
 		for _, x := range ts {
 			ref, err := LookupTimestamp(m, x, s.fetchCached)
-			s.checkTimestampLookup(t, live, x, ref, err)
+			s.checkTimestampLookup(t, frags, x, ref, err)
 		}
 	}
 	if m.FirstOffset > 0 {
@@ -305,11 +290,6 @@ func (s *machine) check(t *rapid.T, full bool) {
 	}
 	if _, err := LookupOffset(m, m.NextOffset, s.fetchCached); !errors.Is(err, ErrAboveNext) {
 		t.Fatalf("lookup at next: %v", err)
-	}
-	if len(m.Entries) > 0 && (m.Entries[0].Kind == KindFragment || m.Entries[0].FirstOffset == m.FirstOffset) {
-		if got := m.Summary(s.tr.threshold).Fragments; got != uint64(len(live)) {
-			t.Fatalf("summary counts %d fragments, %d are live", got, len(live))
-		}
 	}
 }
 
@@ -338,15 +318,16 @@ func (s *machine) checkTimestampLookup(t *rapid.T, live []FragmentRef, ts int64,
 	for _, f := range live {
 		found = found || f == ref
 	}
-	if !found || ref.Entry.LastTimestamp < ts {
+	if !found || ref.Gap || ref.Entry.LastTimestamp < ts {
 		t.Fatalf("lookup ts %d returned %+v: not a live fragment reaching it", ts, ref)
 	}
 }
 
-// TestTreeProperties runs random sequences of appends, rebalances (threshold 2 to 4, so
-// that kilo- and mega-groups appear), retention runs and persists, checking after every
-// step that the tree agrees with a flat model, and at every persist that folding the
-// captured edits over the last persisted manifest gives the in-memory one.
+// TestTreeProperties runs random sequences of appends, gaps, rebalances (threshold 2 to 4,
+// so that kilo- and mega-groups appear), retention runs, divergence truncations and
+// persists, checking after every step that the tree agrees with a flat model of fragments
+// and gaps, and at every persist that folding the captured edits over the last persisted
+// manifest (or the last truncation's result, a new base) gives the in-memory one.
 func TestTreeProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		threshold := rapid.IntRange(2, 4).Draw(t, "threshold")
@@ -358,10 +339,14 @@ func TestTreeProperties(t *testing.T) {
 		s := &machine{tr: newTier(m, threshold), monotonic: rapid.Float64().Draw(t, "p-monotonic") < 0.8, cache: map[uint64][]Entry{}}
 		steps := rapid.IntRange(5, 150).Draw(t, "steps")
 		for i := 0; i < steps; i++ {
-			switch op := rapid.IntRange(0, 11).Draw(t, "op"); {
+			switch op := rapid.IntRange(0, 14).Draw(t, "op"); {
 			case op <= 4:
 				for n := rapid.IntRange(1, 4).Draw(t, "appends"); n > 0; n-- {
-					s.appendOne(t)
+					if rapid.IntRange(0, 4).Draw(t, "gap-instead") == 0 {
+						s.gapOne(t)
+					} else {
+						s.appendOne(t)
+					}
 				}
 				if rapid.Bool().Draw(t, "auto-rebalance") {
 					s.rebalance(t)
@@ -374,6 +359,10 @@ func TestTreeProperties(t *testing.T) {
 				s.retain(t)
 			case op == 9:
 				s.retainInterleaved(t)
+			case op == 10 || op == 11:
+				s.gapOne(t)
+			case op == 12:
+				s.truncate(t)
 			default:
 				s.persist(t)
 			}
@@ -393,11 +382,19 @@ func TestEditFoldProperty(t *testing.T) {
 		replica := Empty()
 		var batches [][]Edit
 		for i, n := 0, rapid.IntRange(1, 40).Draw(t, "steps"); i < n; i++ {
-			switch rapid.IntRange(0, 3).Draw(t, "op") {
+			switch rapid.IntRange(0, 5).Draw(t, "op") {
 			case 0, 1:
 				s.appendOne(t)
 			case 2:
 				s.rebalance(t)
+			case 3:
+				s.gapOne(t)
+			case 4:
+				// a truncation is no edit: the writer syncs replicas with the new base (the
+				// prefix append, if any, goes out with the next persist); edits of the old
+				// timeline are not replayed onto it
+				s.truncate(t)
+				replica, batches = s.tr.persisted, nil
 			default:
 				s.retain(t)
 			}
@@ -413,15 +410,14 @@ func TestEditFoldProperty(t *testing.T) {
 				}
 			}
 		}
-		// A batch replayed twice must not silently apply: appends carry their start.
+		// A batch replayed twice must not silently apply: appends and gaps carry their start
+		// or their end.
 		if len(batches) > 0 {
-			last := batches[len(batches)-1]
-			for _, ed := range last {
+			for _, ed := range batches[len(batches)-1] {
 				if ed.SetNextOffset {
 					if _, err := replica.Apply(ed); err == nil {
-						t.Fatalf("a replayed append applied twice:\n%s", fmtEdit(ed))
+						t.Fatalf("a replayed next-offset edit applied twice:\n%s", fmtEdit(ed))
 					}
-					break
 				}
 			}
 		}
