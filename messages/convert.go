@@ -25,7 +25,7 @@ func ToEntry(e *Entry) (manifest.Entry, error) {
 	if e == nil {
 		return manifest.Entry{}, fmt.Errorf("%w: missing entry", ErrBadMessage)
 	}
-	if e.Kind > uint32(manifest.KindMegaGroup) {
+	if e.Kind > uint32(manifest.KindGap) {
 		return manifest.Entry{}, fmt.Errorf("%w: entry at %d has unknown kind %d", ErrBadMessage, e.FirstOffset, e.Kind)
 	}
 	return manifest.Entry{
