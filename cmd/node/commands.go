@@ -432,6 +432,9 @@ func normalizePlan(p *gc.Plan) {
 	if p.Young == nil {
 		p.Young = []gc.Orphan{}
 	}
+	if p.Pending == nil {
+		p.Pending = []gc.Orphan{}
+	}
 	if p.Undecided == nil {
 		p.Undecided = []gc.Orphan{}
 	}
@@ -458,18 +461,23 @@ func printGC(out io.Writer, b *backends.Backends, s nodeconfig.Settings, stream 
 	for _, o := range p.Orphans {
 		orphanBytes += o.Size
 	}
-	fmt.Fprintf(out, "gc: %d objects (%s) under %s in bucket %s (%s): %d referenced, %d orphans (%s), %d unreferenced but younger than the grace period %s (kept)\n",
-		p.Scanned, human(p.Bytes), where, b.Store.Bucket(), b.Describe(), p.Referenced, len(p.Orphans), human(orphanBytes), len(p.Young), s.GCGracePeriod)
-	if len(p.Orphans) > 0 {
-		fmt.Fprintln(out)
+	fmt.Fprintf(out, "gc: %d objects (%s) under %s in bucket %s (%s): %d referenced, %d orphans (%s), %d garbage younger than the grace period %s (kept), %d pending (kept: a live writer may still persist them)\n",
+		p.Scanned, human(p.Bytes), where, b.Store.Bucket(), b.Describe(), p.Referenced, len(p.Orphans), human(orphanBytes), len(p.Young), s.GCGracePeriod, len(p.Pending))
+	now := time.Now()
+	listing := func(title string, os []gc.Orphan) {
+		if len(os) == 0 {
+			return
+		}
+		fmt.Fprintf(out, "\n%s\n", title)
 		t := newTable(out)
 		t.row("KEY", "SIZE", "AGE", "REASON")
-		now := time.Now()
-		for _, o := range p.Orphans {
+		for _, o := range os {
 			t.row(o.Key, human(o.Size), dur(now.Sub(o.LastModified).Truncate(time.Second)), o.Reason)
 		}
 		t.flush()
 	}
+	listing("orphans (garbage older than the grace period):", p.Orphans)
+	listing("pending (never deleted while a writer may still persist them):", p.Pending)
 	if len(p.Foreign) > 0 {
 		fmt.Fprintf(out, "\n%d keys under the prefix are not streamtier objects and are left alone (first: %s)\n", len(p.Foreign), p.Foreign[0])
 	}
