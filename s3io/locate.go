@@ -106,8 +106,8 @@ func (s *Store) locateRange(ctx context.Context, keyPrefix, stream string, es []
 		if err != nil || k.Stream != stream {
 			return nil
 		}
-		if k.Offset > hi.FirstOffset {
-			return errStopListing
+		if k.Kind == manifest.ObjectRoot || k.Offset > hi.FirstOffset {
+			return errStopListing // past the range (roots sort after every group key in meta/)
 		}
 		for _, e := range byUID[k.UID] {
 			if _, dup := out[e]; !dup && k.Names(e) {
