@@ -636,7 +636,10 @@ func (c *Cluster) ReplicaLookup(ctx context.Context, stream string, offset uint6
 	}
 	prefix := c.node.cfg.KeyPrefix
 	return manifest.LookupOffset(p.Manifest, offset, func(e manifest.Entry) ([]manifest.Entry, error) {
-		key := manifest.EntryKey(prefix, stream, e)
+		key, err := c.node.store.LocateEntry(ctx, prefix, stream, e)
+		if err != nil {
+			return nil, err
+		}
 		body, err := c.node.store.GetObject(ctx, key)
 		if err != nil {
 			return nil, fmt.Errorf("get %s: %w", key, err)

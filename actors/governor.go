@@ -21,6 +21,7 @@ import (
 type submitTransfer struct {
 	Ctx      context.Context // the reader incarnation's: cancelled when it stops or restarts
 	Stream   string
+	Epoch    uint64 // the writer's (the core's) epoch: it goes into the fragment's key
 	Dir      string // the stream's local log directory
 	Ref      readercore.Ref
 	Attempt  int
@@ -139,7 +140,7 @@ func (t *transferTask) Receive(c actor.Context) {
 	}()
 	s := t.sub
 	uid := rand.Uint64()
-	key := manifest.FragmentKey(t.g.keyPrefix, s.Stream, s.Fragment.FirstOffset, uid)
+	key := manifest.FragmentKey(t.g.keyPrefix, s.Stream, s.Fragment.FirstOffset, s.Epoch, uid)
 	start := time.Now()
 	if s.Ctx.Err() != nil {
 		return // the reader is gone: nobody waits for this result

@@ -393,7 +393,7 @@ func (r *reader) startDrain(c actor.Context, from uint64) {
 
 func (r *reader) submit(c actor.Context, ref readercore.Ref, attempt int, f *fragment.Description, size int64) {
 	c.Send(r.n.governor, &submitTransfer{
-		Ctx: r.ctx, Stream: r.h.spec.ID, Dir: r.h.spec.Log.Dir(), Ref: ref, Attempt: attempt,
+		Ctx: r.ctx, Stream: r.h.spec.ID, Epoch: r.h.spec.Epoch, Dir: r.h.spec.Log.Dir(), Ref: ref, Attempt: attempt,
 		Fragment: f, Size: size, ReplyTo: c.Self(),
 	})
 }
@@ -442,7 +442,7 @@ func (r *reader) uploadGroup(c actor.Context, e readercore.UploadGroup) {
 	n, stream := r.n, r.h.spec.ID
 	spawnTask(c, r.ctx, func(ctx context.Context) any {
 		uid := rand.Uint64()
-		key := manifest.GroupKey(n.cfg.KeyPrefix, stream, e.Kind, e.Children[0].FirstOffset, uid)
+		key := manifest.GroupKey(n.cfg.KeyPrefix, stream, e.Kind, e.Children[0].FirstOffset, e.Epoch, uid)
 		err := n.store.PutObject(ctx, key, manifest.EncodeGroup(e.Kind, e.Children))
 		res := readercore.GroupUploadResult{Ref: e.Ref, Attempt: e.Attempt, UID: uid, Jitter: rand.Float64()}
 		switch s3io.Classify(err) {
@@ -462,8 +462,11 @@ func (r *reader) fetchGroup(c actor.Context, e readercore.FetchGroupForRetention
 	spawnTask(c, r.ctx, func(ctx context.Context) any {
 		ctx, cancel := context.WithTimeout(ctx, e.Timeout)
 		defer cancel()
-		key := manifest.EntryKey(n.cfg.KeyPrefix, stream, e.Group)
-		body, err := n.store.GetObject(ctx, key)
+		key, err := n.store.LocateEntry(ctx, n.cfg.KeyPrefix, stream, e.Group)
+		var body []byte
+		if err == nil {
+			body, err = n.store.GetObject(ctx, key)
+		}
 		if err == nil {
 			var children []manifest.Entry
 			if _, children, err = manifest.DecodeGroup(body); err == nil {
@@ -473,7 +476,7 @@ func (r *reader) fetchGroup(c actor.Context, e readercore.FetchGroupForRetention
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return readercore.RetentionTimeout{Ref: e.Ref}
 		}
-		return readercore.RetentionGroupFailed{Ref: e.Ref, Reason: fmt.Sprintf("fetch %s: %v", key, err)}
+		return readercore.RetentionGroupFailed{Ref: e.Ref, Reason: fmt.Sprintf("fetch %s group at %d: %v", stream, e.Group.FirstOffset, err)}
 	})
 }
 
@@ -524,15 +527,15 @@ func (r *reader) reap(c actor.Context, e readercore.DeleteObjects) {
 	stream, prefix := r.h.spec.ID, r.n.cfg.KeyPrefix
 	req := &reapRequest{Stream: stream}
 	for _, en := range e.Entries {
-		if en.Kind == manifest.KindFragment {
-			req.Keys = append(req.Keys, manifest.FragmentKey(prefix, stream, en.FirstOffset, en.UID))
-		} else {
+		switch {
+		case en.IsGap(): // names no object
+		case en.Kind == manifest.KindFragment:
+			req.Objects = append(req.Objects, en)
+		default:
 			req.Groups = append(req.Groups, reapGroup{Entry: en, From: e.From})
 		}
 	}
-	for _, en := range e.Alone { // groups a truncation expanded: their children stay
-		req.Keys = append(req.Keys, manifest.EntryKey(prefix, stream, en))
-	}
+	req.Objects = append(req.Objects, e.Alone...) // groups a truncation expanded: their children stay
 	for _, root := range e.Roots {
 		req.Keys = append(req.Keys, manifest.RootKey(prefix, stream, root.Epoch, root.UID))
 	}

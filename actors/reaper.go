@@ -13,11 +13,15 @@ import (
 )
 
 // reapRequest asks the reaper to delete objects that a successful persist dropped: plain
-// keys (fragments, the previous root) and groups, each with the live objects below it.
+// keys (the previous root), entries whose object goes alone (fragments, and groups a
+// truncation expanded: their children stay referenced) and groups, each with the live
+// objects below it. Entries do not carry the uploader's epoch, so the reaper finds their keys by
+// listing (s3io.LocateEntries); an object already gone is simply not deleted again.
 type reapRequest struct {
-	Stream string
-	Keys   []string
-	Groups []reapGroup
+	Stream    string
+	Keys      []string
+	Objects   []manifest.Entry
+	Groups    []reapGroup
 }
 
 // reapGroup is a group object to delete with every object under it at or after From.
@@ -78,12 +82,19 @@ func (r *reaper) Receive(c actor.Context) {
 }
 
 // expand turns a request into object keys, downloading group objects to learn their
-// children. A group that cannot be read is left to garbage collection with its children.
+// children and listing to find each entry's key. A group that cannot be read is left to
+// garbage collection with its children (one already gone is not a failure: nothing of it is
+// left to learn); so are the entries whose keys a failing listing did not find.
 func (r *reaper) expand(m *reapRequest) []string {
 	keys := append([]string(nil), m.Keys...)
+	entries := append([]manifest.Entry(nil), m.Objects...)
 	fetch := func(e manifest.Entry) ([]manifest.Entry, error) {
 		r.stats.GroupGets.Add(1)
-		body, err := r.store.GetObject(r.ctx, manifest.EntryKey(r.keyPrefix, m.Stream, e))
+		key, err := r.store.LocateEntry(r.ctx, r.keyPrefix, m.Stream, e)
+		if err != nil {
+			return nil, err
+		}
+		body, err := r.store.GetObject(r.ctx, key)
 		if err != nil {
 			return nil, err
 		}
@@ -91,16 +102,33 @@ func (r *reaper) expand(m *reapRequest) []string {
 		return children, err
 	}
 	for _, g := range m.Groups {
-		entries, err := manifest.CollectForDelete(g.Entry, g.From, fetch)
+		es, err := manifest.CollectForDelete(g.Entry, g.From, fetch)
 		if err != nil {
+			if s3io.IsNotFound(err) {
+				r.log.Info().Err(err).Str("stream", m.Stream).Uint64("group_offset", g.Entry.FirstOffset).
+					Msg("reaper: group already gone; objects below it, if any are left, are garbage collection's")
+				continue
+			}
 			r.stats.Failed.Add(1)
 			r.log.Warn().Err(err).Str("stream", m.Stream).Uint64("group_offset", g.Entry.FirstOffset).
 				Msg("reaper: cannot expand a group; its objects are left for garbage collection")
 			continue
 		}
-		for _, e := range entries {
-			keys = append(keys, manifest.EntryKey(r.keyPrefix, m.Stream, e))
+		entries = append(entries, es...)
+	}
+	if len(entries) == 0 {
+		return keys
+	}
+	found, err := r.store.LocateEntries(r.ctx, r.keyPrefix, m.Stream, entries)
+	for _, e := range entries {
+		if k, ok := found[e]; ok {
+			keys = append(keys, k)
 		}
+	}
+	if err != nil {
+		r.stats.Failed.Add(int64(len(entries) - len(found)))
+		r.log.Warn().Err(err).Str("stream", m.Stream).Int("entries", len(entries)).Int("located", len(found)).
+			Msg("reaper: cannot list the objects to delete; those not located are left for garbage collection")
 	}
 	return keys
 }

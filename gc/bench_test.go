@@ -10,8 +10,8 @@ import (
 	"streamtier/s3io"
 )
 
-// BenchmarkDecide decides over a listing of 100,000 fragments of 10 streams, a tenth of
-// them unreferenced.
+// BenchmarkDecide decides over a listing of 100,000 fragments of 10 streams (and their
+// roots), a tenth of them unreferenced and older than the root.
 func BenchmarkDecide(b *testing.B) {
 	const p, streams, perStream = manifest.DefaultKeyPrefix, 10, 10_000
 	now := time.Now()
@@ -19,9 +19,13 @@ func BenchmarkDecide(b *testing.B) {
 	states := map[string]StreamState{}
 	for s := range streams {
 		id := fmt.Sprintf("stream-%d", s)
-		st := StreamState{Stream: id, Anchored: true, Recorded: true, Record: metadata.ManifestRecord{NextOffset: perStream * 100}, Referenced: map[string]bool{}}
+		rec := metadata.ManifestRecord{Epoch: 1, RootUID: 1, NextOffset: perStream * 100}
+		st := StreamState{Stream: id, Anchored: true, Recorded: true, Record: rec, Epoch: 1, Referenced: map[string]bool{}}
+		root := manifest.RootKey(p, id, 1, 1)
+		st.Referenced[root] = true
+		objs = append(objs, s3io.ObjectInfo{Key: root, LastModified: now.Add(-time.Hour)})
 		for i := range perStream {
-			key := manifest.FragmentKey(p, id, uint64(i*100), uint64(i+1))
+			key := manifest.FragmentKey(p, id, uint64(i*100), 1, uint64(i+1))
 			objs = append(objs, s3io.ObjectInfo{Key: key, Size: 64 << 20, LastModified: now.Add(-2 * time.Hour)})
 			if i%10 != 0 {
 				st.Referenced[key] = true

@@ -1,18 +1,17 @@
 // Package gc is garbage collection of the remote tier: it lists the objects under the key
-// prefix, works out from etcd and the persisted manifests which ones are referenced, and
-// names every other object with the reason it is garbage (an upload that never persisted,
-// a superseded root, what retention dropped, a deleted stream). Only objects older than a
-// grace period are collected, and a stream's prefix without an anchor only after a
-// linearizable read confirms it. Deciding is a pure function (Decide); Scan and Delete
-// are the shell around it.
+// prefix, works out from etcd (anchor, manifest record, stored epoch) and the persisted
+// manifests which ones are referenced, and sorts every other object into garbage, with the
+// reason (an upload that never persisted, a superseded root, what retention dropped, a
+// deleted stream), and pending objects that a live writer may still persist, also with the
+// reason, which are never deleted. Garbage is collected only once older than a grace
+// period, and a stream's prefix without an anchor only after a linearizable read confirms
+// it. Deciding is a pure function (Decide); Scan and Delete are the shell around it.
 package gc
 
 import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"streamtier/manifest"
@@ -20,116 +19,18 @@ import (
 	"streamtier/s3io"
 )
 
-// ObjectKind is what a key names.
-type ObjectKind string
-
-// Object kinds, as they appear in keys.
-const (
-	KindFragment  ObjectKind = "fragment"
-	KindGroup     ObjectKind = "group"
-	KindKiloGroup ObjectKind = "kgroup"
-	KindMegaGroup ObjectKind = "mgroup"
-	KindRoot      ObjectKind = "root"
-)
-
-// Key is a parsed object key of the remote tier.
-type Key struct {
-	Stream string
-	Kind   ObjectKind
-	Offset uint64 // first offset (fragments and groups)
-	Epoch  uint64 // writer's epoch (roots)
-	UID    uint64
-}
-
-// ParseKey parses key as remote-format.md lays keys out under keyPrefix, checking the
-// hash partition against the stream id; anything else is an error saying what is wrong.
-func ParseKey(keyPrefix, key string) (Key, error) {
-	rest, ok := strings.CutPrefix(key, keyPrefix+"/")
-	if !ok {
-		return Key{}, fmt.Errorf("key %q: not under prefix %q", key, keyPrefix+"/")
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 4 {
-		return Key{}, fmt.Errorf("key %q: want <h4>/<stream>/data|meta/<name>", key)
-	}
-	h4, stream, dir, name := parts[0], parts[1], parts[2], parts[3]
-	if err := manifest.ValidateStreamID(stream); err != nil {
-		return Key{}, fmt.Errorf("key %q: %w", key, err)
-	}
-	if want := manifest.StreamPrefix(keyPrefix, stream); !strings.HasPrefix(key, want) || len(h4) != 4 {
-		return Key{}, fmt.Errorf("key %q: partition %q does not match stream %q (want %s)", key, h4, stream, want)
-	}
-	k := Key{Stream: stream}
-	num := func(s string, digits int, base int) (uint64, error) {
-		if len(s) != digits {
-			return 0, fmt.Errorf("key %q: %q is not %d digits", key, s, digits)
-		}
-		v, err := strconv.ParseUint(s, base, 64)
-		if err != nil || (base == 16 && strings.ToLower(s) != s) {
-			return 0, fmt.Errorf("key %q: %q is not a %d-digit number", key, s, digits)
-		}
-		return v, nil
-	}
-	var err error
-	switch dir {
-	case "data":
-		base, ok := strings.CutSuffix(name, ".fragment")
-		if !ok {
-			return Key{}, fmt.Errorf("key %q: data objects end in .fragment", key)
-		}
-		k.Kind = KindFragment
-		k.Offset, k.UID, err = offUID(base, num)
-	case "meta":
-		if base, ok := strings.CutSuffix(name, ".manifest"); ok {
-			b, ok := strings.CutPrefix(base, "root-")
-			if !ok {
-				return Key{}, fmt.Errorf("key %q: manifest objects are named root-<epoch>-<uid>.manifest", key)
-			}
-			k.Kind = KindRoot
-			k.Epoch, k.UID, err = offUID(b, num)
-			break
-		}
-		dot := strings.LastIndexByte(name, '.')
-		if dot < 0 {
-			return Key{}, fmt.Errorf("key %q: no extension", key)
-		}
-		switch ObjectKind(name[dot+1:]) {
-		case KindGroup, KindKiloGroup, KindMegaGroup:
-			k.Kind = ObjectKind(name[dot+1:])
-		default:
-			return Key{}, fmt.Errorf("key %q: unknown object kind %q", key, name[dot+1:])
-		}
-		k.Offset, k.UID, err = offUID(name[:dot], num)
-	default:
-		return Key{}, fmt.Errorf("key %q: %q is neither data nor meta", key, dir)
-	}
-	if err != nil {
-		return Key{}, err
-	}
-	return k, nil
-}
-
-func offUID(s string, num func(string, int, int) (uint64, error)) (uint64, uint64, error) {
-	a, b, ok := strings.Cut(s, "-")
-	if !ok {
-		return 0, 0, fmt.Errorf("%q: want <20 digits>-<16 hex digits>", s)
-	}
-	off, err := num(a, 20, 10)
-	if err != nil {
-		return 0, 0, err
-	}
-	uid, err := num(b, 16, 16)
-	return off, uid, err
-}
-
 // StreamState is what etcd and the persisted manifest say about one stream: whether it is
-// anchored, its manifest record, and the keys the persisted manifest references.
+// anchored, its manifest record and stored epoch, and the keys the persisted manifest
+// references.
 type StreamState struct {
 	Stream   string
 	Anchored bool // by a linearizable read
 	Recorded bool // a manifest record exists
 	Record   metadata.ManifestRecord
 	Revision int64
+	// Epoch is the stored epoch (0 when none is stored): an object whose key carries a
+	// lower epoch was uploaded by a fenced writer.
+	Epoch uint64
 	// Referenced holds the root key, every group holding live offsets and every live
 	// fragment of the persisted manifest.
 	Referenced map[string]bool
@@ -138,7 +39,7 @@ type StreamState struct {
 	Err error
 }
 
-// Orphan is an object garbage collection may delete, with the reason.
+// Orphan is an unreferenced object: garbage gc may delete, or one it keeps, with the reason.
 type Orphan struct {
 	Key          string    `json:"key"`
 	Stream       string    `json:"stream"`
@@ -149,27 +50,42 @@ type Orphan struct {
 
 // Plan is the outcome of deciding over one listing.
 type Plan struct {
-	Scanned    int              `json:"scanned"`    // objects listed
-	Bytes      int64            `json:"bytes"`      // their total size
-	Referenced int              `json:"referenced"` // objects a persisted manifest references
-	Orphans    []Orphan         `json:"orphans"`    // unreferenced and older than the grace period
-	Young      []Orphan         `json:"young"`      // unreferenced but younger than the grace period: kept
-	Undecided  []Orphan         `json:"undecided"`  // of streams whose references are unknown: kept
-	Foreign    []string         `json:"foreign"`    // keys under the prefix that are not streamtier's layout: never touched
-	Revisions  map[string]int64 `json:"-"`          // each stream's manifest revision when decided
+	Scanned    int      `json:"scanned"`    // objects listed
+	Bytes      int64    `json:"bytes"`      // their total size
+	Referenced int      `json:"referenced"` // objects a persisted manifest references
+	Orphans    []Orphan `json:"orphans"`    // garbage older than the grace period: what Delete deletes
+	Young      []Orphan `json:"young"`      // garbage younger than the grace period: kept
+	// Pending are unreferenced objects that a live writer may still persist (above the
+	// persisted next offset at the current epoch, or newer than the root): kept however
+	// old, each with the reason.
+	Pending   []Orphan         `json:"pending"`
+	Undecided []Orphan         `json:"undecided"` // of streams whose references are unknown: kept
+	Foreign   []string         `json:"foreign"`   // keys under the prefix that are not streamtier's layout: never touched
+	Revisions map[string]int64 `json:"-"`         // each stream's manifest revision when decided
 }
 
-// Decide names the orphans among objects: those no stream state references, older than
-// grace at now. states must hold every stream that has objects in the listing; a stream
-// with Err set keeps all its objects (listed as Undecided).
+// Decide sorts the unreferenced objects of the listing into garbage (Orphans once older
+// than grace at now, Young before) and Pending by remote-format.md's rule; see judge.
+// states must hold every stream that has objects in the listing; a stream with Err set
+// keeps all its objects (listed as Undecided).
 func Decide(objects []s3io.ObjectInfo, keyPrefix string, states map[string]StreamState, now time.Time, grace time.Duration) Plan {
 	p := Plan{Scanned: len(objects), Revisions: map[string]int64{}}
+	rootKeys := map[string]string{} // key of the root a record names -> its stream
 	for _, st := range states {
 		p.Revisions[st.Stream] = st.Revision
+		if st.Recorded {
+			rootKeys[manifest.RootKey(keyPrefix, st.Stream, st.Record.Epoch, st.Record.RootUID)] = st.Stream
+		}
+	}
+	roots := map[string]time.Time{} // stream -> LastModified of the root its record names
+	for _, o := range objects {
+		if stream, ok := rootKeys[o.Key]; ok {
+			roots[stream] = o.LastModified
+		}
 	}
 	for _, o := range objects {
 		p.Bytes += o.Size
-		k, err := ParseKey(keyPrefix, o.Key)
+		k, err := manifest.ParseKey(keyPrefix, o.Key)
 		if err != nil {
 			p.Foreign = append(p.Foreign, o.Key)
 			continue
@@ -189,43 +105,73 @@ func Decide(objects []s3io.ObjectInfo, keyPrefix string, states map[string]Strea
 			p.Referenced++
 			continue
 		}
-		orphan.Reason = reason(k, st)
-		if now.Sub(o.LastModified) < grace {
+		rootModified, rootListed := roots[k.Stream]
+		garbage, reason := judge(k, o.LastModified, st, rootModified, rootListed)
+		orphan.Reason = reason
+		switch {
+		case !garbage:
+			p.Pending = append(p.Pending, orphan)
+		case now.Sub(o.LastModified) < grace:
 			p.Young = append(p.Young, orphan)
-			continue
+		default:
+			p.Orphans = append(p.Orphans, orphan)
 		}
-		p.Orphans = append(p.Orphans, orphan)
 	}
 	sort.Slice(p.Orphans, func(i, j int) bool { return p.Orphans[i].Key < p.Orphans[j].Key })
 	return p
 }
 
-// reason says why an unreferenced object of a stream in state st is garbage.
-func reason(k Key, st StreamState) string {
+// judge decides whether the unreferenced object k (last modified at modified) of a stream in
+// state st is garbage, and says why either way. rootModified is when the root the record
+// names was written (rootListed false when the listing does not hold it). The rule, from
+// remote-format.md "Garbage: what may be collected":
+//   - everything under a prefix without an anchor is garbage (the anchor read is linearizable);
+//   - a root other than the one the record names is garbage;
+//   - a fragment or group starting below the persisted next offset is garbage when it is
+//     older than the root the record names, pending when it is not (it may still be on its
+//     way into the manifest);
+//   - one at or above the persisted next offset (every one when nothing persisted) is garbage
+//     only when the epoch in its key is below the stored epoch: its writer is fenced. At the
+//     current epoch (or above: a successor that has not persisted yet) it is pending, however
+//     old. A version 1 key carries no epoch, so its writer cannot be shown fenced: pending.
+func judge(k manifest.ObjectKey, modified time.Time, st StreamState, rootModified time.Time, rootListed bool) (garbage bool, reason string) {
+	r := st.Record
 	switch {
 	case !st.Anchored:
-		return "the stream has no anchor in etcd (deleted, or never created)"
-	case !st.Recorded:
-		return "the stream never persisted a manifest (uploaded before its first persist)"
+		return true, "the stream has no anchor in etcd (deleted, or never created)"
+	case k.Kind == manifest.ObjectRoot && !st.Recorded:
+		return true, fmt.Sprintf("root of epoch %d that never persisted (the stream has no manifest record)", k.Epoch)
+	case k.Kind == manifest.ObjectRoot:
+		return true, fmt.Sprintf("superseded root (epoch %d; the manifest record names epoch %d uid %016x)", k.Epoch, r.Epoch, r.RootUID)
 	}
-	r := st.Record
-	switch k.Kind {
-	case KindRoot:
-		return fmt.Sprintf("superseded root (epoch %d; the manifest record names epoch %d uid %016x)", k.Epoch, r.Epoch, r.RootUID)
-	case KindFragment:
+	what := fmt.Sprintf("%s at %d", k.Kind, k.Offset)
+	if st.Recorded && k.Offset < r.NextOffset {
+		if !rootListed {
+			return false, fmt.Sprintf("%s is below the persisted next offset %d, but the root the record names is not in the listing: cannot tell whether it is older than that root", what, r.NextOffset)
+		}
+		if !modified.Before(rootModified) {
+			return false, fmt.Sprintf("%s is below the persisted next offset %d but not older than the root the record names (written %s after it): it may still be on its way into the manifest", what, r.NextOffset, modified.Sub(rootModified).Round(time.Millisecond))
+		}
 		switch {
-		case k.Offset >= r.NextOffset:
-			return fmt.Sprintf("fragment at %d is at or above the persisted next offset %d: uploaded but never persisted (crash, conflict or lost result)", k.Offset, r.NextOffset)
 		case k.Offset < r.FirstOffset:
-			return fmt.Sprintf("fragment at %d is below the first offset %d: dropped by retention", k.Offset, r.FirstOffset)
+			return true, fmt.Sprintf("%s is below the first offset %d: dropped by retention", what, r.FirstOffset)
+		case k.Kind == manifest.ObjectFragment:
+			return true, fmt.Sprintf("%s, older than the persisted root, is not in it: an upload never persisted (crash, conflict or lost result) whose range was uploaded again", what)
 		default:
-			return fmt.Sprintf("fragment at %d is not in the persisted manifest: an upload never persisted (crash, conflict or lost result) whose range was uploaded again", k.Offset)
+			return true, fmt.Sprintf("%s, older than the persisted root, is not in it: a rebalance that never persisted", what)
 		}
+	}
+	next := fmt.Sprintf("the persisted next offset %d", r.NextOffset)
+	if !st.Recorded {
+		next = "the persisted next offset (the stream never persisted a manifest)"
+	}
+	switch {
+	case k.KeyVersion < 2:
+		return false, fmt.Sprintf("%s is at or above %s and its version 1 key carries no epoch: its writer cannot be shown fenced", what, next)
+	case k.Epoch < st.Epoch:
+		return true, fmt.Sprintf("%s is at or above %s, uploaded at epoch %d below the stored epoch %d: its writer is fenced and can never persist it (crash, conflict or lost result)", what, next, k.Epoch, st.Epoch)
 	default:
-		if k.Offset < r.FirstOffset {
-			return fmt.Sprintf("%s at %d below the first offset %d: dropped by retention", k.Kind, k.Offset, r.FirstOffset)
-		}
-		return fmt.Sprintf("%s at %d is not in the persisted manifest (a rebalance that never persisted)", k.Kind, k.Offset)
+		return false, fmt.Sprintf("%s is at or above %s, uploaded at epoch %d (stored epoch %d): a live writer may still persist it", what, next, k.Epoch, st.Epoch)
 	}
 }
 

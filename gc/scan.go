@@ -57,13 +57,14 @@ func Scan(ctx context.Context, o Options) (Plan, error) {
 		return Plan{}, fmt.Errorf("gc: %w", err)
 	}
 	streams := map[string]bool{}
+	index := manifest.NewKeyIndex(o.KeyPrefix)
 	for _, oi := range objects {
-		if k, err := ParseKey(o.KeyPrefix, oi.Key); err == nil {
+		if k, err := index.Add(oi.Key); err == nil {
 			streams[k.Stream] = true
 		}
 	}
 	if o.Stream != "" && !streams[o.Stream] {
-		st, err := examine(ctx, o, o.Stream)
+		st, err := examine(ctx, o, o.Stream, index)
 		if err != nil {
 			return Plan{}, err
 		}
@@ -73,7 +74,7 @@ func Scan(ctx context.Context, o Options) (Plan, error) {
 	}
 	states := make(map[string]StreamState, len(streams))
 	for _, id := range sortedKeys(streams) {
-		st, err := examine(ctx, o, id)
+		st, err := examine(ctx, o, id, index)
 		if err != nil {
 			return Plan{}, err
 		}
@@ -91,10 +92,14 @@ func sortedKeys(m map[string]bool) []string {
 	return out
 }
 
-// examine reads one stream's record and anchor from etcd (an etcd failure is returned:
-// gc cannot decide anything without it) and the references of its persisted manifest from
-// S3 (a failure there is the stream's Err).
-func examine(ctx context.Context, o Options, stream string) (StreamState, error) {
+// examine reads one stream's record, stored epoch and anchor from etcd (an etcd failure is
+// returned: gc cannot decide anything without it) and the references of its persisted
+// manifest from S3, finding each entry's key in index, the listing (a failure there, or a
+// corrupt record or epoch, is the stream's Err).
+//
+// The record is read before the epoch: a persist in between makes the epoch newer than the
+// record, never older, and a newer stored epoch only fences writers that are fenced indeed.
+func examine(ctx context.Context, o Options, stream string, index *manifest.KeyIndex) (StreamState, error) {
 	st := StreamState{Stream: stream}
 	rec, rev, found, recErr := o.Meta.ReadManifest(ctx, stream)
 	if recErr != nil && !errors.Is(recErr, metadata.ErrCorruptRecord) {
@@ -108,11 +113,19 @@ func examine(ctx context.Context, o Options, stream string) (StreamState, error)
 		st.Err = recErr
 		return st, nil
 	}
-	st.Recorded, st.Record, st.Revision = found, rec, rev
+	epoch, _, err := o.Meta.ReadEpoch(ctx, stream)
+	switch {
+	case errors.Is(err, metadata.ErrCorruptRecord):
+		st.Err = err
+		return st, nil
+	case err != nil:
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	st.Recorded, st.Record, st.Revision, st.Epoch = found, rec, rev, epoch
 	if !found {
 		return st, nil
 	}
-	refs, err := References(ctx, o.Store, o.KeyPrefix, stream, rec)
+	refs, err := references(ctx, o.Store, o.KeyPrefix, stream, rec, index)
 	if err != nil {
 		st.Err = err
 		return st, nil
@@ -124,8 +137,22 @@ func examine(ctx context.Context, o Options, stream string) (StreamState, error)
 // References reads the root object the record names and every group holding live
 // offsets, checking each (codec CRCs, the root against the record, each group against its
 // entry), and returns the keys the persisted manifest references: the root, those groups
-// and the live fragments. Any inconsistency is an error naming the object.
+// and the live fragments. It lists the stream's prefix once to find the entries' keys (of
+// either layout). Any inconsistency, or a referenced object that is missing, is an error
+// naming the object.
 func References(ctx context.Context, store *s3io.Store, keyPrefix, stream string, rec metadata.ManifestRecord) (map[string]bool, error) {
+	index := manifest.NewKeyIndex(keyPrefix)
+	prefix := manifest.StreamPrefix(keyPrefix, stream)
+	if err := store.List(ctx, prefix, func(oi s3io.ObjectInfo) error {
+		index.Add(oi.Key) // a foreign key is simply not indexed
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return references(ctx, store, keyPrefix, stream, rec, index)
+}
+
+func references(ctx context.Context, store *s3io.Store, keyPrefix, stream string, rec metadata.ManifestRecord, index *manifest.KeyIndex) (map[string]bool, error) {
 	rootKey := manifest.RootKey(keyPrefix, stream, rec.Epoch, rec.RootUID)
 	body, err := store.GetObject(ctx, rootKey)
 	if err != nil {
@@ -150,7 +177,18 @@ func References(ctx context.Context, store *s3io.Store, keyPrefix, stream string
 			if eEnd <= m.FirstOffset {
 				continue // wholly below the first offset: dropped by retention
 			}
-			key := manifest.EntryKey(keyPrefix, stream, e)
+			if e.IsGap() {
+				continue // names no object
+			}
+			key, ok := index.Lookup(stream, e)
+			if !ok {
+				// Not in the listing: uploaded after it (a writer persisted meanwhile) or
+				// missing. Look again, for this entry alone.
+				var err error
+				if key, err = store.LocateEntry(ctx, keyPrefix, stream, e); err != nil {
+					return fmt.Errorf("%s referenced by the manifest: %w", e.Kind, err)
+				}
+			}
 			refs[key] = true
 			if e.Kind == manifest.KindFragment {
 				continue

@@ -52,22 +52,16 @@ func StreamPrefix(keyPrefix, stream string) string {
 	return keyPrefix + "/" + hex.EncodeToString(sum[:2]) + "/" + stream + "/"
 }
 
-// FragmentKey is the S3 key of a fragment object.
-func FragmentKey(keyPrefix, stream string, firstOffset, uid uint64) string {
-	return fmt.Sprintf("%sdata/%020d-%016x.fragment", StreamPrefix(keyPrefix, stream), firstOffset, uid)
+// FragmentKey is the S3 key (version 2) of a fragment object uploaded by a writer at epoch:
+// <stream prefix>data/<off20>-<epoch20>-<uid16>.fragment.
+func FragmentKey(keyPrefix, stream string, firstOffset, epoch, uid uint64) string {
+	return fmt.Sprintf("%sdata/%020d-%020d-%016x.fragment", StreamPrefix(keyPrefix, stream), firstOffset, epoch, uid)
 }
 
-// GroupKey is the S3 key of a group, kilo-group or mega-group object.
-func GroupKey(keyPrefix, stream string, kind Kind, firstOffset, uid uint64) string {
-	return fmt.Sprintf("%smeta/%020d-%016x.%s", StreamPrefix(keyPrefix, stream), firstOffset, uid, kind)
-}
-
-// EntryKey is the S3 key of the object an entry names.
-func EntryKey(keyPrefix, stream string, e Entry) string {
-	if e.Kind == KindFragment {
-		return FragmentKey(keyPrefix, stream, e.FirstOffset, e.UID)
-	}
-	return GroupKey(keyPrefix, stream, e.Kind, e.FirstOffset, e.UID)
+// GroupKey is the S3 key (version 2) of a group, kilo-group or mega-group object uploaded by
+// a writer at epoch: <stream prefix>meta/<off20>-<epoch20>-<uid16>.group|.kgroup|.mgroup.
+func GroupKey(keyPrefix, stream string, kind Kind, firstOffset, epoch, uid uint64) string {
+	return fmt.Sprintf("%smeta/%020d-%020d-%016x.%s", StreamPrefix(keyPrefix, stream), firstOffset, epoch, uid, kind)
 }
 
 // RootKey is the S3 key of a root manifest object written by a writer at epoch.

@@ -47,12 +47,13 @@ func TestKeys(t *testing.T) {
 		t.Fatalf("prefix %q, want %q", got, prefix)
 	}
 	cases := map[string]string{
-		FragmentKey("streams", "orders", 42, 0xabc):                                                        prefix + "data/00000000000000000042-0000000000000abc.fragment",
-		GroupKey("streams", "orders", KindGroup, 1, 2):                                                     prefix + "meta/00000000000000000001-0000000000000002.group",
-		GroupKey("streams", "orders", KindKiloGroup, 1, 2):                                                 prefix + "meta/00000000000000000001-0000000000000002.kgroup",
-		GroupKey("streams", "orders", KindMegaGroup, 1, 2):                                                 prefix + "meta/00000000000000000001-0000000000000002.mgroup",
-		EntryKey("streams", "orders", Entry{FirstOffset: 18446744073709551615, UID: 18446744073709551615}): prefix + "data/18446744073709551615-ffffffffffffffff.fragment",
-		EntryKey("streams", "orders", Entry{FirstOffset: 3, UID: 4, Kind: KindKiloGroup}):                  prefix + "meta/00000000000000000003-0000000000000004.kgroup",
+		FragmentKey("streams", "orders", 42, 3, 0xabc):                                                     prefix + "data/00000000000000000042-00000000000000000003-0000000000000abc.fragment",
+		FragmentKey("streams", "orders", 18446744073709551615, 18446744073709551615, 18446744073709551615): prefix + "data/18446744073709551615-18446744073709551615-ffffffffffffffff.fragment",
+		GroupKey("streams", "orders", KindGroup, 1, 9, 2):                                                  prefix + "meta/00000000000000000001-00000000000000000009-0000000000000002.group",
+		GroupKey("streams", "orders", KindKiloGroup, 1, 9, 2):                                              prefix + "meta/00000000000000000001-00000000000000000009-0000000000000002.kgroup",
+		GroupKey("streams", "orders", KindMegaGroup, 1, 9, 2):                                              prefix + "meta/00000000000000000001-00000000000000000009-0000000000000002.mgroup",
+		EntryListPrefix("streams", "orders", Entry{FirstOffset: 42, UID: 0xabc}):                           prefix + "data/00000000000000000042-",
+		EntryListPrefix("streams", "orders", Entry{FirstOffset: 3, UID: 4, Kind: KindKiloGroup}):           prefix + "meta/00000000000000000003-",
 		RootKey("streams", "orders", 7, 0xff):                                                              prefix + "meta/root-00000000000000000007-00000000000000ff.manifest",
 		EtcdAnchorKey(DefaultEtcdPrefix, "orders"):                                                         "/streamtier/streams/orders/anchor",
 		EtcdManifestKey(DefaultEtcdPrefix, "orders"):                                                       "/streamtier/streams/orders/manifest",

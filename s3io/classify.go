@@ -174,10 +174,11 @@ func responseStatus(err error) int {
 // IsRetriable reports whether err is worth retrying at once (ClassRetriable).
 func IsRetriable(err error) bool { return Classify(err) == ClassRetriable }
 
-// IsNotFound reports whether err says the object or bucket does not exist (404). It informs
-// readers (a missing root object, a bucket to create); it does not change the class.
+// IsNotFound reports whether err says the object or bucket does not exist (404, or
+// ErrNotFound from LocateEntry). It informs readers (a missing root object, a bucket to
+// create); it does not change the class.
 func IsNotFound(err error) bool {
-	if responseStatus(err) == 404 {
+	if errors.Is(err, ErrNotFound) || responseStatus(err) == 404 {
 		return true
 	}
 	var apiErr smithy.APIError

@@ -301,7 +301,12 @@ func (s *Store) deleteBatch(ctx context.Context, objs []types.ObjectIdentifier) 
 // request at a time (each page has its own deadline). An error from fn stops the listing
 // and is returned as is.
 func (s *Store) List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error {
-	in := &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(prefix)}
+	return s.list(ctx, listInput{prefix: prefix}, fn)
+}
+
+func (s *Store) list(ctx context.Context, li listInput, fn func(ObjectInfo) error) error {
+	prefix := li.prefix
+	in := &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(prefix), StartAfter: li.startAfterPtr()}
 	if s.cfg.ListPageSize > 0 {
 		in.MaxKeys = aws.Int32(s.cfg.ListPageSize)
 	}

@@ -832,7 +832,11 @@ func TestClusterReplication(t *testing.T) {
 // fetcher reads group objects of stream from S3.
 func (w *clusterWorld) fetcher(stream string) manifest.GroupFetcher {
 	return func(e manifest.Entry) ([]manifest.Entry, error) {
-		body, err := w.store.GetObject(context.Background(), manifest.EntryKey(manifest.DefaultKeyPrefix, stream, e))
+		key, err := w.store.LocateEntry(context.Background(), manifest.DefaultKeyPrefix, stream, e)
+		if err != nil {
+			return nil, err
+		}
+		body, err := w.store.GetObject(context.Background(), key)
 		if err != nil {
 			return nil, err
 		}
@@ -883,7 +887,11 @@ func (w *clusterWorld) verifyStream(stream string, m manifest.Manifest, chunks i
 		if fr.Entry.FirstOffset != next {
 			t.Fatalf("%s: fragment at %d, the previous one ends at %d", stream, fr.Entry.FirstOffset, next)
 		}
-		obj, err := w.store.ReadFragment(context.Background(), manifest.EntryKey(manifest.DefaultKeyPrefix, stream, fr.Entry))
+		key, err := w.store.LocateEntry(context.Background(), manifest.DefaultKeyPrefix, stream, fr.Entry)
+		if err != nil {
+			t.Fatalf("%s: fragment at %d: %v", stream, fr.Entry.FirstOffset, err)
+		}
+		obj, err := w.store.ReadFragment(context.Background(), key)
 		if err != nil {
 			t.Fatalf("%s: fragment at %d: %v", stream, fr.Entry.FirstOffset, err)
 		}

@@ -134,9 +134,24 @@ func prefix(c actors.Config) string {
 	return c.KeyPrefix
 }
 
+// locate finds the key of the object en of stream names (entries do not carry the
+// uploader's epoch), failing the test when it cannot.
+func (e *env) locate(stream string, en manifest.Entry) string {
+	e.t.Helper()
+	key, err := e.store.LocateEntry(context.Background(), prefix(e.cfg), stream, en)
+	if err != nil {
+		e.t.Fatalf("locate %s %s at %d: %v", stream, en.Kind, en.FirstOffset, err)
+	}
+	return key
+}
+
 func (e *env) fetcher(stream string) manifest.GroupFetcher {
 	return func(en manifest.Entry) ([]manifest.Entry, error) {
-		body, err := e.store.GetObject(context.Background(), manifest.EntryKey(prefix(e.cfg), stream, en))
+		key, err := e.store.LocateEntry(context.Background(), prefix(e.cfg), stream, en)
+		if err != nil {
+			return nil, err
+		}
+		body, err := e.store.GetObject(context.Background(), key)
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +165,7 @@ func (e *env) fetcher(stream string) manifest.GroupFetcher {
 // the reference log. It returns the manifest and the number of fragments.
 func (e *env) verifyRemote(stream string, ref *segments.Log) (manifest.Manifest, int) {
 	e.t.Helper()
-	m, _, _ := e.remote(stream)
+	m, rec, _ := e.remote(stream)
 	fetch := e.fetcher(stream)
 	if err := manifest.CheckTree(m, fetch); err != nil {
 		e.t.Fatalf("manifest tree of %s: %v", stream, err)
@@ -174,7 +189,11 @@ func (e *env) verifyRemote(stream string, ref *segments.Log) (manifest.Manifest,
 			break
 		}
 		frags++
-		obj, err := e.store.ReadFragment(context.Background(), manifest.EntryKey(prefix(e.cfg), stream, fr.Entry))
+		key := e.locate(stream, fr.Entry)
+		if k, err := manifest.ParseKey(prefix(e.cfg), key); err != nil || k.KeyVersion != 2 || k.Epoch > rec.Epoch {
+			e.t.Fatalf("fragment key %s: want a version 2 key of an epoch up to the record's %d (%+v, %v)", key, rec.Epoch, k, err)
+		}
+		obj, err := e.store.ReadFragment(context.Background(), key)
 		if err != nil {
 			e.t.Fatalf("read fragment at %d: %v", fr.Entry.FirstOffset, err)
 		}

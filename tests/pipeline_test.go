@@ -135,7 +135,7 @@ func TestAwaitOffsetOnlyAfterPersist(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: offset %d not in the persisted manifest: %v", round, target, err)
 		}
-		if _, err := e.store.Head(context.Background(), manifest.EntryKey(prefix(e.cfg), "await", fr.Entry)); err != nil {
+		if _, err := e.store.LocateEntry(context.Background(), prefix(e.cfg), "await", fr.Entry); err != nil {
 			t.Fatalf("round %d: fragment holding %d not in S3: %v", round, target, err)
 		}
 		if p, ok := e.node.Cached("await"); !ok || p.Manifest.NextOffset <= target {

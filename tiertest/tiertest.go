@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -35,11 +36,26 @@ type Spec struct {
 	FragmentSize int64 // fragment target size in chunk bytes (default 8 KiB)
 	Rebalance    int   // rebalance threshold M; 0 never groups
 	Epoch        uint64
+	// KeyVersion is the layout of fragment and group keys: 2 (the default) carries Epoch,
+	// 1 is the layout of earlier buckets (<off20>-<uid16>, no epoch).
+	KeyVersion int
 	// RetainBytes, when set, applies remote retention with this max_bytes after the first
 	// persist and persists again; DeleteDropped then says whether the objects it drops and
 	// the superseded root are deleted (as the reaper would) or left behind as orphans.
 	RetainBytes   uint64
 	DeleteDropped bool
+	// Unpersisted, when set, leaves the log's last Unpersisted fragments out of the
+	// persisted manifest: they are uploaded after the last persist (so they start at or
+	// above its next offset and are newer than its root), as a writer whose persist has not
+	// come yet leaves them. Stream.Pending lists them; Persist persists them.
+	Unpersisted int
+}
+
+// Pending is a fragment uploaded and not yet persisted.
+type Pending struct {
+	Entry manifest.Entry
+	Next  uint64 // where the fragment ends
+	Key   string
 }
 
 // Stream is what Write wrote.
@@ -53,9 +69,30 @@ type Stream struct {
 	RootKey  string
 	// Live are the keys the persisted manifest references (root, groups, live fragments);
 	// Left are keys written and not referenced any more (dropped by retention and not
-	// deleted, superseded root). Every key in the bucket for this stream is in one of them.
+	// deleted, superseded root). Every key in the bucket for this stream is in one of them or
+	// in Pending.
 	Live []string
 	Left []string
+	// Keys maps every fragment and group entry written to its key.
+	Keys map[manifest.Entry]string
+	// Pending are the fragments uploaded but not persisted (Spec.Unpersisted), in order.
+	Pending []Pending
+	Epoch   uint64
+}
+
+// KeyOf is the key of the object e names (written by Write), or "" when Write wrote none.
+func (s Stream) KeyOf(e manifest.Entry) string { return s.Keys[e] }
+
+// ObjectKey is the key of the object e of stream names as a writer at epoch makes it, in
+// layout version 1 (no epoch) or 2.
+func ObjectKey(keyPrefix, stream string, e manifest.Entry, epoch uint64, version int) string {
+	if version == 1 {
+		return manifest.EntryListPrefix(keyPrefix, stream, e) + fmt.Sprintf("%016x.%s", e.UID, e.Kind)
+	}
+	if e.Kind == manifest.KindFragment {
+		return manifest.FragmentKey(keyPrefix, stream, e.FirstOffset, epoch, e.UID)
+	}
+	return manifest.GroupKey(keyPrefix, stream, e.Kind, e.FirstOffset, epoch, e.UID)
 }
 
 // UID draws a random object uid, as writers do.
@@ -80,6 +117,9 @@ func Write(t testing.TB, env Env, spec Spec) Stream {
 	if spec.Epoch == 0 {
 		spec.Epoch = 1
 	}
+	if spec.KeyVersion == 0 {
+		spec.KeyVersion = 2
+	}
 	if spec.Dir == "" {
 		spec.Dir = filepath.Join(t.TempDir(), spec.Stream)
 	}
@@ -96,12 +136,22 @@ func Write(t testing.TB, env Env, spec Spec) Stream {
 	if err := env.Meta.Anchor(ctx, spec.Stream); err != nil {
 		t.Fatalf("tiertest: anchor: %v", err)
 	}
-	st := Stream{ID: spec.Stream, Dir: spec.Dir, Chunks: chunks}
+	st := Stream{ID: spec.Stream, Dir: spec.Dir, Chunks: chunks, Keys: map[manifest.Entry]string{}, Epoch: spec.Epoch}
+	keyOf := func(e manifest.Entry) string {
+		k := ObjectKey(env.KeyPrefix, spec.Stream, e, spec.Epoch, spec.KeyVersion)
+		st.Keys[e] = k
+		return k
+	}
 	live := map[string]bool{}
 	m := manifest.Empty()
-	for _, d := range s3test.Describe(chunks, spec.FragmentSize) {
+	descs := s3test.Describe(chunks, spec.FragmentSize)
+	if spec.Unpersisted >= len(descs) {
+		t.Fatalf("tiertest: %d unpersisted fragments of %d: at least one must be persisted", spec.Unpersisted, len(descs))
+	}
+	later := descs[len(descs)-spec.Unpersisted:]
+	for _, d := range descs[:len(descs)-spec.Unpersisted] {
 		e := manifest.Entry{FirstOffset: d.FirstOffset, FirstTimestamp: d.FirstTimestamp, LastTimestamp: d.LastTimestamp, Size: d.Size, UID: UID(), Kind: manifest.KindFragment}
-		key := manifest.EntryKey(env.KeyPrefix, spec.Stream, e)
+		key := keyOf(e)
 		if _, err := env.Store.PutFragment(ctx, key, spec.Dir, d); err != nil {
 			t.Fatalf("tiertest: put fragment %s: %v", key, err)
 		}
@@ -119,7 +169,7 @@ func Write(t testing.TB, env Env, spec Spec) Stream {
 				break
 			}
 			uid := UID()
-			gkey := manifest.EntryKey(env.KeyPrefix, spec.Stream, r.Group(uid))
+			gkey := keyOf(r.Group(uid))
 			if err := env.Store.PutObject(ctx, gkey, r.Object()); err != nil {
 				t.Fatalf("tiertest: put group: %v", err)
 			}
@@ -129,10 +179,10 @@ func Write(t testing.TB, env Env, spec Spec) Stream {
 			}
 		}
 	}
-	rootKey, rev := persist(ctx, t, env, spec, m, 0)
+	rootKey, rev := persist(ctx, t, env, spec.Stream, spec.Epoch, m, 0)
 	live[rootKey] = true
 	if spec.RetainBytes > 0 {
-		fetch := Fetcher(ctx, env, spec.Stream)
+		fetch := fetcher(ctx, env, st.Keys)
 		r, err := manifest.EvaluateRetentionWith(m, manifest.Policy{MaxBytes: spec.RetainBytes}, time.Now().UnixMilli(), fetch)
 		if err != nil {
 			t.Fatalf("tiertest: retention: %v", err)
@@ -141,7 +191,7 @@ func Write(t testing.TB, env Env, spec Spec) Stream {
 			if m, err = m.Apply(r.Edit); err != nil {
 				t.Fatalf("tiertest: apply retention: %v", err)
 			}
-			newRoot, newRev := persist(ctx, t, env, spec, m, rev)
+			newRoot, newRev := persist(ctx, t, env, spec.Stream, spec.Epoch, m, rev)
 			rev = newRev
 			dropped := []string{rootKey}
 			for _, e := range r.Delete {
@@ -150,7 +200,7 @@ func Write(t testing.TB, env Env, spec Spec) Stream {
 					t.Fatalf("tiertest: collect: %v", err)
 				}
 				for _, x := range es {
-					dropped = append(dropped, manifest.EntryKey(env.KeyPrefix, spec.Stream, x))
+					dropped = append(dropped, st.Keys[x])
 				}
 			}
 			for _, k := range dropped {
@@ -167,9 +217,17 @@ func Write(t testing.TB, env Env, spec Spec) Stream {
 			rootKey = newRoot
 		}
 	}
+	for _, d := range later {
+		e := manifest.Entry{FirstOffset: d.FirstOffset, FirstTimestamp: d.FirstTimestamp, LastTimestamp: d.LastTimestamp, Size: d.Size, UID: UID(), Kind: manifest.KindFragment}
+		key := keyOf(e)
+		if _, err := env.Store.PutFragment(ctx, key, spec.Dir, d); err != nil {
+			t.Fatalf("tiertest: put fragment %s: %v", key, err)
+		}
+		st.Pending = append(st.Pending, Pending{Entry: e, Next: d.NextOffset, Key: key})
+	}
 	// Fragments inside a group that retention cut into are not referenced any more, but
 	// stay in the bucket until their group goes: they are garbage, as the spec says.
-	referenced, err := Referenced(ctx, env, spec.Stream, m, rootKey)
+	referenced, err := referencedKeys(ctx, env, st.Keys, m, rootKey)
 	if err != nil {
 		t.Fatalf("tiertest: referenced: %v", err)
 	}
@@ -189,25 +247,66 @@ func Write(t testing.TB, env Env, spec Spec) Stream {
 	return st
 }
 
-func persist(ctx context.Context, t testing.TB, env Env, spec Spec, m manifest.Manifest, rev int64) (string, int64) {
+// Persist persists st's pending fragments (none is fine: the manifest is persisted again)
+// under a new root at st.Epoch, as the writer's next persist would, and updates st: the
+// previous root joins Left, the pending fragments and the new root Live.
+func Persist(t testing.TB, env Env, st *Stream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if env.KeyPrefix == "" {
+		env.KeyPrefix = manifest.DefaultKeyPrefix
+	}
+	m := st.Manifest
+	for _, p := range st.Pending {
+		edit, err := manifest.AppendEdit(m, p.Entry, p.Next)
+		if err != nil {
+			t.Fatalf("tiertest: append edit: %v", err)
+		}
+		if m, err = m.Apply(edit); err != nil {
+			t.Fatalf("tiertest: apply: %v", err)
+		}
+	}
+	rootKey, rev := persist(ctx, t, env, st.ID, st.Epoch, m, st.Revision)
+	referenced, err := referencedKeys(ctx, env, st.Keys, m, rootKey)
+	if err != nil {
+		t.Fatalf("tiertest: referenced: %v", err)
+	}
+	st.Left = append(st.Left, st.RootKey)
+	st.Live = nil
+	for k := range referenced {
+		st.Live = append(st.Live, k)
+	}
+	rec, gotRev, found, err := env.Meta.ReadManifest(ctx, st.ID)
+	if err != nil || !found || gotRev != rev {
+		t.Fatalf("tiertest: read back record: found %t rev %d (want %d): %v", found, gotRev, rev, err)
+	}
+	st.Manifest, st.Record, st.Revision, st.RootKey, st.Pending = m, rec, rev, rootKey, nil
+}
+
+func persist(ctx context.Context, t testing.TB, env Env, stream string, epoch uint64, m manifest.Manifest, rev int64) (string, int64) {
 	t.Helper()
 	uid := UID()
-	key := manifest.RootKey(env.KeyPrefix, spec.Stream, spec.Epoch, uid)
+	key := manifest.RootKey(env.KeyPrefix, stream, epoch, uid)
 	if err := env.Store.PutObject(ctx, key, manifest.EncodeRoot(m)); err != nil {
 		t.Fatalf("tiertest: put root: %v", err)
 	}
-	rec := metadata.ManifestRecord{Epoch: spec.Epoch, RootUID: uid, FirstOffset: m.FirstOffset, NextOffset: m.NextOffset, TotalSize: m.TotalSize, FirstTimestamp: m.FirstTimestamp}
-	res, err := env.Meta.Persist(ctx, spec.Stream, spec.Epoch, rev, rec)
+	rec := metadata.ManifestRecord{Epoch: epoch, RootUID: uid, FirstOffset: m.FirstOffset, NextOffset: m.NextOffset, TotalSize: m.TotalSize, FirstTimestamp: m.FirstTimestamp}
+	res, err := env.Meta.Persist(ctx, stream, epoch, rev, rec)
 	if err != nil || res.Outcome != metadata.PersistOK {
 		t.Fatalf("tiertest: persist: %+v %v", res, err)
 	}
 	return key, res.Revision
 }
 
-// Fetcher reads group objects of stream from the bucket.
-func Fetcher(ctx context.Context, env Env, stream string) manifest.GroupFetcher {
+// fetcher reads group objects from the bucket, by the keys Write gave them.
+func fetcher(ctx context.Context, env Env, keys map[manifest.Entry]string) manifest.GroupFetcher {
 	return func(e manifest.Entry) ([]manifest.Entry, error) {
-		b, err := env.Store.GetObject(ctx, manifest.EntryKey(env.KeyPrefix, stream, e))
+		key, ok := keys[e]
+		if !ok {
+			return nil, fmt.Errorf("tiertest: no object written for %+v", e)
+		}
+		b, err := env.Store.GetObject(ctx, key)
 		if err != nil {
 			return nil, err
 		}
@@ -216,11 +315,11 @@ func Fetcher(ctx context.Context, env Env, stream string) manifest.GroupFetcher 
 	}
 }
 
-// Referenced computes, independently of the code under test, the keys m references: the
-// root, every group holding live offsets, every live fragment.
-func Referenced(ctx context.Context, env Env, stream string, m manifest.Manifest, rootKey string) (map[string]bool, error) {
+// referencedKeys computes, independently of the code under test, the keys m references:
+// the root, every group holding live offsets, every live fragment.
+func referencedKeys(ctx context.Context, env Env, keys map[manifest.Entry]string, m manifest.Manifest, rootKey string) (map[string]bool, error) {
 	out := map[string]bool{rootKey: true}
-	fetch := Fetcher(ctx, env, stream)
+	fetch := fetcher(ctx, env, keys)
 	var walk func(es []manifest.Entry, end uint64) error
 	walk = func(es []manifest.Entry, end uint64) error {
 		for i, e := range es {
@@ -228,10 +327,10 @@ func Referenced(ctx context.Context, env Env, stream string, m manifest.Manifest
 			if i+1 < len(es) {
 				eEnd = es[i+1].FirstOffset
 			}
-			if eEnd <= m.FirstOffset {
+			if eEnd <= m.FirstOffset || e.IsGap() {
 				continue
 			}
-			out[manifest.EntryKey(env.KeyPrefix, stream, e)] = true
+			out[keys[e]] = true
 			if e.Kind != manifest.KindFragment {
 				children, err := fetch(e)
 				if err != nil {

@@ -55,6 +55,8 @@ type Report struct {
 	Groups        int    `json:"groups"`         // group objects read and checked
 	Chunks        int    `json:"chunks"`         // chunks in the fragments checked
 	FragmentBytes uint64 `json:"fragment_bytes"` // chunk-region bytes checked
+	Gaps          int    `json:"gaps"`           // declared gaps: ranges the local log lost before upload
+	GapOffsets    uint64 `json:"gap_offsets"`    // offsets those gaps cover
 
 	LocalDir      string `json:"local_dir,omitempty"`
 	LocalCompared int    `json:"local_compared"` // chunks compared byte for byte with the local log
@@ -62,6 +64,8 @@ type Report struct {
 
 	Findings []Finding `json:"findings"`
 	Notes    []string  `json:"notes,omitempty"`
+
+	keyPrefix string
 }
 
 // OK reports a verification without findings.
@@ -86,7 +90,7 @@ func Stream(ctx context.Context, o Options) (Report, error) {
 	if err := manifest.ValidateStreamID(o.Stream); err != nil {
 		return Report{}, fmt.Errorf("verify: %w", err)
 	}
-	r := Report{Stream: o.Stream, Findings: []Finding{}, LocalDir: o.LogDir}
+	r := Report{Stream: o.Stream, Findings: []Finding{}, LocalDir: o.LogDir, keyPrefix: o.KeyPrefix}
 	recKey := manifest.EtcdManifestKey(o.Meta.Prefix(), o.Stream)
 	rec, rev, found, err := o.Meta.ReadManifest(ctx, o.Stream)
 	switch {
@@ -128,13 +132,37 @@ func Stream(ctx context.Context, o Options) (Report, error) {
 			m.FirstOffset, m.NextOffset, m.TotalSize, m.FirstTimestamp, rec.FirstOffset, rec.NextOffset, rec.TotalSize, rec.FirstTimestamp)
 	}
 
-	groups := map[manifest.Entry][]manifest.Entry{}
+	// Entries do not carry the uploader's epoch: one listing of the stream's prefix finds
+	// the key (of either layout) of every object the manifest names.
+	index := manifest.NewKeyIndex(o.KeyPrefix)
+	if err := o.Store.List(ctx, manifest.StreamPrefix(o.KeyPrefix, o.Stream), func(oi s3io.ObjectInfo) error {
+		index.Add(oi.Key) // keys that are not streamtier's are not indexed
+		return nil
+	}); err != nil {
+		return r, fmt.Errorf("verify: %w", err)
+	}
 	var s3err error // an S3 failure that is not about the data: stops the check
+	locate := func(e manifest.Entry) (string, error) {
+		if key, ok := index.Lookup(o.Stream, e); ok {
+			return key, nil
+		}
+		// Not listed: written after the listing (a persist meanwhile), or missing.
+		key, err := o.Store.LocateEntry(ctx, o.KeyPrefix, o.Stream, e)
+		if err != nil && !s3io.IsNotFound(err) && s3err == nil {
+			s3err = err
+		}
+		return key, err
+	}
+	groups := map[manifest.Entry][]manifest.Entry{}
 	fetch := func(e manifest.Entry) ([]manifest.Entry, error) {
 		if c, ok := groups[e]; ok {
 			return c, nil
 		}
-		key := manifest.EntryKey(o.KeyPrefix, o.Stream, e)
+		key, err := locate(e)
+		if err != nil {
+			return nil, err
+		}
+		r.checkKeyEpoch(key, e.FirstOffset)
 		b, err := o.Store.GetObject(ctx, key)
 		if err != nil {
 			if !s3io.IsNotFound(err) && s3err == nil {
@@ -176,7 +204,20 @@ func Stream(ctx context.Context, o Options) (Report, error) {
 		if !ok {
 			break
 		}
-		key := manifest.EntryKey(o.KeyPrefix, o.Stream, fr.Entry)
+		if fr.Gap { // a declared hole: no object to check, only counted
+			r.Gaps++
+			r.GapOffsets += fr.End - fr.Entry.FirstOffset
+			continue
+		}
+		key, err := locate(fr.Entry)
+		if err != nil {
+			if s3err != nil {
+				return r, fmt.Errorf("verify: %w", s3err)
+			}
+			r.find(manifest.EntryListPrefix(o.KeyPrefix, o.Stream, fr.Entry), fr.Entry.FirstOffset, "fragment object is missing: %v", err)
+			continue
+		}
+		r.checkKeyEpoch(key, fr.Entry.FirstOffset)
 		obj, err := o.Store.ReadFragment(ctx, key)
 		switch {
 		case err == nil:
@@ -201,6 +242,14 @@ func Stream(ctx context.Context, o Options) (Report, error) {
 		r.Groups = len(groups)
 	}
 	return r, nil
+}
+
+// checkKeyEpoch finds a referenced object whose key carries an epoch above the epoch of the
+// root naming it: no writer can persist an object of a later epoch than its own.
+func (r *Report) checkKeyEpoch(key string, offset uint64) {
+	if k, err := manifest.ParseKey(r.keyPrefix, key); err == nil && k.KeyVersion >= 2 && k.Epoch > r.Epoch {
+		r.find(key, offset, "object of epoch %d referenced by a root of epoch %d", k.Epoch, r.Epoch)
+	}
 }
 
 // CheckFragment compares a fragment object's layout with the manifest entry that names it

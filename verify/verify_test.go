@@ -97,10 +97,15 @@ func TestVerify(t *testing.T) {
 	if r := run("a", ""); !r.OK() || r.LocalCompared != 0 || len(r.Notes) == 0 {
 		t.Fatalf("without a local log: %+v", r)
 	}
+	// The same with the version 1 keys of earlier buckets.
+	a1 := tiertest.Write(t, env, tiertest.Spec{Stream: "a1", Seed: 1, Chunks: 80, Rebalance: 3, RetainBytes: 60_000, DeleteDropped: true, KeyVersion: 1})
+	if r := run("a1", a1.Dir); !r.OK() || r.Fragments != live || r.Groups == 0 || r.LocalCompared != r.Chunks {
+		t.Fatalf("version 1 keys: %+v", r)
+	}
 
 	// A fragment whose bytes changed in S3: the chunk CRC fails.
 	b := tiertest.Write(t, env, tiertest.Spec{Stream: "b", Seed: 2})
-	frag := manifest.EntryKey(manifest.DefaultKeyPrefix, "b", b.Manifest.Entries[1])
+	frag := b.KeyOf(b.Manifest.Entries[1])
 	body, err := store.GetObject(ctx, frag)
 	if err != nil {
 		t.Fatal(err)
@@ -113,11 +118,29 @@ func TestVerify(t *testing.T) {
 
 	// A missing fragment.
 	c := tiertest.Write(t, env, tiertest.Spec{Stream: "c", Seed: 3})
-	gone := manifest.EntryKey(manifest.DefaultKeyPrefix, "c", c.Manifest.Entries[0])
+	gone := c.KeyOf(c.Manifest.Entries[0])
 	if _, err := store.DeleteObjects(ctx, []string{gone}); err != nil {
 		t.Fatal(err)
 	}
-	expectFinding(run("c", c.Dir), gone, "missing")
+	expectFinding(run("c", c.Dir), manifest.EntryListPrefix(manifest.DefaultKeyPrefix, "c", c.Manifest.Entries[0]), "missing")
+
+	// A fragment whose key says a later epoch than the root naming it.
+	g := tiertest.Write(t, env, tiertest.Spec{Stream: "g", Seed: 6})
+	ge := g.Manifest.Entries[1]
+	later := manifest.FragmentKey(manifest.DefaultKeyPrefix, "g", ge.FirstOffset, 9, ge.UID)
+	gbody, err := store.GetObject(ctx, g.KeyOf(ge))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PutObject(ctx, later, gbody); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.DeleteObjects(ctx, []string{g.KeyOf(ge)}); err != nil {
+		t.Fatal(err)
+	}
+	if rg := run("g", g.Dir); len(rg.Findings) != 1 || rg.Findings[0].Key != later || !strings.Contains(rg.Findings[0].Problem, "epoch 9 referenced by a root of epoch 1") {
+		t.Fatalf("object of a later epoch: %+v", rg.Findings)
+	}
 
 	// A local chunk that differs from the uploaded one.
 	d := tiertest.Write(t, env, tiertest.Spec{Stream: "d", Seed: 4})
@@ -145,7 +168,7 @@ func TestVerify(t *testing.T) {
 			break
 		}
 	}
-	gkey := manifest.EntryKey(manifest.DefaultKeyPrefix, "e", group)
+	gkey := e.KeyOf(group)
 	if err := store.PutObject(ctx, gkey, []byte("OSIG\x00\x00\x00\x01short")); err != nil {
 		t.Fatal(err)
 	}

@@ -181,7 +181,7 @@ func (c *Core) onRetryTimer(e RetryTimer) {
 	if op := c.rebalance; op != nil && op.ref == e.Ref && op.waiting && op.attempt == e.Attempt {
 		op.waiting = false
 		op.attempt++
-		c.emit(UploadGroup{Ref: op.ref, Attempt: op.attempt, Kind: op.r.Kind, Children: op.r.Children})
+		c.emit(UploadGroup{Ref: op.ref, Attempt: op.attempt, Kind: op.r.Kind, Children: op.r.Children, Epoch: c.epoch})
 	}
 }
 

@@ -183,12 +183,14 @@ type ArmPersistTimer struct {
 type CancelPersistTimer struct{ Ref Ref }
 
 // UploadGroup asks for one group object of Kind holding Children to be written under a
-// fresh uid, directly (not through the governor); the answer is GroupUploadResult.
+// fresh uid, directly (not through the governor); the answer is GroupUploadResult. Epoch is
+// the writer's, for the object's key.
 type UploadGroup struct {
 	Ref      Ref
 	Attempt  int
 	Kind     manifest.Kind
 	Children []manifest.Entry
+	Epoch    uint64
 }
 
 // RetryGroupUploadAfter schedules a group upload retry: after Delay the shell delivers

@@ -18,7 +18,7 @@ func (c *Core) maybeRebalance() {
 		return
 	}
 	c.rebalance = &rebalanceOp{ref: c.newRef(), attempt: 1, r: r}
-	c.emit(UploadGroup{Ref: c.rebalance.ref, Attempt: 1, Kind: r.Kind, Children: r.Children})
+	c.emit(UploadGroup{Ref: c.rebalance.ref, Attempt: 1, Kind: r.Kind, Children: r.Children, Epoch: c.epoch})
 }
 
 // onGroupResult applies a group upload's outcome: success replaces the run with the group
@@ -60,7 +60,7 @@ func (c *Core) onGroupResult(e GroupUploadResult) error {
 		op.failures++
 		if op.failures == 1 {
 			op.attempt++
-			c.emit(UploadGroup{Ref: op.ref, Attempt: op.attempt, Kind: op.r.Kind, Children: op.r.Children})
+			c.emit(UploadGroup{Ref: op.ref, Attempt: op.attempt, Kind: op.r.Kind, Children: op.r.Children, Epoch: c.epoch})
 			return nil
 		}
 		op.waiting = true

@@ -18,7 +18,6 @@ import (
 
 	"streamtier/admin"
 	"streamtier/backends"
-	"streamtier/gc"
 	"streamtier/manifest"
 	"streamtier/nodeconfig"
 	"streamtier/verify"
@@ -372,89 +371,6 @@ func retentionCmd(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
-// gcOutput is `node gc --json`.
-type gcOutput struct {
-	Plan    gc.Plan          `json:"plan"`
-	Deleted *gc.DeleteResult `json:"delete,omitempty"`
-}
-
-func gcCmd(args []string, stdout, stderr io.Writer) int {
-	var del, asJSON bool
-	s, pos, code, ok := parseFlags("gc", nodeconfig.ModeRun, args, stderr, func(fs *flag.FlagSet) {
-		fs.BoolVar(&del, "delete", false, "delete the orphans (default: only list them)")
-		fs.BoolVar(&asJSON, "json", false, "print JSON")
-		fs.String("grace", "", "same as --gc-grace-period")
-	})
-	if !ok {
-		return code
-	}
-	if len(pos) > 1 {
-		return badUsage(stderr, "gc", "at most one stream")
-	}
-	stream := ""
-	if len(pos) == 1 {
-		if stream = pos[0]; !streamArg(stderr, "gc", stream) {
-			return exitBadInput
-		}
-	}
-	ctx, cancel := commandContext()
-	defer cancel()
-	b, err := backends.ForCommand(ctx, s)
-	if err != nil {
-		return fail(stderr, "gc", err)
-	}
-	defer b.Close()
-	opts := gc.Options{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream, Grace: s.GCGracePeriod}
-	plan, err := gc.Scan(ctx, opts)
-	if err != nil {
-		return fail(stderr, "gc", err)
-	}
-	var res *gc.DeleteResult
-	if del && len(plan.Orphans) > 0 {
-		r, err := gc.Delete(ctx, opts, plan)
-		if err != nil {
-			return fail(stderr, "gc", err)
-		}
-		res = &r
-	}
-	if asJSON {
-		normalizePlan(&plan)
-		writeJSON(stdout, gcOutput{Plan: plan, Deleted: res})
-	} else {
-		printGC(stdout, b, s, stream, plan, res, del)
-	}
-	code = exitOK
-	if len(plan.Undecided) > 0 {
-		reasons := map[string]string{}
-		for _, u := range plan.Undecided {
-			reasons[u.Stream] = u.Reason
-		}
-		for _, id := range sortedStrings(reasons) {
-			fmt.Fprintf(stderr, "node gc: stream %s: nothing collected: %s\n", id, reasons[id])
-		}
-		code = exitFailed
-	}
-	if res != nil && (len(res.Failed) > 0 || len(res.Skipped) > 0) {
-		code = exitFailed
-	}
-	return code
-}
-
-func normalizePlan(p *gc.Plan) {
-	if p.Orphans == nil {
-		p.Orphans = []gc.Orphan{}
-	}
-	if p.Young == nil {
-		p.Young = []gc.Orphan{}
-	}
-	if p.Undecided == nil {
-		p.Undecided = []gc.Orphan{}
-	}
-	if p.Foreign == nil {
-		p.Foreign = []string{}
-	}
-}
-
 func sortedStrings(m map[string]string) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -462,44 +378,6 @@ func sortedStrings(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func printGC(out io.Writer, b *backends.Backends, s nodeconfig.Settings, stream string, p gc.Plan, res *gc.DeleteResult, del bool) {
-	where := b.KeyPrefix + "/"
-	if stream != "" {
-		where = manifest.StreamPrefix(b.KeyPrefix, stream)
-	}
-	var orphanBytes int64
-	for _, o := range p.Orphans {
-		orphanBytes += o.Size
-	}
-	fmt.Fprintf(out, "gc: %d objects (%s) under %s in bucket %s (%s): %d referenced, %d orphans (%s), %d unreferenced but younger than the grace period %s (kept)\n",
-		p.Scanned, human(p.Bytes), where, b.Store.Bucket(), b.Describe(), p.Referenced, len(p.Orphans), human(orphanBytes), len(p.Young), s.GCGracePeriod)
-	if len(p.Orphans) > 0 {
-		fmt.Fprintln(out)
-		t := newTable(out)
-		t.row("KEY", "SIZE", "AGE", "REASON")
-		now := time.Now()
-		for _, o := range p.Orphans {
-			t.row(o.Key, human(o.Size), dur(now.Sub(o.LastModified).Truncate(time.Second)), o.Reason)
-		}
-		t.flush()
-	}
-	if len(p.Foreign) > 0 {
-		fmt.Fprintf(out, "\n%d keys under the prefix are not streamtier objects and are left alone (first: %s)\n", len(p.Foreign), p.Foreign[0])
-	}
-	switch {
-	case res != nil:
-		fmt.Fprintf(out, "\ndeleted %d objects\n", len(res.Deleted))
-		for _, k := range sortedStrings(res.Failed) {
-			fmt.Fprintf(out, "  not deleted %s: %s\n", k, res.Failed[k])
-		}
-		if len(res.Skipped) > 0 {
-			fmt.Fprintf(out, "  %d orphans skipped: their stream persisted since the scan; run gc again\n", len(res.Skipped))
-		}
-	case len(p.Orphans) > 0 && !del:
-		fmt.Fprintf(out, "\ndry run: nothing deleted; run with --delete to delete these %d objects\n", len(p.Orphans))
-	}
 }
 
 func verifyCmd(args []string, stdout, stderr io.Writer) int {
@@ -574,6 +452,9 @@ func printVerify(out io.Writer, b *backends.Backends, r verify.Report) {
 		fmt.Fprintf(out, "  root %s (epoch %d, revision %d): offsets [%d, %d), %s\n", r.RootKey, r.Epoch, r.Revision, r.FirstOffset, r.NextOffset, human(r.TotalSize))
 		fmt.Fprintf(out, "  %d fragments (%d chunks, %s) and %d groups checked: layout, index, every chunk CRC, coverage and sizes\n",
 			r.Fragments, r.Chunks, human(r.FragmentBytes), r.Groups)
+		if r.Gaps > 0 {
+			fmt.Fprintf(out, "  %d declared gaps covering %d offsets: lost from the local log before upload, never held remotely\n", r.Gaps, r.GapOffsets)
+		}
 	}
 	if r.LocalDir != "" {
 		fmt.Fprintf(out, "  %d chunks compared byte for byte with the local log %s; %d no longer held locally\n", r.LocalCompared, r.LocalDir, r.LocalAbsent)

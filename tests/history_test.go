@@ -1,0 +1,295 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"streamtier/actors"
+	"streamtier/manifest"
+	"streamtier/s3io/s3test"
+	"streamtier/segments"
+	"streamtier/segments/loadgen"
+	"streamtier/verify"
+)
+
+// durableChunks reads every fragment of stream's persisted manifest and returns its chunks'
+// bytes by chunk id, with the gap ranges: what the remote tier holds, object by object.
+func (e *env) durableChunks(stream string) (map[uint64][]byte, [][2]uint64, manifest.Manifest) {
+	e.t.Helper()
+	m, _, _ := e.remote(stream)
+	fetch := e.fetcher(stream)
+	if err := manifest.CheckTree(m, fetch); err != nil {
+		e.t.Fatalf("manifest tree of %s: %v", stream, err)
+	}
+	chunks := map[uint64][]byte{}
+	var gaps [][2]uint64
+	it := manifest.Iterate(m, m.FirstOffset, fetch)
+	for {
+		fr, ok, err := it.Next()
+		if err != nil {
+			e.t.Fatalf("iterate %s: %v", stream, err)
+		}
+		if !ok {
+			break
+		}
+		if fr.Gap {
+			gaps = append(gaps, [2]uint64{fr.Entry.FirstOffset, fr.End})
+			continue
+		}
+		key := e.locate(stream, fr.Entry)
+		obj, err := e.store.ReadFragment(context.Background(), key)
+		if err != nil {
+			e.t.Fatalf("read fragment %s: %v", key, err)
+		}
+		for _, ch := range obj.Layout.Chunks {
+			chunks[ch.Header.ChunkID] = obj.Bytes[ch.Position : ch.Position+ch.Header.Size()]
+		}
+	}
+	return chunks, gaps, m
+}
+
+// sameAsLog checks that every chunk in got is byte for byte the reference log's chunk.
+func sameAsLog(t *testing.T, got map[uint64][]byte, ref *segments.Log, what string) {
+	t.Helper()
+	rd, err := ref.NewReader(ref.FirstOffset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	seen := 0
+	for {
+		h, loc, err := rd.Next()
+		if err != nil {
+			break
+		}
+		b, ok := got[h.ChunkID]
+		if !ok {
+			continue
+		}
+		want, _, err := ref.ReadChunk(loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, want) {
+			t.Fatalf("%s: chunk %d differs from the reference log", what, h.ChunkID)
+		}
+		seen++
+	}
+	if seen != len(got) {
+		t.Fatalf("%s: %d chunks held remotely, %d of them in the reference log", what, len(got), seen)
+	}
+}
+
+// TestLocalAheadKeepsHistory tiers a stream, takes S3 down, lets the stream's own retention
+// delete segments the upload never reached, and brings S3 back: every offset persisted
+// before the outage is still in S3 byte for byte, the lost range is a declared gap in the
+// manifest (and in verify), and tiering goes on after it. Before format version 2 the whole
+// remote history was deleted here.
+func TestLocalAheadKeepsHistory(t *testing.T) {
+	e := newEnv(t, envOptions{faults: true, node: smallFragments})
+	gen := loadgen.Config{Seed: 21, MinDataBytes: 2000, MaxDataBytes: 8000}
+	opts := segments.Options{MaxSegmentBytes: 256 << 10}
+	lg := genLog(t, t.TempDir(), gen, loadgen.Limit{Bytes: 2 << 20}, opts)
+	refDir := t.TempDir()
+	ref := genLog(t, refDir, gen, loadgen.Limit{Bytes: 6 << 20}, opts)
+	g, err := loadgen.New(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the generator of lg, positioned after what lg holds
+	if _, err := loadgen.Write(context.Background(), genSink(t, opts), g, loadgen.Limit{Bytes: 2 << 20}, loadgen.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.node.AddStream(actors.StreamSpec{ID: "ahead", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	forceTail(t, e, "ahead", lg.NextOffset())
+	before, _, m1 := e.durableChunks("ahead")
+	if len(before) == 0 || m1.NextOffset != lg.NextOffset() {
+		t.Fatalf("tiered %d chunks up to %d, want all up to %d", len(before), m1.NextOffset, lg.NextOffset())
+	}
+
+	// S3 goes down; the broker writes on and its retention deletes every sealed segment.
+	e.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `.*`, Fault: s3test.FaultInternalError})
+	if _, err := loadgen.Write(context.Background(), lg, g, loadgen.Limit{Bytes: 2 << 20}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lg.ApplyRetention(segments.RetentionPolicy{MayDelete: func(segments.SegmentInfo) bool { return true }}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	lost := lg.FirstOffset()
+	if lost <= m1.NextOffset {
+		t.Fatalf("retention left the log at %d, not above the persisted %d", lost, m1.NextOffset)
+	}
+	if _, err := loadgen.Write(context.Background(), lg, g, loadgen.Limit{Bytes: 1 << 20}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.inj.Clear()
+	forceTail(t, e, "ahead", lg.NextOffset())
+
+	after, gaps, m2 := e.durableChunks("ahead")
+	for id, b := range before {
+		if !bytes.Equal(after[id], b) {
+			t.Fatalf("chunk %d, durable before the outage, is gone or changed", id)
+		}
+	}
+	if len(gaps) != 1 || gaps[0][0] != m1.NextOffset || gaps[0][1] != lost {
+		t.Fatalf("gaps %v, want one [%d,%d)", gaps, m1.NextOffset, lost)
+	}
+	if m2.FirstOffset != 0 || m2.NextOffset != lg.NextOffset() {
+		t.Fatalf("remote [%d,%d), want [0,%d)", m2.FirstOffset, m2.NextOffset, lg.NextOffset())
+	}
+	sameAsLog(t, after, ref, "remote tier after the gap")
+	for id := range after {
+		if id >= m1.NextOffset && id < lost {
+			t.Fatalf("chunk %d inside the gap is held remotely", id)
+		}
+	}
+	rep := e.verify("ahead")
+	if rep.Gaps != 1 || rep.GapOffsets != lost-m1.NextOffset || len(rep.Findings) != 0 {
+		t.Fatalf("verify: %d gaps, %d gap offsets, findings %v; want 1, %d, none", rep.Gaps, rep.GapOffsets, rep.Findings, lost-m1.NextOffset)
+	}
+	if n := e.node.Metrics().Gaps.Load(); n != 1 {
+		t.Fatalf("gaps counted: %d, want 1", n)
+	}
+}
+
+// TestLostUnsyncedTailKeepsPrefix tiers a stream, then restarts the node on a local log that
+// lost its unsynced tail (the same chunks, fewer of them, same epoch) and goes on with other
+// data at those offsets: the remote tier is truncated to the last chunk both hold (the
+// straddling fragment re-drained from the local log), every object below that point is
+// untouched, only the lost chunks' objects go, and the stream continues from the local end.
+func TestLostUnsyncedTailKeepsPrefix(t *testing.T) {
+	e := newEnv(t, envOptions{node: smallFragments})
+	gen := loadgen.Config{Seed: 22, MinDataBytes: 2000, MaxDataBytes: 8000}
+	opts := segments.Options{MaxSegmentBytes: 512 << 10}
+	full := genLog(t, t.TempDir(), gen, loadgen.Limit{Bytes: 3 << 20}, opts)
+	if err := e.node.AddStream(actors.StreamSpec{ID: "tail", Log: full, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	forceTail(t, e, "tail", full.NextOffset())
+	before, _, m1 := e.durableChunks("tail")
+	keysBefore := e.objectKeys("tail")
+	e.stopNode()
+
+	// The restarted broker's log kept only a prefix, then was written on with other data.
+	cut := full.NextOffset() * 2 / 3
+	dir := t.TempDir()
+	short := genLog(t, dir, gen, loadgen.Limit{Chunks: chunksBelow(t, full, cut)}, opts)
+	shortEnd := short.NextOffset()
+	other, err := loadgen.New(loadgen.Config{Seed: 99, MinDataBytes: 2000, MaxDataBytes: 8000, Epoch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadgen.Write(context.Background(), short, other, loadgen.Limit{Bytes: 256 << 10}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.startNode()
+	if err := e.node.AddStream(actors.StreamSpec{ID: "tail", Log: short, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	forceTail(t, e, "tail", short.NextOffset())
+
+	after, gaps, m2 := e.durableChunks("tail")
+	if len(gaps) != 0 || m2.FirstOffset != 0 || m2.NextOffset != short.NextOffset() {
+		t.Fatalf("remote [%d,%d) gaps %v, want [0,%d) and none", m2.FirstOffset, m2.NextOffset, gaps, short.NextOffset())
+	}
+	sameAsLog(t, after, short, "remote tier after the truncation")
+	for id, b := range before {
+		if id < shortEnd && !bytes.Equal(after[id], b) {
+			t.Fatalf("chunk %d below the divergence point %d changed or went", id, shortEnd)
+		}
+	}
+	// Every fragment object wholly below the divergence point is the very same object.
+	keysAfter := e.objectKeys("tail")
+	kept := 0
+	for _, en := range leafEntries(t, e, "tail", m1) {
+		end := entryEnd(m1, en, t, e)
+		if end <= shortEnd {
+			key := e.locate("tail", en) // after the truncation: fails if the object went
+			if !keysBefore[key] || !keysAfter[key] {
+				t.Fatalf("fragment [%d,%d) below the divergence point %d: key %q not kept", en.FirstOffset, end, shortEnd, key)
+			}
+			kept++
+		}
+	}
+	if kept == 0 {
+		t.Fatal("no fragment lay wholly below the divergence point: the test proves nothing")
+	}
+	if n := e.node.Metrics().Truncations.Load(); n != 1 {
+		t.Fatalf("truncations counted: %d, want 1", n)
+	}
+	if rep := e.verify("tail"); len(rep.Findings) != 0 {
+		t.Fatalf("verify after the truncation: %v", rep.Findings)
+	}
+}
+
+// chunksBelow counts the chunks of lg that end at or below offset.
+func chunksBelow(t *testing.T, lg *segments.Log, offset uint64) int64 {
+	t.Helper()
+	rd, err := lg.NewReader(lg.FirstOffset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var n int64
+	for {
+		h, _, err := rd.Next()
+		if err != nil || h.NextID() > offset {
+			return n
+		}
+		n++
+	}
+}
+
+// leafEntries lists the fragment entries of m, descending into groups.
+func leafEntries(t *testing.T, e *env, stream string, m manifest.Manifest) []manifest.Entry {
+	t.Helper()
+	var out []manifest.Entry
+	it := manifest.Iterate(m, m.FirstOffset, e.fetcher(stream))
+	for {
+		fr, ok, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		if !fr.Gap {
+			out = append(out, fr.Entry)
+		}
+	}
+}
+
+// entryEnd is where a leaf entry of m ends.
+func entryEnd(m manifest.Manifest, en manifest.Entry, t *testing.T, e *env) uint64 {
+	it := manifest.Iterate(m, en.FirstOffset, e.fetcher("tail"))
+	fr, ok, err := it.Next()
+	if err != nil || !ok {
+		t.Fatalf("entry at %d: %v", en.FirstOffset, err)
+	}
+	return fr.End
+}
+
+// genSink is a throwaway log to advance a generator through.
+func genSink(t *testing.T, opts segments.Options) *segments.Log {
+	t.Helper()
+	lg, err := segments.Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lg.Close() })
+	return lg
+}
+
+// verify runs `node verify`'s check of stream's remote tier.
+func (e *env) verify(stream string) verify.Report {
+	e.t.Helper()
+	rep, err := verify.Stream(context.Background(), verify.Options{Store: e.store, Meta: e.meta, KeyPrefix: prefix(e.cfg), Stream: stream})
+	if err != nil {
+		e.t.Fatalf("verify %s: %v", stream, err)
+	}
+	return rep
+}
