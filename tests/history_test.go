@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -162,10 +163,19 @@ func TestLocalAheadKeepsHistory(t *testing.T) {
 // straddling fragment re-drained from the local log), every object below that point is
 // untouched, only the lost chunks' objects go, and the stream continues from the local end.
 func TestLostUnsyncedTailKeepsPrefix(t *testing.T) {
+	// 256 KiB written after the loss: the log ends below the remote next offset. 3 MiB: it
+	// ends above it, an unclean failover that comparing offsets alone never noticed.
+	for _, more := range []int64{256 << 10, 3 << 20} {
+		t.Run(fmt.Sprintf("then-%dKiB", more>>10), func(t *testing.T) { lostTail(t, more) })
+	}
+}
+
+func lostTail(t *testing.T, more int64) {
 	e := newEnv(t, envOptions{node: smallFragments})
 	gen := loadgen.Config{Seed: 22, MinDataBytes: 2000, MaxDataBytes: 8000}
 	opts := segments.Options{MaxSegmentBytes: 512 << 10}
 	full := genLog(t, t.TempDir(), gen, loadgen.Limit{Bytes: 3 << 20}, opts)
+	ref := genLog(t, t.TempDir(), gen, loadgen.Limit{Bytes: 3 << 20}, opts) // local retention leaves it alone
 	if err := e.node.AddStream(actors.StreamSpec{ID: "tail", Log: full, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -176,16 +186,20 @@ func TestLostUnsyncedTailKeepsPrefix(t *testing.T) {
 
 	// The restarted broker's log kept only a prefix, then was written on with other data.
 	cut := full.NextOffset() * 2 / 3
-	dir := t.TempDir()
-	short := genLog(t, dir, gen, loadgen.Limit{Chunks: chunksBelow(t, full, cut)}, opts)
-	shortEnd := short.NextOffset()
-	other, err := loadgen.New(loadgen.Config{Seed: 99, MinDataBytes: 2000, MaxDataBytes: 8000, Epoch: 2})
-	if err != nil {
-		t.Fatal(err)
+	n := chunksBelow(t, ref, cut)
+	shortLog := func() *segments.Log {
+		lg := genLog(t, t.TempDir(), gen, loadgen.Limit{Chunks: n}, opts)
+		other, err := loadgen.New(loadgen.Config{Seed: 99, MinDataBytes: 2000, MaxDataBytes: 8000, Epoch: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := loadgen.Write(context.Background(), lg, other, loadgen.Limit{Bytes: more}, loadgen.WriteOptions{Commit: true}); err != nil {
+			t.Fatal(err)
+		}
+		return lg
 	}
-	if _, err := loadgen.Write(context.Background(), short, other, loadgen.Limit{Bytes: 256 << 10}, loadgen.WriteOptions{Commit: true}); err != nil {
-		t.Fatal(err)
-	}
+	short, shortRef := shortLog(), shortLog()
+	shortEnd := firstOfEpoch(t, shortRef, 2)
 	e.startNode()
 	if err := e.node.AddStream(actors.StreamSpec{ID: "tail", Log: short, Epoch: 2}); err != nil {
 		t.Fatal(err)
@@ -196,7 +210,7 @@ func TestLostUnsyncedTailKeepsPrefix(t *testing.T) {
 	if len(gaps) != 0 || m2.FirstOffset != 0 || m2.NextOffset != short.NextOffset() {
 		t.Fatalf("remote [%d,%d) gaps %v, want [0,%d) and none", m2.FirstOffset, m2.NextOffset, gaps, short.NextOffset())
 	}
-	sameAsLog(t, after, short, "remote tier after the truncation")
+	sameAsLog(t, after, shortRef, "remote tier after the truncation")
 	for id, b := range before {
 		if id < shortEnd && !bytes.Equal(after[id], b) {
 			t.Fatalf("chunk %d below the divergence point %d changed or went", id, shortEnd)
@@ -241,6 +255,25 @@ func chunksBelow(t *testing.T, lg *segments.Log, offset uint64) int64 {
 			return n
 		}
 		n++
+	}
+}
+
+// firstOfEpoch is the first chunk id of lg written at epoch.
+func firstOfEpoch(t *testing.T, lg *segments.Log, epoch uint64) uint64 {
+	t.Helper()
+	rd, err := lg.NewReader(lg.FirstOffset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	for {
+		h, _, err := rd.Next()
+		if err != nil {
+			t.Fatalf("no chunk of epoch %d: %v", epoch, err)
+		}
+		if h.Epoch == epoch {
+			return h.ChunkID
+		}
 	}
 }
 
