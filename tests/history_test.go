@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -220,7 +221,7 @@ func lostTail(t *testing.T, more int64) {
 	keysAfter := e.objectKeys("tail")
 	kept := 0
 	for _, en := range leafEntries(t, e, "tail", m1) {
-		end := entryEnd(m1, en, t, e)
+		end := entryEnd(t, e, "tail", m1, en)
 		if end <= shortEnd {
 			key := e.locate("tail", en) // after the truncation: fails if the object went
 			if !keysBefore[key] || !keysAfter[key] {
@@ -296,9 +297,9 @@ func leafEntries(t *testing.T, e *env, stream string, m manifest.Manifest) []man
 	}
 }
 
-// entryEnd is where a leaf entry of m ends.
-func entryEnd(m manifest.Manifest, en manifest.Entry, t *testing.T, e *env) uint64 {
-	it := manifest.Iterate(m, en.FirstOffset, e.fetcher("tail"))
+// entryEnd is where a leaf entry of stream's manifest m ends.
+func entryEnd(t *testing.T, e *env, stream string, m manifest.Manifest, en manifest.Entry) uint64 {
+	it := manifest.Iterate(m, en.FirstOffset, e.fetcher(stream))
 	fr, ok, err := it.Next()
 	if err != nil || !ok {
 		t.Fatalf("entry at %d: %v", en.FirstOffset, err)
@@ -325,4 +326,82 @@ func (e *env) verify(stream string) verify.Report {
 		e.t.Fatalf("verify %s: %v", stream, err)
 	}
 	return rep
+}
+
+// TestDivergenceCopiesPrefixTheLogLacks is the lost-tail case where the divergence point
+// falls inside a fragment whose first chunks the local log no longer holds (its retention
+// ran): the prefix below the divergence point is copied from the remote object into a new
+// one, so nothing the local log lacks is lost, and the old object goes only after the
+// truncation persisted.
+func TestDivergenceCopiesPrefixTheLogLacks(t *testing.T) {
+	e := newEnv(t, envOptions{node: smallFragments})
+	gen := loadgen.Config{Seed: 23, MinDataBytes: 2000, MaxDataBytes: 6000}
+	opts := segments.Options{MaxSegmentBytes: 32 << 10}
+	full := genLog(t, t.TempDir(), gen, loadgen.Limit{Bytes: 2 << 20}, opts)
+	ref := genLog(t, t.TempDir(), gen, loadgen.Limit{Bytes: 2 << 20}, opts)
+	if err := e.node.AddStream(actors.StreamSpec{ID: "copy", Log: full, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	forceTail(t, e, "copy", full.NextOffset())
+	before, _, m1 := e.durableChunks("copy")
+	e.stopNode()
+
+	// The divergence point: just before the last chunk of a fragment in the middle.
+	leaves := leafEntries(t, e, "copy", m1)
+	straddler := leaves[len(leaves)/2]
+	end := entryEnd(t, e, "copy", m1, straddler)
+	var ids []uint64
+	for id := range before {
+		if id >= straddler.FirstOffset && id < end {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	if len(ids) < 3 {
+		t.Fatalf("fragment at %d holds %d chunks: too few", straddler.FirstOffset, len(ids))
+	}
+	divergeAt := ids[len(ids)-1]
+	lastCommon := ids[len(ids)-2]
+	n := chunksBelow(t, ref, divergeAt)
+	shortLog := func() *segments.Log {
+		lg := genLog(t, t.TempDir(), gen, loadgen.Limit{Chunks: n}, opts)
+		other, err := loadgen.New(loadgen.Config{Seed: 98, MinDataBytes: 2000, MaxDataBytes: 6000, Epoch: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := loadgen.Write(context.Background(), lg, other, loadgen.Limit{Bytes: 512 << 10}, loadgen.WriteOptions{Commit: true}); err != nil {
+			t.Fatal(err)
+		}
+		return lg
+	}
+	short, shortRef := shortLog(), shortLog()
+	if _, err := short.ApplyRetention(segments.RetentionPolicy{MayDelete: func(s segments.SegmentInfo) bool { return s.NextOffset <= lastCommon }}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if f := short.FirstOffset(); f <= straddler.FirstOffset || f > lastCommon {
+		t.Fatalf("local log starts at %d, want inside (%d, %d]: the setup does not make a copy necessary", f, straddler.FirstOffset, lastCommon)
+	}
+	oldKey := e.locate("copy", straddler)
+
+	e.startNode()
+	if err := e.node.AddStream(actors.StreamSpec{ID: "copy", Log: short, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	forceTail(t, e, "copy", short.NextOffset())
+	after, gaps, m2 := e.durableChunks("copy")
+	if len(gaps) != 0 || m2.FirstOffset != 0 || m2.NextOffset != short.NextOffset() {
+		t.Fatalf("remote [%d,%d) gaps %v, want [0,%d) and none", m2.FirstOffset, m2.NextOffset, gaps, short.NextOffset())
+	}
+	sameAsLog(t, after, shortRef, "remote tier after the truncation")
+	for _, id := range ids[:len(ids)-1] { // the prefix the local log lacks, held remotely still
+		if !bytes.Equal(after[id], before[id]) {
+			t.Fatalf("chunk %d of the copied prefix differs or is gone", id)
+		}
+	}
+	waitFor(t, 30*time.Second, "the reaper to delete the straddling fragment's old object", func() bool {
+		return !e.objectKeys("copy")[oldKey]
+	})
+	if n := e.node.Metrics().Truncations.Load(); n != 1 {
+		t.Fatalf("truncations counted: %d, want 1", n)
+	}
 }
