@@ -100,6 +100,21 @@ func sortedKeys(m map[string]bool) []string {
 // The record is read before the epoch: a persist in between makes the epoch newer than the
 // record, never older, and a newer stored epoch only fences writers that are fenced indeed.
 func examine(ctx context.Context, o Options, stream string, index *manifest.KeyIndex) (StreamState, error) {
+	// A live writer persists on: the root the record named may be gone (the reaper deletes
+	// a replaced root) by the time it is read. Then the record has moved on; read it again.
+	for attempt := 1; ; attempt++ {
+		st, err := examineOnce(ctx, o, stream, index)
+		if err != nil || st.Err == nil || !s3io.IsNotFound(st.Err) || attempt == 5 {
+			return st, err
+		}
+		_, rev, _, rerr := o.Meta.ReadManifest(ctx, stream)
+		if rerr != nil || rev == st.Revision {
+			return st, nil // not a newer persist: the referenced object is missing indeed
+		}
+	}
+}
+
+func examineOnce(ctx context.Context, o Options, stream string, index *manifest.KeyIndex) (StreamState, error) {
 	st := StreamState{Stream: stream}
 	rec, rev, found, recErr := o.Meta.ReadManifest(ctx, stream)
 	if recErr != nil && !errors.Is(recErr, metadata.ErrCorruptRecord) {

@@ -295,3 +295,61 @@ func TestUnpersistedUploadSurvivesGC(t *testing.T) {
 		t.Fatalf("fenced upload %s not deleted", up.Key)
 	}
 }
+
+// TestScanRereadsRecordWhenRootReplaced holds gc's GET of the root the manifest record names
+// while the writer persists a new root and the reaper deletes the old one: the GET then
+// finds nothing. gc must read the record again and decide on the new root, not give the
+// stream up as undecided (what `node gc` on a busy node reported before).
+func TestScanRereadsRecordWhenRootReplaced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	etcd := etcdtest.Start(t)
+	meta := etcdtest.Store(t, etcd)
+	srv := s3test.Start(t, s3test.Options{})
+	direct, err := s3io.NewStore(ctx, srv.NewBucket(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj := s3test.NewInjector(t, srv)
+	cfg := inj.Config()
+	cfg.Bucket = direct.Bucket()
+	viaInjector, err := s3io.NewStore(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := tiertest.Env{Store: direct, Meta: meta}
+	s := tiertest.Write(t, env, tiertest.Spec{Stream: "busy", Seed: 7, Unpersisted: 1})
+	oldRoot := s.RootKey
+
+	hit := make(chan string, 4)
+	inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `/meta/root-.*\.manifest$`, Fault: s3test.FaultDelay, Delay: 2 * time.Second, Count: 1, Hit: hit})
+	done := make(chan struct{})
+	var plan gc.Plan
+	var scanErr error
+	go func() {
+		defer close(done)
+		plan, scanErr = gc.Scan(ctx, gc.Options{Store: viaInjector, Meta: meta, Stream: "busy"})
+	}()
+	select {
+	case <-hit: // gc read the record and is fetching its root: persist meanwhile
+	case <-ctx.Done():
+		t.Fatal("gc never fetched the root")
+	}
+	tiertest.Persist(t, env, &s)
+	if _, err := direct.DeleteObjects(ctx, []string{oldRoot}); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if scanErr != nil {
+		t.Fatal(scanErr)
+	}
+	if len(plan.Undecided) != 0 {
+		t.Fatalf("gc gave the stream up: %v", plan.Undecided)
+	}
+	// Every listed object the new manifest references counts (its own root was written
+	// after the listing): the fragment that was pending before is now referenced.
+	if plan.Referenced != len(s.Live)-1 || len(plan.Pending) != 0 {
+		t.Fatalf("gc saw %d referenced and %d pending objects, want %d and none (the new manifest references %d, its root unlisted)",
+			plan.Referenced, len(plan.Pending), len(s.Live)-1, len(s.Live))
+	}
+}
