@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"streamtier/s3io/s3test"
 	"streamtier/segments"
 	"streamtier/segments/loadgen"
+	"streamtier/tiertest"
 	"streamtier/verify"
 )
 
@@ -403,5 +405,45 @@ func TestDivergenceCopiesPrefixTheLogLacks(t *testing.T) {
 	})
 	if n := e.node.Metrics().Truncations.Load(); n != 1 {
 		t.Fatalf("truncations counted: %d, want 1", n)
+	}
+}
+
+// TestVersion1BucketReadVerifiedAppended starts a node on a stream that an earlier version
+// tiered (version 1 keys without epochs, version 1 root and group objects): the node resolves
+// it, compares it with the local log, appends to it with version 2 objects, and verify
+// passes over the mixed bucket; no version 1 object is rewritten or lost.
+func TestVersion1BucketReadVerifiedAppended(t *testing.T) {
+	e := newEnv(t, envOptions{node: smallFragments})
+	env := tiertest.Env{Store: e.store, Meta: e.meta, KeyPrefix: prefix(e.cfg)}
+	old := tiertest.Write(t, env, tiertest.Spec{Stream: "v1", Seed: 41, Chunks: 80, Rebalance: 3, KeyVersion: 1, FormatVersion: 1})
+	if rep := e.verify("v1"); len(rep.Findings) != 0 || rep.Fragments == 0 || rep.Groups == 0 {
+		t.Fatalf("verify of the version 1 bucket: %d fragments %d groups, findings %v", rep.Fragments, rep.Groups, rep.Findings)
+	}
+	v1Keys := e.objectKeys("v1")
+	lg := openCommitted(t, old.Dir)
+	before := lg.NextOffset()
+	g, err := loadgen.New(loadgen.Config{Seed: 42, MinDataBytes: 500, MaxDataBytes: 3000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.node.AddStream(actors.StreamSpec{ID: "v1", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadgen.Write(context.Background(), lg, g, loadgen.Limit{Bytes: 512 << 10}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	forceTail(t, e, "v1", lg.NextOffset())
+	_, gaps, m := e.durableChunks("v1")
+	if len(gaps) != 0 || m.FirstOffset != 0 || m.NextOffset != lg.NextOffset() || m.NextOffset <= before {
+		t.Fatalf("remote [%d,%d) gaps %v, want [0,%d) above %d", m.FirstOffset, m.NextOffset, gaps, lg.NextOffset(), before)
+	}
+	now := e.objectKeys("v1")
+	for k := range v1Keys {
+		if strings.Contains(k, "/data/") && !now[k] {
+			t.Fatalf("version 1 fragment %s is gone after the append", k)
+		}
+	}
+	if rep := e.verify("v1"); len(rep.Findings) != 0 {
+		t.Fatalf("verify of the mixed bucket: %v", rep.Findings)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"testing"
@@ -39,6 +40,9 @@ type Spec struct {
 	// KeyVersion is the layout of fragment and group keys: 2 (the default) carries Epoch,
 	// 1 is the layout of earlier buckets (<off20>-<uid16>, no epoch).
 	KeyVersion int
+	// FormatVersion 1 writes the root and group objects as earlier buckets hold them
+	// (version field 1, no gap entries); 0 or 2 writes the current version 2.
+	FormatVersion int
 	// RetainBytes, when set, applies remote retention with this max_bytes after the first
 	// persist and persists again; DeleteDropped then says whether the objects it drops and
 	// the superseded root are deleted (as the reaper would) or left behind as orphans.
@@ -170,7 +174,7 @@ func Write(t testing.TB, env Env, spec Spec) Stream {
 			}
 			uid := UID()
 			gkey := keyOf(r.Group(uid))
-			if err := env.Store.PutObject(ctx, gkey, r.Object()); err != nil {
+			if err := env.Store.PutObject(ctx, gkey, withVersion(r.Object(), spec.FormatVersion)); err != nil {
 				t.Fatalf("tiertest: put group: %v", err)
 			}
 			live[gkey] = true
@@ -179,7 +183,7 @@ func Write(t testing.TB, env Env, spec Spec) Stream {
 			}
 		}
 	}
-	rootKey, rev := persist(ctx, t, env, spec.Stream, spec.Epoch, m, 0)
+	rootKey, rev := persist(ctx, t, env, spec.Stream, spec.Epoch, m, 0, spec.FormatVersion)
 	live[rootKey] = true
 	if spec.RetainBytes > 0 {
 		fetch := fetcher(ctx, env, st.Keys)
@@ -191,7 +195,7 @@ func Write(t testing.TB, env Env, spec Spec) Stream {
 			if m, err = m.Apply(r.Edit); err != nil {
 				t.Fatalf("tiertest: apply retention: %v", err)
 			}
-			newRoot, newRev := persist(ctx, t, env, spec.Stream, spec.Epoch, m, rev)
+			newRoot, newRev := persist(ctx, t, env, spec.Stream, spec.Epoch, m, rev, spec.FormatVersion)
 			rev = newRev
 			dropped := []string{rootKey}
 			for _, e := range r.Delete {
@@ -267,7 +271,7 @@ func Persist(t testing.TB, env Env, st *Stream) {
 			t.Fatalf("tiertest: apply: %v", err)
 		}
 	}
-	rootKey, rev := persist(ctx, t, env, st.ID, st.Epoch, m, st.Revision)
+	rootKey, rev := persist(ctx, t, env, st.ID, st.Epoch, m, st.Revision, 0)
 	referenced, err := referencedKeys(ctx, env, st.Keys, m, rootKey)
 	if err != nil {
 		t.Fatalf("tiertest: referenced: %v", err)
@@ -284,11 +288,11 @@ func Persist(t testing.TB, env Env, st *Stream) {
 	st.Manifest, st.Record, st.Revision, st.RootKey, st.Pending = m, rec, rev, rootKey, nil
 }
 
-func persist(ctx context.Context, t testing.TB, env Env, stream string, epoch uint64, m manifest.Manifest, rev int64) (string, int64) {
+func persist(ctx context.Context, t testing.TB, env Env, stream string, epoch uint64, m manifest.Manifest, rev int64, version int) (string, int64) {
 	t.Helper()
 	uid := UID()
 	key := manifest.RootKey(env.KeyPrefix, stream, epoch, uid)
-	if err := env.Store.PutObject(ctx, key, manifest.EncodeRoot(m)); err != nil {
+	if err := env.Store.PutObject(ctx, key, withVersion(manifest.EncodeRoot(m), version)); err != nil {
 		t.Fatalf("tiertest: put root: %v", err)
 	}
 	rec := metadata.ManifestRecord{Epoch: epoch, RootUID: uid, FirstOffset: m.FirstOffset, NextOffset: m.NextOffset, TotalSize: m.TotalSize, FirstTimestamp: m.FirstTimestamp}
@@ -344,4 +348,18 @@ func referencedKeys(ctx context.Context, env Env, keys map[manifest.Entry]string
 		return nil
 	}
 	return out, walk(m.Entries, m.NextOffset)
+}
+
+// withVersion rewrites an encoded root or group object as format version 1 when version is
+// 1 (the version field after the magic, and the trailing CRC-32): the bytes earlier
+// buckets hold. Objects holding gap entries cannot be version 1.
+func withVersion(b []byte, version int) []byte {
+	if version != 1 {
+		return b
+	}
+	b = append([]byte(nil), b...)
+	binary.BigEndian.PutUint32(b[4:8], 1)
+	n := len(b) - 4
+	binary.BigEndian.PutUint32(b[n:], crc32.ChecksumIEEE(b[:n]))
+	return b
 }
