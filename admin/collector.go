@@ -56,6 +56,8 @@ var (
 	descStreamLagS    = desc("stream_lag_seconds", "Age of the oldest committed byte of a stream not yet persisted.", "stream")
 	descStreamPersist = desc("stream_last_persist_age_seconds", "Time since a stream's last successful persist (-1 before the first).", "stream")
 	descStreamStalled = desc("stream_stalled", "1 while a stream's upload pipeline is stalled at an offset.", "stream")
+	descStreamGaps    = desc("stream_gap_offsets", "Offsets of a stream's persisted root declared as gaps: lost from the local log before upload.", "stream")
+	descStreamDiverge = desc("stream_diverged", "1 while a stream's local log shares no chunk with its remote tier (waits for `node truncate`).", "stream")
 	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving.", "stream")
 
 	descS3Requests = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success).", "op", "class")
@@ -162,6 +164,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			stalled = 1
 		}
 		gauge(descStreamStalled, stalled, id)
+		gauge(descStreamGaps, float64(s.Remote.GapOffsets), id)
+		diverged := 0.0
+		if s.Remote.Diverged != nil {
+			diverged = 1
+		}
+		gauge(descStreamDiverge, diverged, id)
 	}
 
 	for _, op := range in.S3 {

@@ -137,6 +137,21 @@ type RemoteReport struct {
 	Fragments      uint64 `json:"fragments"` // live fragments of the persisted manifest
 	RootEntries    int    `json:"root_entries"`
 	Revision       int64  `json:"revision"`
+	// GapEntries and GapOffsets count the declared gaps of the persisted root (ranges the
+	// local log lost before upload; gaps folded into groups are counted by verify).
+	GapEntries uint64 `json:"gap_entries"`
+	GapOffsets uint64 `json:"gap_offsets"`
+	// Diverged is set while the local log shares no chunk with the remote tier: nothing is
+	// uploaded or deleted until an operator runs `node truncate` (or restores the log).
+	Diverged *DivergedReport `json:"diverged,omitempty"`
+}
+
+// DivergedReport names the two ranges that share no chunk.
+type DivergedReport struct {
+	RemoteFirst uint64 `json:"remote_first"`
+	RemoteNext  uint64 `json:"remote_next"`
+	LocalFirst  uint64 `json:"local_first"`
+	LocalNext   uint64 `json:"local_next"`
 }
 
 // PipelineReport is the upload pipeline between the local log and the persisted manifest.
@@ -289,7 +304,11 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 		r.Pipeline.LastPersistAgeSeconds = max(now.Sub(time.UnixMilli(c.LastPersistAt)).Seconds(), 0)
 	}
 	if in.Persisted != nil {
-		r.Remote.Fragments = in.Persisted.Manifest.Summary(threshold).Fragments
+		sum := in.Persisted.Manifest.Summary(threshold)
+		r.Remote.Fragments, r.Remote.GapEntries, r.Remote.GapOffsets = sum.Fragments, sum.GapEntries, sum.GapOffsets
+	}
+	if c.Diverged {
+		r.Remote.Diverged = &DivergedReport{RemoteFirst: c.RemoteFirst, RemoteNext: c.RemoteNext, LocalFirst: c.LocalFirst, LocalNext: c.LocalNext}
 	}
 	if in.Err != nil {
 		r.Error = in.Err.Error()

@@ -179,6 +179,14 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 		if s.Error != "" {
 			fmt.Fprintf(out, "\n%s: %s\n", s.Stream, s.Error)
 		}
+		if d := s.Remote.Diverged; d != nil {
+			fmt.Fprintf(out, "\n%s: DIVERGED: the local log [%d, %d) shares no chunk with the remote tier [%d, %d); nothing is uploaded or deleted.\n"+
+				"  Restore the local log from S3, or run `node truncate %s --yes` to cut the remote tier back below the local log and tier from there.\n",
+				s.Stream, d.LocalFirst, d.LocalNext, d.RemoteFirst, d.RemoteNext, s.Stream)
+		}
+		if s.Remote.GapEntries > 0 {
+			fmt.Fprintf(out, "\n%s: %d declared gaps (%d offsets lost from the local log before upload)\n", s.Stream, s.Remote.GapEntries, s.Remote.GapOffsets)
+		}
 	}
 }
 
