@@ -268,6 +268,9 @@ func (n *Node) Status(ctx context.Context, id string) (StreamStatus, error) {
 	if err != nil {
 		return StreamStatus{}, err
 	}
+	if st, ok := h.stoppedStatus(); ok { // deleted or deposed: its reader is gone
+		return st, nil
+	}
 	pid := h.readerPID()
 	if pid == nil {
 		return StreamStatus{Stream: id, Phase: "starting"}, nil

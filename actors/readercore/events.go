@@ -202,6 +202,11 @@ type ReplicaRegistered struct{ Replica string }
 // ResyncRequested says a replica saw a gap or an epoch change and needs a full sync.
 type ResyncRequested struct{ Replica string }
 
+// StreamDeleted says the shell found the stream deleted outside a persist result: its
+// tombstone at a resolution or a persist, or no record at a resolution though the stream
+// had persisted. The core stops for good, in any phase, as on a not-found after a success.
+type StreamDeleted struct{ Reason string }
+
 func (Resolved) isEvent()               {}
 func (LogOpened) isEvent()              {}
 func (ChunkDrained) isEvent()           {}
@@ -223,3 +228,4 @@ func (RetentionPolicyChanged) isEvent() {}
 func (EvaluateRetention) isEvent()      {}
 func (ReplicaRegistered) isEvent()      {}
 func (ResyncRequested) isEvent()        {}
+func (StreamDeleted) isEvent()          {}

@@ -20,6 +20,7 @@ import (
 	"streamtier/backends"
 	"streamtier/gc"
 	"streamtier/manifest"
+	"streamtier/metadata"
 	"streamtier/nodeconfig"
 	"streamtier/verify"
 )
@@ -180,6 +181,9 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 		if s.Error != "" {
 			fmt.Fprintf(out, "\n%s: %s\n", s.Stream, s.Error)
 		}
+		if s.StopReason != "" {
+			fmt.Fprintf(out, "\n%s: stopped for good: %s\n", s.Stream, s.StopReason)
+		}
 	}
 }
 
@@ -221,6 +225,9 @@ func offlineStatus(ctx context.Context, s nodeconfig.Settings, stream string, as
 	}
 	if stream != "" {
 		if !ids[stream] {
+			if ts, found, err := b.Meta.ReadTombstone(ctx, stream); err == nil && found {
+				return fail(stderr, "status", &metadata.DeletedError{Tombstone: ts})
+			}
 			return fail(stderr, "status", fmt.Errorf("stream %q: unknown stream (no records under %s in etcd)", stream, b.Meta.Prefix()))
 		}
 		ids = map[string]bool{stream: true}
