@@ -430,8 +430,13 @@ func doPersist(ctx context.Context, n *Node, stream string, e readercore.StartPe
 	case metadata.PersistOK:
 		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistOK, Revision: mr.Revision, RootUID: uid}, ""
 	case metadata.PersistConflict:
-		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistConflict,
-			Reason: fmt.Sprintf("revision %d at epoch %d is stored, expected %d at epoch %d", mr.Revision, mr.StoredEpoch, e.ExpectedRevision, e.Epoch)}, ""
+		reason := fmt.Sprintf("revision %d at epoch %d is stored, expected %d at epoch %d", mr.Revision, mr.StoredEpoch, e.ExpectedRevision, e.Epoch)
+		if mr.StoredEpoch > e.Epoch {
+			// A higher epoch persisted: deposed, not outrun. Reinitializing would meet the
+			// same fence at every persist.
+			return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFenced, StoredEpoch: mr.StoredEpoch, Reason: reason}, ""
+		}
+		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistConflict, Reason: reason}, ""
 	case metadata.PersistDeleted:
 		why := fmt.Sprintf("stream %s was deleted (its tombstone does not decode)", stream)
 		if mr.Tombstone != nil {

@@ -338,8 +338,9 @@ func (c *Core) reinitialize(reason string) {
 	c.stats.Reinitializations++
 }
 
-// stop answers a not-found after an earlier success or a StreamDeleted: the stream was
-// deleted. Waiters are told, nothing more is written, and every later event is ignored.
+// stop answers a not-found after an earlier success or a StreamDeleted (the stream was
+// deleted) and a fenced persist (the writer was deposed). Waiters are told, nothing more is
+// written, and every later event is ignored.
 func (c *Core) stop(reason string) {
 	c.dropAll()
 	if len(c.waiters) > 0 {

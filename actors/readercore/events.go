@@ -118,13 +118,15 @@ type PersistTimer struct{ Ref Ref }
 // PersistOutcome classifies a persist attempt's result.
 type PersistOutcome uint8
 
-// Persist outcomes: success, an etcd conflict (another writer persisted), not-found (the
-// stream's records are gone) and any other failure (root PUT, etcd unavailable).
+// Persist outcomes: success, an etcd conflict (another writer persisted at this writer's
+// epoch or below), not-found (the stream's records are gone), any other failure (root PUT,
+// etcd unavailable) and fenced (a higher epoch persisted: this writer is deposed).
 const (
 	PersistOK PersistOutcome = iota
 	PersistConflict
 	PersistNotFound
 	PersistFailed
+	PersistFenced
 )
 
 // String names the outcome as scenarios print it.
@@ -138,6 +140,8 @@ func (o PersistOutcome) String() string {
 		return "not-found"
 	case PersistFailed:
 		return "error"
+	case PersistFenced:
+		return "fenced"
 	}
 	return "persist-outcome(?)"
 }
@@ -148,8 +152,10 @@ type PersistResult struct {
 	Outcome  PersistOutcome
 	Revision int64  // OK: the manifest record's new Version
 	RootUID  uint64 // OK: the uid of the root object written
-	Reason   string
-	Now      int64 // ms since the Unix epoch: remote retention runs after a success
+	// StoredEpoch, for Fenced, is the epoch etcd holds: above the writer's.
+	StoredEpoch uint64
+	Reason      string
+	Now         int64 // ms since the Unix epoch: remote retention runs after a success
 }
 
 // GroupUploadResult is the outcome of an UploadGroup attempt (OK, Retriable or NonTransient).

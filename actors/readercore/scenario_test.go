@@ -130,8 +130,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			e.Outcome = PersistNotFound
 		case d.HasArg("error"):
 			e.Outcome = PersistFailed
+		case d.HasArg("fenced"):
+			e.Outcome, e.StoredEpoch = PersistFenced, argU(t, d, "stored-epoch", 0)
 		default:
-			t.Fatalf("%s: persist-result needs ok, conflict, not-found or error", d.Pos)
+			t.Fatalf("%s: persist-result needs ok, conflict, not-found, error or fenced", d.Pos)
 		}
 		evs = append(evs, e)
 	case "deleted":
