@@ -24,8 +24,9 @@ type Persisted struct {
 }
 
 // streamHandle is the part of a stream that outlives its reader actor's restarts: the spec,
-// the await_offset waiters, the manifest cache and the incarnation count (which keeps the
-// references of each incarnation's core apart).
+// the await_offset waiters, the manifest cache, the highest manifest revision seen, the
+// incarnation count (which keeps the references of each incarnation's core apart) and why
+// the stream stopped for good.
 type streamHandle struct {
 	spec       StreamSpec
 	supervisor *actor.PID
@@ -34,11 +35,16 @@ type streamHandle struct {
 	incarnations atomic.Uint64
 	cache        atomic.Pointer[Persisted]
 	restarts     atomic.Uint64
+	// seenRevision is the highest manifest revision any incarnation saw in etcd (resolved or
+	// persisted): above 0, the stream has persisted, so finding no record later means it was
+	// deleted, never that it is new.
+	seenRevision atomic.Int64
 
 	mu       sync.Mutex
 	nextID   readercore.WaiterID
 	waiters  map[readercore.WaiterID]waiterEntry
-	stopped  error // set once the reader stopped: later waiters fail at once
+	stopped  error  // set once the reader stopped: later waiters fail at once
+	reason   string // why the reader stopped for good (deleted, deposed); "" if it did not
 	reader   *actor.PID
 	stopOnce sync.Once
 }
@@ -105,6 +111,33 @@ func (h *streamHandle) stop(err error) {
 	for id, w := range h.waiters {
 		w.reply <- err
 		delete(h.waiters, id)
+	}
+}
+
+// gone records that the reader stopped for good and why, and fails every waiter with err.
+func (h *streamHandle) gone(reason string, err error) {
+	h.mu.Lock()
+	if h.reason == "" {
+		h.reason = reason
+	}
+	h.mu.Unlock()
+	h.stop(err)
+}
+
+// stopReason is why the reader stopped for good, "" while it has not.
+func (h *streamHandle) stopReason() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reason
+}
+
+// noteRevision remembers that the stream's manifest record was seen at rev.
+func (h *streamHandle) noteRevision(rev int64) {
+	for {
+		cur := h.seenRevision.Load()
+		if rev <= cur || h.seenRevision.CompareAndSwap(cur, rev) {
+			return
+		}
 	}
 }
 

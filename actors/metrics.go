@@ -62,7 +62,7 @@ func (m *Metrics) observePersist(o readercore.PersistOutcome, d time.Duration) {
 	case readercore.PersistOK:
 		m.Persists.Add(1)
 		m.record(&m.persistLatency, d)
-	case readercore.PersistConflict:
+	case readercore.PersistConflict, readercore.PersistFenced: // the condition failed: another writer
 		m.PersistConflicts.Add(1)
 	case readercore.PersistNotFound:
 		m.PersistNotFound.Add(1)

@@ -141,7 +141,11 @@ func (n *Node) RemoveStream(ctx context.Context, id string) error {
 }
 
 func (n *Node) stopStream(ctx context.Context, h *streamHandle) error {
-	n.root.Stop(h.supervisor)
+	select {
+	case <-h.done: // it stopped for good by itself (deleted, deposed): stopping it again is a dead letter
+	default:
+		n.root.Stop(h.supervisor)
+	}
 	n.root.Send(n.governor, cancelStream{Stream: h.spec.ID})
 	h.stop(fmt.Errorf("stream %s removed: %w", h.spec.ID, ErrStreamStopped))
 	select {
@@ -227,6 +231,9 @@ func (n *Node) sendReader(id string, msg any) error {
 	if err != nil {
 		return err
 	}
+	if reason := h.stopReason(); reason != "" { // its reader is gone
+		return fmt.Errorf("stream %s: %s: %w", id, reason, ErrStreamStopped)
+	}
 	pid := h.readerPID()
 	if pid == nil {
 		return fmt.Errorf("stream %s: %w", id, ErrStreamStarting)
@@ -267,6 +274,9 @@ func (n *Node) Status(ctx context.Context, id string) (StreamStatus, error) {
 	h, err := n.handle(id)
 	if err != nil {
 		return StreamStatus{}, err
+	}
+	if st, ok := h.stoppedStatus(); ok { // deleted or deposed: its reader is gone
+		return st, nil
 	}
 	pid := h.readerPID()
 	if pid == nil {

@@ -37,10 +37,12 @@ type (
 )
 
 // resolvedMsg is the outcome of one resolution attempt: the manifest, compared with the
-// local log as it was (Log) when the comparison ran.
+// local log as it was (Log) when the comparison ran. Deleted, when set, says the stream was
+// deleted (and why): the reader stops for good.
 type resolvedMsg struct {
 	Resolved readercore.Resolved
 	Log      readercore.LogOpened
+	Deleted  string
 	Err      error
 }
 
@@ -161,38 +163,66 @@ func (r *reader) start(c actor.Context) {
 	r.resolve(c)
 }
 
-// resolve reads the manifest record from etcd and the root it names from S3 (or the cache
-// when its revision matches), writing the anchor first so that it precedes every object.
+// resolve reads the manifest record and the tombstone from etcd and the root the record
+// names from S3 (or the cache when its revision matches); see resolveManifest.
 func (r *reader) resolve(c actor.Context) {
 	stream := r.h.spec.ID
 	n, h := r.n, r.h
 	spawnTask(c, r.ctx, func(ctx context.Context) any {
-		res, err := resolveManifest(ctx, n, h, stream)
+		res, deleted, err := resolveManifest(ctx, n, h, stream)
 		lg := h.spec.Log
 		opened := readercore.LogOpened{First: lg.FirstOffset(), Next: lg.NextOffset(), Epoch: h.spec.Epoch}
-		if err == nil {
+		if err == nil && deleted == "" {
 			res.Comparison, err = compareWithLocal(ctx, n, stream, h.spec.Epoch, lg, res.Manifest, opened.First, opened.Next)
 			if err != nil {
 				err = fmt.Errorf("resolve %s: %w", stream, err)
 			}
 		}
-		return &resolvedMsg{Resolved: res, Log: opened, Err: err}
+		return &resolvedMsg{Resolved: res, Log: opened, Deleted: deleted, Err: err}
 	})
 }
 
-func resolveManifest(ctx context.Context, n *Node, h *streamHandle, stream string) (readercore.Resolved, error) {
+// deletedHint ends the reason a deleted stream's reader gives: what its operator can do.
+const deletedHint = "remove it from the configuration or use a new stream id"
+
+// resolveManifest resolves the stream's persisted manifest. A stream that was deleted is
+// reported in deleted (the reason) and nothing is written: its tombstone says so, or it has
+// no record (or a lower revision) though this node saw it persisted. Only a stream with no
+// record, no tombstone and no memory of a persist is new: it is anchored, so that the
+// anchor precedes every object (Anchor refuses a stream deleted meanwhile).
+func resolveManifest(ctx context.Context, n *Node, h *streamHandle, stream string) (res readercore.Resolved, deleted string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := n.meta.Anchor(ctx, stream); err != nil {
-		return readercore.Resolved{}, fmt.Errorf("resolve %s: anchor: %w", stream, err)
+	var de *metadata.DeletedError
+	rec, rev, found, err := n.meta.ReadForResolution(ctx, stream)
+	if errors.As(err, &de) {
+		return readercore.Resolved{}, fmt.Sprintf("%v; %s", de, deletedHint), nil
 	}
-	rec, rev, found, err := n.meta.ReadManifest(ctx, stream)
 	if err != nil {
-		return readercore.Resolved{}, fmt.Errorf("resolve %s: read manifest record: %w", stream, err)
+		return readercore.Resolved{}, "", fmt.Errorf("resolve %s: read manifest record: %w", stream, err)
 	}
-	if !found {
-		return readercore.Resolved{Manifest: manifest.Empty()}, nil
+	seen := h.seenRevision.Load()
+	switch {
+	case !found && seen > 0:
+		return readercore.Resolved{}, fmt.Sprintf("stream %s has no manifest record though it persisted revision %d: it was deleted; %s", stream, seen, deletedHint), nil
+	case found && rev < seen:
+		return readercore.Resolved{}, fmt.Sprintf("stream %s's manifest record is at revision %d, below revision %d seen before: it was deleted and written again; %s", stream, rev, seen, deletedHint), nil
+	case !found:
+		if err := n.meta.Anchor(ctx, stream); errors.As(err, &de) {
+			return readercore.Resolved{}, fmt.Sprintf("%v; %s", de, deletedHint), nil
+		} else if err != nil {
+			return readercore.Resolved{}, "", fmt.Errorf("resolve %s: anchor: %w", stream, err)
+		}
+		return readercore.Resolved{Manifest: manifest.Empty()}, "", nil
 	}
+	h.noteRevision(rev)
+	m, err := fetchRoot(ctx, n, h, stream, rec, rev)
+	return m, "", err
+}
+
+// fetchRoot reads the root object a manifest record names (or takes the cache when its
+// revision matches) and checks it against the record.
+func fetchRoot(ctx context.Context, n *Node, h *streamHandle, stream string, rec metadata.ManifestRecord, rev int64) (readercore.Resolved, error) {
 	root := readercore.RootRef{Epoch: rec.Epoch, UID: rec.RootUID}
 	if p := h.cache.Load(); p != nil && p.Revision == rev {
 		return readercore.Resolved{Manifest: p.Manifest.Clone(), Revision: rev, Root: root}, nil
@@ -215,6 +245,12 @@ func resolveManifest(ctx context.Context, n *Node, h *streamHandle, stream strin
 
 func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 	if r.running {
+		return
+	}
+	if m.Deleted != "" {
+		r.resolveErr = ""
+		r.log.Error().Str("reason", m.Deleted).Msg("the stream was deleted: refusing to tier it")
+		r.step(c, readercore.StreamDeleted{Reason: m.Deleted})
 		return
 	}
 	if m.Err != nil {
@@ -350,6 +386,7 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.n.metrics.RemoteRetentionRuns.Add(1)
 		r.log.Info().Str("edit", readercore.FormatEdit(e.Edit)).Int("deferred_deletes", len(e.Deferred)).Msg("remote retention")
 	case readercore.UpdateRange:
+		r.h.noteRevision(e.Revision)
 		r.h.cache.Store(&Persisted{Manifest: e.Manifest, Revision: e.Revision})
 	case readercore.Broadcast:
 		if r.n.cfg.Replicas != nil {
@@ -377,8 +414,8 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.log.Warn().Str("reason", e.Reason).Msg("another writer persisted: reinitializing")
 		panic(errReinitialize{reason: e.Reason})
 	case readercore.Stop:
-		r.log.Warn().Str("reason", e.Reason).Msg("stream gone: reader stops for good")
-		r.h.stop(fmt.Errorf("stream %s: %s: %w", stream, e.Reason, ErrStreamStopped))
+		r.log.Warn().Str("reason", e.Reason).Msg("reader stops for good: nothing more is written")
+		r.h.gone(e.Reason, fmt.Errorf("stream %s: %s: %w", stream, e.Reason, ErrStreamStopped))
 		c.Send(c.Parent(), streamGone{})
 	case readercore.Problem:
 		r.n.metrics.CoreErrors.Add(1)
@@ -398,23 +435,29 @@ func (r *reader) submit(c actor.Context, ref readercore.Ref, attempt int, f *fra
 	})
 }
 
-// persist writes the root object under a fresh uid, then the conditional etcd record.
+// persist writes the root object under a fresh uid, then the conditional etcd record. A
+// persist that finds the stream's tombstone reports StreamDeleted instead of a result.
 func (r *reader) persist(c actor.Context, e readercore.StartPersist) {
 	n, stream := r.n, r.h.spec.ID
 	spawnTask(c, r.ctx, func(ctx context.Context) any {
 		start := time.Now()
-		res := doPersist(ctx, n, stream, e)
+		res, deleted := doPersist(ctx, n, stream, e)
 		res.Now = time.Now().UnixMilli()
 		n.metrics.observePersist(res.Outcome, time.Since(start))
+		if deleted != "" {
+			return readercore.StreamDeleted{Reason: deleted}
+		}
 		return res
 	})
 }
 
-func doPersist(ctx context.Context, n *Node, stream string, e readercore.StartPersist) readercore.PersistResult {
+// doPersist runs one persist attempt; deleted is set (the reason) when the stream has a
+// tombstone, and res is then a not-found for the metrics.
+func doPersist(ctx context.Context, n *Node, stream string, e readercore.StartPersist) (res readercore.PersistResult, deleted string) {
 	uid := rand.Uint64()
 	key := manifest.RootKey(n.cfg.KeyPrefix, stream, e.Epoch, uid)
-	failed := func(err error) readercore.PersistResult {
-		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFailed, Reason: err.Error()}
+	failed := func(err error) (readercore.PersistResult, string) {
+		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFailed, Reason: err.Error()}, ""
 	}
 	if err := n.store.PutObject(ctx, key, manifest.EncodeRoot(e.Root)); err != nil {
 		return failed(fmt.Errorf("persist %s: put root %s: %w", stream, key, err))
@@ -423,18 +466,29 @@ func doPersist(ctx context.Context, n *Node, stream string, e readercore.StartPe
 		Epoch: e.Epoch, RootUID: uid, FirstOffset: e.Root.FirstOffset, NextOffset: e.Root.NextOffset,
 		TotalSize: e.Root.TotalSize, FirstTimestamp: e.Root.FirstTimestamp,
 	}
-	res, err := n.meta.Persist(ctx, stream, e.Epoch, e.ExpectedRevision, rec)
+	mr, err := n.meta.Persist(ctx, stream, e.Epoch, e.ExpectedRevision, rec)
 	if err != nil {
 		return failed(fmt.Errorf("persist %s: etcd: %w", stream, err))
 	}
-	switch res.Outcome {
+	switch mr.Outcome {
 	case metadata.PersistOK:
-		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistOK, Revision: res.Revision, RootUID: uid}
+		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistOK, Revision: mr.Revision, RootUID: uid}, ""
 	case metadata.PersistConflict:
-		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistConflict,
-			Reason: fmt.Sprintf("revision %d at epoch %d is stored, expected %d at epoch %d", res.Revision, res.StoredEpoch, e.ExpectedRevision, e.Epoch)}
+		reason := fmt.Sprintf("revision %d at epoch %d is stored, expected %d at epoch %d", mr.Revision, mr.StoredEpoch, e.ExpectedRevision, e.Epoch)
+		if mr.StoredEpoch > e.Epoch {
+			// A higher epoch persisted: deposed, not outrun. Reinitializing would meet the
+			// same fence at every persist.
+			return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFenced, StoredEpoch: mr.StoredEpoch, Reason: reason}, ""
+		}
+		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistConflict, Reason: reason}, ""
+	case metadata.PersistDeleted:
+		why := fmt.Sprintf("stream %s was deleted (its tombstone does not decode)", stream)
+		if mr.Tombstone != nil {
+			why = (&metadata.DeletedError{Tombstone: *mr.Tombstone}).Error()
+		}
+		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistNotFound, Reason: why}, why + "; " + deletedHint
 	default:
-		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistNotFound, Reason: "stream records deleted"}
+		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistNotFound, Reason: "stream records deleted"}, ""
 	}
 }
 

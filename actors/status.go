@@ -25,6 +25,10 @@ type StreamStatus struct {
 	// ResolveError is the last failure to resolve the manifest while the phase is
 	// "resolving" (etcd or S3 unreachable, a missing or corrupt root): retried with backoff.
 	ResolveError string
+	// StopReason says why the reader stopped for good, with phase "stopped": the stream was
+	// deleted (then the reason names the stream and when), or its writer was deposed by a
+	// higher epoch ("deposed by epoch N ...").
+	StopReason string
 
 	// LagBytes estimates the committed bytes not yet persisted remotely; LagSeconds the age
 	// of the oldest of them (both from segment summaries, exact at segment boundaries).
@@ -32,23 +36,42 @@ type StreamStatus struct {
 	LagSeconds float64
 }
 
-func (r *reader) status() StreamStatus {
-	lg := r.h.spec.Log
+// localStatus is the part of the status the handle knows: the stream, its local log and its
+// restarts; the phase is "resolving" until the reader says more.
+func (h *streamHandle) localStatus() (StreamStatus, []segments.SegmentInfo) {
+	lg := h.spec.Log
 	segs := lg.Segments()
 	st := StreamStatus{
-		Stream:         r.h.spec.ID,
+		Stream:         h.spec.ID,
 		Phase:          "resolving",
-		Epoch:          r.h.spec.Epoch,
+		Epoch:          h.spec.Epoch,
 		LocalFirst:     lg.FirstOffset(),
 		LocalCommitted: lg.CommittedNext(),
 		LocalNext:      lg.NextOffset(),
 		LocalSegments:  len(segs),
-		Restarts:       r.h.restarts.Load(),
-		ResolveError:   r.resolveErr,
+		Restarts:       h.restarts.Load(),
 	}
 	for _, s := range segs {
 		st.LocalBytes += s.Size
 	}
+	return st, segs
+}
+
+// stoppedStatus is the status of a stream whose reader stopped for good (ok false if it did
+// not): the reader is gone, the handle remembers why.
+func (h *streamHandle) stoppedStatus() (StreamStatus, bool) {
+	reason := h.stopReason()
+	if reason == "" {
+		return StreamStatus{}, false
+	}
+	st, _ := h.localStatus()
+	st.Phase, st.StopReason = "stopped", reason
+	return st, true
+}
+
+func (r *reader) status() StreamStatus {
+	st, segs := r.h.localStatus()
+	st.ResolveError = r.resolveErr
 	if r.running {
 		st.Core = r.core.Status()
 		st.Phase = st.Core.Phase
@@ -56,6 +79,9 @@ func (r *reader) status() StreamStatus {
 			st.Phase = "diverged"
 		}
 		st.LagBytes, st.LagSeconds = lag(segs, st.Core.PersistedNext, st.LocalCommitted, time.Now())
+	}
+	if reason := r.h.stopReason(); reason != "" {
+		st.Phase, st.StopReason = "stopped", reason
 	}
 	return st
 }

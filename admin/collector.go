@@ -58,7 +58,7 @@ var (
 	descStreamStalled = desc("stream_stalled", "1 while a stream's upload pipeline is stalled at an offset.", "stream")
 	descStreamGaps    = desc("stream_gap_offsets", "Offsets of a stream's persisted root declared as gaps: lost from the local log before upload.", "stream")
 	descStreamDiverge = desc("stream_diverged", "1 while a stream's local log shares no chunk with its remote tier (waits for `node truncate`).", "stream")
-	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving.", "stream")
+	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving and once stopped for good.", "stream")
 
 	descS3Requests = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success).", "op", "class")
 	descS3Bytes    = desc("s3_bytes_total", "Payload bytes sent or received by S3 operation.", "op")
@@ -130,7 +130,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range rep.Streams {
 		id := s.Stream
 		running := 0.0
-		if s.Error == "" && s.Phase != "starting" && s.Phase != "resolving" {
+		if s.Error == "" && s.Phase != "starting" && s.Phase != "resolving" && s.Phase != "stopped" {
 			running = 1
 		}
 		gauge(descStreamUp, running, id)

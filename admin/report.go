@@ -116,6 +116,8 @@ type StreamReport struct {
 	Lag      LagReport        `json:"lag"`
 	Counters map[string]int64 `json:"counters"`
 	Error    string           `json:"error,omitempty"`
+	// StopReason says why a stream in phase "stopped" stopped for good (deleted, deposed).
+	StopReason string `json:"stop_reason,omitempty"`
 }
 
 // LocalReport is the stream's local log.
@@ -274,7 +276,7 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 	s := in.Status
 	c := s.Core
 	r := StreamReport{
-		Stream: s.Stream, Phase: s.Phase, Epoch: s.Epoch, Restarts: s.Restarts,
+		Stream: s.Stream, Phase: s.Phase, Epoch: s.Epoch, Restarts: s.Restarts, StopReason: s.StopReason,
 		Local: LocalReport{First: s.LocalFirst, Committed: s.LocalCommitted, Next: s.LocalNext, Segments: s.LocalSegments, Bytes: s.LocalBytes},
 		Remote: RemoteReport{
 			First: c.First, Next: c.Next, PersistedFirst: c.PersistedFirst, PersistedNext: c.PersistedNext,

@@ -38,11 +38,14 @@ func TestDecidePersist(t *testing.T) {
 			PersistResult{Outcome: PersistConflict, Revision: 5, StoredEpoch: 5, Stored: mine}, nil},
 		{"epoch without manifest on creation", 0, readBack{anchor: true, epoch: ep(6)},
 			PersistResult{Outcome: PersistConflict, StoredEpoch: 6}, nil},
+		{"tombstone first", 0, readBack{tombstone: kv(1, []byte("garbage"))}, PersistResult{Outcome: PersistDeleted}, nil},
+		{"tombstone wins over records", 3, readBack{anchor: true, manifest: kv(3, enc(mine)), epoch: ep(5), tombstone: kv(1, []byte("{"))},
+			PersistResult{Outcome: PersistDeleted}, nil},
 		{"garbage epoch", 3, readBack{anchor: true, manifest: kv(4, enc(theirs)), epoch: kv(1, []byte("x"))}, PersistResult{}, ErrCorruptRecord},
 		{"garbage manifest", 3, readBack{anchor: true, manifest: kv(4, []byte("{")), epoch: ep(6)}, PersistResult{}, ErrCorruptRecord},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.rb.manifestKey, tc.rb.epochKey = "m", "e"
+			tc.rb.manifestKey, tc.rb.epochKey, tc.rb.tombKey, tc.rb.stream = "m", "e", "t", "s1"
 			got, err := decidePersist(5, tc.expected, enc(mine), tc.rb)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {

@@ -22,8 +22,9 @@ var ErrStaleEpoch = errors.New("stale epoch")
 
 // IsRetriable reports whether err is transient: the same request may succeed later without
 // anyone changing anything (etcd unreachable or restarting, no leader, leader changed, request
-// timed out, too many requests, caller's deadline exceeded). Bad input, corrupt records,
-// permission and authentication failures, compaction, and a caller's cancellation are not.
+// timed out, too many requests, caller's deadline exceeded). Bad input, corrupt records, a
+// deleted stream, permission and authentication failures, compaction, and a caller's
+// cancellation are not.
 //
 // A retriable error from a write means the outcome is unknown: the write may have applied.
 // Classification uses gRPC codes and typed errors, never message text:
@@ -41,7 +42,7 @@ func IsRetriable(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrStaleEpoch) {
+	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrStreamDeleted) {
 		return false
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

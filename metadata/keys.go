@@ -21,6 +21,12 @@ func PlacementsPrefix(etcdPrefix string) string { return etcdPrefix + "/placemen
 // PlacementKey holds which node writes a stream at which epoch, and its replicas.
 func PlacementKey(etcdPrefix, stream string) string { return PlacementsPrefix(etcdPrefix) + stream }
 
+// TombstonesPrefix is the etcd prefix (ending in "/") of every deleted stream's tombstone.
+func TombstonesPrefix(etcdPrefix string) string { return etcdPrefix + "/tombstones/" }
+
+// TombstoneKey holds the tombstone DeleteStream leaves of a stream: it is never deleted.
+func TombstoneKey(etcdPrefix, stream string) string { return TombstonesPrefix(etcdPrefix) + stream }
+
 // MaxNodeNameLen is the longest node name accepted.
 const MaxNodeNameLen = 200
 

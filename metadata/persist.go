@@ -23,6 +23,9 @@ const (
 	// PersistNotFound: the stream's records are gone (deleted), or were never anchored: a
 	// writer that had persisted before must stop and write nothing.
 	PersistNotFound
+	// PersistDeleted: the stream has a tombstone: it was deleted for good. Every writer
+	// stops and writes nothing, whatever revision it expected.
+	PersistDeleted
 )
 
 // String names the outcome, for logs and test failures.
@@ -34,6 +37,8 @@ func (o PersistOutcome) String() string {
 		return "conflict"
 	case PersistNotFound:
 		return "not-found"
+	case PersistDeleted:
+		return "deleted"
 	}
 	return fmt.Sprintf("PersistOutcome(%d)", int(o))
 }
@@ -48,6 +53,8 @@ type PersistResult struct {
 	StoredEpoch uint64
 	// Stored is the record found on a conflict (zero if there is none).
 	Stored ManifestRecord
+	// Tombstone is the stream's tombstone on PersistDeleted (nil if its value does not decode).
+	Tombstone *Tombstone
 }
 
 // Persist writes rec as the stream's manifest record and epoch as its epoch, in one etcd
@@ -56,6 +63,7 @@ type PersistResult struct {
 // transaction read back when its condition failed, never from error text:
 //
 //   - OK: written (or written by this very call's earlier attempt: see below).
+//   - Deleted: the stream has a tombstone (checked first).
 //   - NotFound: the anchor is gone, or the manifest is gone though expectedRevision > 0.
 //   - Conflict: anything else (another writer persisted, or a higher epoch did).
 //
@@ -79,7 +87,11 @@ func (s *Store) Persist(ctx context.Context, stream string, epoch uint64, expect
 	anchorKey := manifest.EtcdAnchorKey(s.prefix, stream)
 	manifestKey := manifest.EtcdManifestKey(s.prefix, stream)
 	epochKey := manifest.EtcdEpochKey(s.prefix, stream)
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(anchorKey), ">", 0)}
+	tombKey := TombstoneKey(s.prefix, stream)
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(anchorKey), ">", 0),
+		clientv3.Compare(clientv3.CreateRevision(tombKey), "=", 0),
+	}
 	if expectedRevision == 0 {
 		// Creation: nothing persisted yet, so neither the record nor the epoch may exist.
 		// (A value comparison on a missing key always fails in etcd, hence two forms.)
@@ -99,6 +111,7 @@ func (s *Store) Persist(ctx context.Context, stream string, epoch uint64, expect
 		clientv3.OpGet(anchorKey, clientv3.WithCountOnly()),
 		clientv3.OpGet(manifestKey),
 		clientv3.OpGet(epochKey),
+		clientv3.OpGet(tombKey),
 	).Commit()
 	if err != nil {
 		return PersistResult{}, fmt.Errorf("persist %s at epoch %d, revision %d: %w", stream, epoch, expectedRevision, err)
@@ -106,19 +119,24 @@ func (s *Store) Persist(ctx context.Context, stream string, epoch uint64, expect
 	if resp.Succeeded {
 		return PersistResult{Outcome: PersistOK, Revision: expectedRevision + 1, StoredEpoch: epoch}, nil
 	}
-	if len(resp.Responses) != 3 {
-		return PersistResult{}, fmt.Errorf("persist %s: etcd answered %d read-backs, want 3", stream, len(resp.Responses))
+	if len(resp.Responses) != 4 {
+		return PersistResult{}, fmt.Errorf("persist %s: etcd answered %d read-backs, want 4", stream, len(resp.Responses))
 	}
 	rb := readBack{
 		anchor:      resp.Responses[0].GetResponseRange().GetCount() > 0,
 		manifestKey: manifestKey,
 		epochKey:    epochKey,
+		tombKey:     tombKey,
+		stream:      stream,
 	}
 	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		rb.manifest = kvs[0]
 	}
 	if kvs := resp.Responses[2].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		rb.epoch = kvs[0]
+	}
+	if kvs := resp.Responses[3].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		rb.tombstone = kvs[0]
 	}
 	res, err := decidePersist(epoch, expectedRevision, value, rb)
 	if err != nil {
@@ -142,14 +160,23 @@ func checkPersistInput(epoch uint64, expectedRevision int64, rec ManifestRecord)
 
 // readBack is what a failed persist transaction read, atomically with its comparison.
 type readBack struct {
-	anchor                bool
-	manifest, epoch       *mvccpb.KeyValue // nil when absent
-	manifestKey, epochKey string           // for error messages
+	anchor                     bool
+	manifest, epoch, tombstone *mvccpb.KeyValue // nil when absent
+	manifestKey, epochKey      string           // for error messages
+	tombKey, stream            string
 }
 
 // decidePersist is the pure decision of a persist whose condition failed, from the
 // transaction's own read-back. mine is the encoded record this writer tried to store.
 func decidePersist(epoch uint64, expectedRevision int64, mine []byte, rb readBack) (PersistResult, error) {
+	if rb.tombstone != nil {
+		// Deleted for good; an unreadable tombstone still says so.
+		res := PersistResult{Outcome: PersistDeleted}
+		if t, err := decodeTombstone(rb.tombKey, rb.stream, rb.tombstone.Value); err == nil {
+			res.Tombstone = &t
+		}
+		return res, nil
+	}
 	if !rb.anchor || (expectedRevision > 0 && rb.manifest == nil) {
 		return PersistResult{Outcome: PersistNotFound}, nil
 	}

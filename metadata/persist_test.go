@@ -139,9 +139,12 @@ func TestPersistNotFoundAfterDelete(t *testing.T) {
 	if err := s.DeleteStream(ctx, "s1"); err != nil {
 		t.Fatal(err)
 	}
-	mustPersist(t, ctx, s, "s1", 1, record(3, 20), metadata.PersistNotFound)
-	// Nor can a writer that never persisted resurrect the deleted stream.
-	mustPersist(t, ctx, s, "s1", 0, record(3, 20), metadata.PersistNotFound)
+	// The tombstone says deleted, to the writer that persisted and to one that never did.
+	res := mustPersist(t, ctx, s, "s1", 1, record(3, 20), metadata.PersistDeleted)
+	if res.Tombstone == nil || res.Tombstone.Revision != 1 || res.Tombstone.Epoch != 3 || res.Tombstone.NextOffset != 10 {
+		t.Fatalf("deleted persist's tombstone: %+v", res.Tombstone)
+	}
+	mustPersist(t, ctx, s, "s1", 0, record(3, 20), metadata.PersistDeleted)
 	resp, err := e.Client().Get(ctx, manifest.EtcdStreamPrefix(s.Prefix(), "s1"), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || resp.Count != 0 {
 		t.Fatalf("%d records left under the deleted stream (%v)", resp.Count, err)
@@ -294,8 +297,9 @@ func TestPersistGarbageEpoch(t *testing.T) {
 
 // TestPersistModel drives random persists, deletions and anchors against the real etcd and
 // checks each outcome against a model: OK exactly when the stream is anchored, the revision
-// matches and the epoch is not below the stored one; NotFound when the records are gone; and
-// the stored epoch never decreases.
+// matches and the epoch is not below the stored one; Deleted once the stream was deleted (and
+// anchoring is then refused); NotFound when the records are otherwise missing; and the stored
+// epoch never decreases.
 func TestPersistModel(t *testing.T) {
 	e := etcdtest.Start(t)
 	s := etcdtest.Store(t, e)
@@ -306,6 +310,7 @@ func TestPersistModel(t *testing.T) {
 		stream := fmt.Sprintf("model-%d", n)
 		var (
 			anchored bool
+			deleted  bool
 			version  int64 // 0: no record
 			epoch    uint64
 			stored   metadata.ManifestRecord
@@ -313,15 +318,16 @@ func TestPersistModel(t *testing.T) {
 		for range rapid.IntRange(1, 25).Draw(rt, "steps") {
 			switch rapid.IntRange(0, 9).Draw(rt, "op") {
 			case 0:
-				if err := s.Anchor(ctx, stream); err != nil {
-					rt.Fatal(err)
+				err := s.Anchor(ctx, stream)
+				if deleted != errors.Is(err, metadata.ErrStreamDeleted) || (!deleted && err != nil) {
+					rt.Fatalf("anchor (deleted %v): %v", deleted, err)
 				}
-				anchored = true
+				anchored = !deleted
 			case 1:
 				if err := s.DeleteStream(ctx, stream); err != nil {
 					rt.Fatal(err)
 				}
-				anchored, version, epoch, stored = false, 0, 0, metadata.ManifestRecord{}
+				anchored, deleted, version, epoch, stored = false, true, 0, 0, metadata.ManifestRecord{}
 			default:
 				we := rapid.Uint64Range(1, 4).Draw(rt, "epoch")
 				rev := max(0, version+int64(rapid.IntRange(-2, 1).Draw(rt, "revDelta")))
@@ -332,6 +338,8 @@ func TestPersistModel(t *testing.T) {
 				}
 				var want metadata.PersistOutcome
 				switch {
+				case deleted:
+					want = metadata.PersistDeleted
 				case !anchored || (rev > 0 && version == 0):
 					want = metadata.PersistNotFound
 				case rev == version && we >= epoch:

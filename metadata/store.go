@@ -34,20 +34,27 @@ func (s *Store) Prefix() string { return s.prefix }
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
 // Anchor creates the stream's anchor record if it is absent; it must succeed before the first
-// object is written under the stream's S3 prefix. Anchoring again changes nothing.
+// object is written under the stream's S3 prefix. Anchoring again changes nothing. A deleted
+// stream (one with a tombstone) is never anchored again: the error is then a *DeletedError.
 func (s *Store) Anchor(ctx context.Context, stream string) error {
 	if err := manifest.ValidateStreamID(stream); err != nil {
 		return fmt.Errorf("anchor: %w", err)
 	}
-	key := manifest.EtcdAnchorKey(s.prefix, stream)
-	_, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+	key, tKey := manifest.EtcdAnchorKey(s.prefix, stream), TombstoneKey(s.prefix, stream)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), clientv3.Compare(clientv3.CreateRevision(tKey), "=", 0)).
 		Then(clientv3.OpPut(key, stream)).
+		Else(clientv3.OpGet(tKey)).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("anchor %s: %w", stream, err)
 	}
-	return nil
+	if !resp.Succeeded && len(resp.Responses) == 1 {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			return fmt.Errorf("anchor: %w", deletedError(tKey, stream, kvs[0]))
+		}
+	}
+	return nil // created, or already there
 }
 
 // HasAnchor reports whether the stream's anchor exists. linearizable asks the leader for an
@@ -88,20 +95,4 @@ func (s *Store) ReadManifest(ctx context.Context, stream string) (rec ManifestRe
 		return ManifestRecord{}, 0, false, fmt.Errorf("read manifest %s: %w", stream, err)
 	}
 	return rec, kv.Version, true, nil
-}
-
-// DeleteStream deletes every record of the stream (anchor, manifest, epoch) and its placement
-// in one transaction. A writer's next persist then reports PersistNotFound.
-func (s *Store) DeleteStream(ctx context.Context, stream string) error {
-	if err := manifest.ValidateStreamID(stream); err != nil {
-		return fmt.Errorf("delete stream: %w", err)
-	}
-	_, err := s.cli.Txn(ctx).Then(
-		clientv3.OpDelete(manifest.EtcdStreamPrefix(s.prefix, stream), clientv3.WithPrefix()),
-		clientv3.OpDelete(PlacementKey(s.prefix, stream)),
-	).Commit()
-	if err != nil {
-		return fmt.Errorf("delete stream %s: %w", stream, err)
-	}
-	return nil
 }

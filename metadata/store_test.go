@@ -67,6 +67,8 @@ func TestInvalidStreamIDRefusedBeforeIO(t *testing.T) {
 		}
 		_, calls["HasAnchor"] = s.HasAnchor(ctx, id, true)
 		_, _, _, calls["ReadManifest"] = s.ReadManifest(ctx, id)
+		_, _, _, calls["ReadForResolution"] = s.ReadForResolution(ctx, id)
+		_, _, calls["ReadTombstone"] = s.ReadTombstone(ctx, id)
 		_, calls["Persist"] = s.Persist(ctx, id, 1, 0, rec)
 		_, _, calls["GetPlacement"] = s.GetPlacement(ctx, id)
 		calls["PutPlacement"] = s.PutPlacement(ctx, metadata.Placement{Stream: id, Writer: "n1"})

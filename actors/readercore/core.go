@@ -9,6 +9,7 @@
 package readercore
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -159,6 +160,8 @@ type Core struct {
 	waiters  []waiter
 	replicas []string // sorted
 
+	stopReason string // why the core stopped (phaseStopped)
+
 	stats Counters
 }
 
@@ -215,7 +218,7 @@ func (c *Core) Step(ev Event) ([]Effect, error) {
 	c.out = c.out[:0]
 	if c.phase == phaseStopped {
 		if e, ok := ev.(AwaitOffset); ok {
-			c.emit(ReplyWaiters{Waiters: []WaiterID{e.Waiter}, OK: false, Reason: "reader stopped: stream deleted"})
+			c.emit(ReplyWaiters{Waiters: []WaiterID{e.Waiter}, OK: false, Reason: "reader stopped: " + c.stopReason})
 		}
 		return c.out, nil
 	}
@@ -270,6 +273,8 @@ func (c *Core) Step(ev Event) ([]Effect, error) {
 		err = c.onResolved(e)
 	case LogOpened:
 		err = c.onLogOpened(e)
+	case StreamDeleted:
+		c.stop(cmp.Or(e.Reason, "the stream was deleted"))
 	case nil:
 		err = fmt.Errorf("stream %s: nil event", c.cfg.StreamID)
 	default:
@@ -346,8 +351,9 @@ func (c *Core) reinitialize(reason string) {
 	c.stats.Reinitializations++
 }
 
-// stop answers a not-found after an earlier success: the stream was deleted. Waiters are
-// told, nothing more is written, and every later event is ignored.
+// stop answers a not-found after an earlier success or a StreamDeleted (the stream was
+// deleted) and a fenced persist (the writer was deposed). Waiters are told, nothing more is
+// written, and every later event is ignored.
 func (c *Core) stop(reason string) {
 	c.dropAll()
 	if len(c.waiters) > 0 {
@@ -360,6 +366,7 @@ func (c *Core) stop(reason string) {
 	}
 	c.emit(Stop{Reason: reason})
 	c.phase = phaseStopped
+	c.stopReason = reason
 }
 
 // onReplica registers a replica (registration or resync request) and syncs it with the

@@ -123,13 +123,15 @@ type PersistTimer struct{ Ref Ref }
 // PersistOutcome classifies a persist attempt's result.
 type PersistOutcome uint8
 
-// Persist outcomes: success, an etcd conflict (another writer persisted), not-found (the
-// stream's records are gone) and any other failure (root PUT, etcd unavailable).
+// Persist outcomes: success, an etcd conflict (another writer persisted at this writer's
+// epoch or below), not-found (the stream's records are gone), any other failure (root PUT,
+// etcd unavailable) and fenced (a higher epoch persisted: this writer is deposed).
 const (
 	PersistOK PersistOutcome = iota
 	PersistConflict
 	PersistNotFound
 	PersistFailed
+	PersistFenced
 )
 
 // String names the outcome as scenarios print it.
@@ -143,6 +145,8 @@ func (o PersistOutcome) String() string {
 		return "not-found"
 	case PersistFailed:
 		return "error"
+	case PersistFenced:
+		return "fenced"
 	}
 	return "persist-outcome(?)"
 }
@@ -153,8 +157,10 @@ type PersistResult struct {
 	Outcome  PersistOutcome
 	Revision int64  // OK: the manifest record's new Version
 	RootUID  uint64 // OK: the uid of the root object written
-	Reason   string
-	Now      int64 // ms since the Unix epoch: remote retention runs after a success
+	// StoredEpoch, for Fenced, is the epoch etcd holds: above the writer's.
+	StoredEpoch uint64
+	Reason      string
+	Now         int64 // ms since the Unix epoch: remote retention runs after a success
 }
 
 // GroupUploadResult is the outcome of an UploadGroup attempt (OK, Retriable or NonTransient).
@@ -212,6 +218,11 @@ type ReplicaRegistered struct{ Replica string }
 // ResyncRequested says a replica saw a gap or an epoch change and needs a full sync.
 type ResyncRequested struct{ Replica string }
 
+// StreamDeleted says the shell found the stream deleted outside a persist result: its
+// tombstone at a resolution or a persist, or no record at a resolution though the stream
+// had persisted. The core stops for good, in any phase, as on a not-found after a success.
+type StreamDeleted struct{ Reason string }
+
 func (Resolved) isEvent()               {}
 func (LogOpened) isEvent()              {}
 func (ChunkDrained) isEvent()           {}
@@ -234,3 +245,4 @@ func (EvaluateRetention) isEvent()      {}
 func (ReplicaRegistered) isEvent()      {}
 func (ResyncRequested) isEvent()        {}
 func (OperatorTruncate) isEvent()       {}
+func (StreamDeleted) isEvent()          {}

@@ -73,7 +73,7 @@ func (c *Core) onPersistTimer(e PersistTimer) {
 }
 
 func (c *Core) onPersistResult(e PersistResult) error {
-	if e.Outcome > PersistFailed {
+	if e.Outcome > PersistFenced {
 		return fmt.Errorf("stream %s: persist result ref %d: unknown outcome %d", c.cfg.StreamID, e.Ref, e.Outcome)
 	}
 	if c.phase != phaseRunning || c.inflight == nil || e.Ref != c.inflight.ref {
@@ -83,6 +83,9 @@ func (c *Core) onPersistResult(e PersistResult) error {
 	op := c.inflight
 	if e.Outcome == PersistOK && e.Revision <= op.expected {
 		return fmt.Errorf("stream %s: persist ref %d succeeded at revision %d, not above the expected %d", c.cfg.StreamID, e.Ref, e.Revision, op.expected)
+	}
+	if e.Outcome == PersistFenced && e.StoredEpoch <= c.epoch {
+		return fmt.Errorf("stream %s: persist ref %d fenced by epoch %d, not above the writer's %d", c.cfg.StreamID, e.Ref, e.StoredEpoch, c.epoch)
 	}
 	c.now = e.Now
 	switch e.Outcome {
@@ -107,6 +110,12 @@ func (c *Core) onPersistResult(e PersistResult) error {
 		c.inflight = nil
 		c.stats.PersistFailures++
 		c.persistFailed(e.Reason)
+	case PersistFenced:
+		// A higher epoch persisted: a newer writer owns the stream. Reinitializing would
+		// only meet the fence again; this writer is deposed and stops for good.
+		c.inflight = nil
+		c.stats.PersistFailures++
+		c.stop(fmt.Sprintf("deposed by epoch %d (this writer is at epoch %d)", e.StoredEpoch, c.epoch))
 	}
 	return nil
 }

@@ -135,10 +135,14 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			e.Outcome = PersistNotFound
 		case d.HasArg("error"):
 			e.Outcome = PersistFailed
+		case d.HasArg("fenced"):
+			e.Outcome, e.StoredEpoch = PersistFenced, argU(t, d, "stored-epoch", 0)
 		default:
-			t.Fatalf("%s: persist-result needs ok, conflict, not-found or error", d.Pos)
+			t.Fatalf("%s: persist-result needs ok, conflict, not-found, error or fenced", d.Pos)
 		}
 		evs = append(evs, e)
+	case "deleted":
+		evs = append(evs, StreamDeleted{Reason: argS(d, "reason", strings.TrimSpace(d.Input))})
 	case "group-result":
 		ref := Ref(argU(t, d, "ref", uint64(h.group)))
 		e := GroupUploadResult{Ref: ref, Attempt: int(argU(t, d, "attempt", uint64(h.attempts[ref]))), Reason: argS(d, "reason", "")}

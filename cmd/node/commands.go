@@ -19,6 +19,7 @@ import (
 	"streamtier/admin"
 	"streamtier/backends"
 	"streamtier/manifest"
+	"streamtier/metadata"
 	"streamtier/nodeconfig"
 	"streamtier/verify"
 )
@@ -179,6 +180,9 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 		if s.Error != "" {
 			fmt.Fprintf(out, "\n%s: %s\n", s.Stream, s.Error)
 		}
+		if s.StopReason != "" {
+			fmt.Fprintf(out, "\n%s: stopped for good: %s\n", s.Stream, s.StopReason)
+		}
 		if d := s.Remote.Diverged; d != nil {
 			fmt.Fprintf(out, "\n%s: DIVERGED: the local log [%d, %d) shares no chunk with the remote tier [%d, %d); nothing is uploaded or deleted.\n"+
 				"  Restore the local log from S3, or run `node truncate %s --yes` to cut the remote tier back below the local log and tier from there.\n",
@@ -228,6 +232,9 @@ func offlineStatus(ctx context.Context, s nodeconfig.Settings, stream string, as
 	}
 	if stream != "" {
 		if !ids[stream] {
+			if ts, found, err := b.Meta.ReadTombstone(ctx, stream); err == nil && found {
+				return fail(stderr, "status", &metadata.DeletedError{Tombstone: ts})
+			}
 			return fail(stderr, "status", fmt.Errorf("stream %q: unknown stream (no records under %s in etcd)", stream, b.Meta.Prefix()))
 		}
 		ids = map[string]bool{stream: true}

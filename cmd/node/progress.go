@@ -165,6 +165,9 @@ func (p *process) logProgress(prev, cur sample) {
 		if c.Stalled {
 			ev = ev.Uint64("stalled_at", c.StalledOffset)
 		}
+		if s.StopReason != "" {
+			ev = ev.Str("stopped", s.StopReason)
+		}
 		ev.Msg("progress")
 	}
 }
@@ -192,6 +195,10 @@ func renderProgress(prev, cur sample, adminURL string, m *actors.Metrics) []stri
 		stalled := ""
 		if c.Stalled {
 			stalled = fmt.Sprintf(" · STALLED at %d", c.StalledOffset)
+		}
+		if s.StopReason != "" {
+			out = append(out, fmt.Sprintf("  %s [%s] %s", s.Stream, s.Phase, s.StopReason))
+			continue
 		}
 		out = append(out,
 			fmt.Sprintf("  %s [%s]%s", s.Stream, s.Phase, in),

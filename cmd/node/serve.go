@@ -372,10 +372,14 @@ func (p *process) quiesce(ctx context.Context) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for _, st := range p.openStreams() {
+		stopped := false
 		for {
 			s, err := p.node.Status(ctx, st.id)
 			if err == nil && quiet(s) {
 				break
+			}
+			if stopped = err == nil && s.Phase == "stopped"; stopped {
+				break // deleted or deposed: nothing of it will ever be persisted here
 			}
 			if p.cluster != nil && errors.Is(err, actors.ErrUnknownStream) {
 				break // this member does not write the stream (a replica, or moved away)
@@ -389,9 +393,10 @@ func (p *process) quiesce(ctx context.Context) error {
 			case <-tick.C:
 			}
 		}
-		if p.cluster != nil {
-			// A writer that took over may leave roots of the previous writer's epoch: the
-			// wait below would not end; `node gc` collects such roots.
+		if p.cluster != nil || stopped {
+			// A writer that took over may leave roots of the previous writer's epoch, and a
+			// stopped stream's roots are nobody's to reap: the wait below would not end;
+			// `node gc` collects such roots.
 			continue
 		}
 		for {

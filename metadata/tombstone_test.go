@@ -1,0 +1,205 @@
+package metadata_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"streamtier/manifest"
+	"streamtier/metadata"
+	"streamtier/metadata/etcdtest"
+)
+
+// TestDeleteStreamWritesTombstone: one transaction deletes the stream's records and its
+// placement and writes the tombstone, which records what they said; afterwards the stream
+// can be neither anchored, nor persisted (at any revision), nor resolved.
+func TestDeleteStreamWritesTombstone(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := etcdtest.Store(t, e)
+	cli := e.Client()
+	ctx := testCtx(t, 10*time.Second)
+	if err := s.Anchor(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutPlacement(ctx, metadata.Placement{Stream: "s1", Writer: "n1", Epoch: 3}); err != nil {
+		t.Fatal(err)
+	}
+	mustPersist(t, ctx, s, "s1", 0, record(3, 10), metadata.PersistOK)
+	mustPersist(t, ctx, s, "s1", 1, record(3, 25), metadata.PersistOK)
+	if _, found, err := s.ReadTombstone(ctx, "s1"); err != nil || found {
+		t.Fatalf("tombstone of a live stream: %v %v", found, err)
+	}
+	before := time.Now().Add(-time.Millisecond)
+	if err := s.DeleteStream(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+
+	ts, found, err := s.ReadTombstone(ctx, "s1")
+	if err != nil || !found {
+		t.Fatalf("tombstone after the deletion: %v %v", found, err)
+	}
+	if ts.Stream != "s1" || ts.Revision != 2 || ts.Epoch != 3 || ts.NextOffset != 25 || ts.DeletedAt.Before(before) || ts.DeletedAt.After(after) {
+		t.Fatalf("tombstone %+v, want s1 at revision 2, epoch 3, next 25, deleted in [%v, %v]", ts, before, after)
+	}
+	// Atomic: at the tombstone's creation revision every record is gone, one revision
+	// earlier every record was there.
+	tKey := metadata.TombstoneKey(s.Prefix(), "s1")
+	resp, err := cli.Get(ctx, tKey)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("tombstone key: %v %v", resp, err)
+	}
+	rev := resp.Kvs[0].CreateRevision
+	keys := []string{manifest.EtcdAnchorKey(s.Prefix(), "s1"), manifest.EtcdManifestKey(s.Prefix(), "s1"),
+		manifest.EtcdEpochKey(s.Prefix(), "s1"), metadata.PlacementKey(s.Prefix(), "s1")}
+	for _, k := range keys {
+		for _, at := range []struct {
+			rev  int64
+			want int64
+		}{{rev - 1, 1}, {rev, 0}} {
+			r, err := cli.Get(ctx, k, clientv3.WithRev(at.rev), clientv3.WithCountOnly())
+			if err != nil || r.Count != at.want {
+				t.Fatalf("%s at revision %d: %d keys (%v), want %d: not deleted in the tombstone's transaction", k, at.rev, r.Count, err, at.want)
+			}
+		}
+	}
+
+	// Never anchored again.
+	err = s.Anchor(ctx, "s1")
+	var de *metadata.DeletedError
+	if !errors.Is(err, metadata.ErrStreamDeleted) || !errors.As(err, &de) || de.Tombstone != ts || metadata.IsRetriable(err) {
+		t.Fatalf("anchor of a deleted stream: %v (%+v), want a non-retriable DeletedError with the tombstone", err, de)
+	}
+	if !strings.Contains(err.Error(), "stream s1 was deleted at") {
+		t.Fatalf("error %q does not say the stream was deleted", err)
+	}
+	// Never persisted again, whatever revision the writer expects.
+	for _, rev := range []int64{0, 1, 2} {
+		res := mustPersist(t, ctx, s, "s1", rev, record(4, 30), metadata.PersistDeleted)
+		if res.Tombstone == nil || *res.Tombstone != ts {
+			t.Fatalf("persist at revision %d: tombstone %+v, want %+v", rev, res.Tombstone, ts)
+		}
+	}
+	// Resolution reports the deletion.
+	if _, _, found, err := s.ReadForResolution(ctx, "s1"); !errors.As(err, &de) || found || de.Tombstone != ts {
+		t.Fatalf("resolution of a deleted stream: found %v, %v", found, err)
+	}
+	r, err := cli.Get(ctx, manifest.EtcdStreamPrefix(s.Prefix(), "s1"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || r.Count != 0 {
+		t.Fatalf("%d records under the deleted stream (%v)", r.Count, err)
+	}
+
+	// Deleting again keeps the first tombstone.
+	if err := s.DeleteStream(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := s.ReadTombstone(ctx, "s1")
+	if err != nil || again != ts {
+		t.Fatalf("tombstone after a second deletion: %+v %v, want %+v", again, err, ts)
+	}
+	// Another stream is untouched, and resolves normally.
+	if _, _, found, err := s.ReadForResolution(ctx, "s10"); err != nil || found {
+		t.Fatalf("resolution of a stream never seen: %v %v", found, err)
+	}
+}
+
+// TestDeleteNeverPersistedStream: a stream anchored but never persisted gets a tombstone at
+// revision 0, and a writer that was about to create its record is refused.
+func TestDeleteNeverPersistedStream(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := etcdtest.Store(t, e)
+	ctx := testCtx(t, 10*time.Second)
+	if err := s.Anchor(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteStream(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	ts, found, err := s.ReadTombstone(ctx, "s1")
+	if err != nil || !found || ts.Revision != 0 || ts.Epoch != 0 || ts.NextOffset != 0 {
+		t.Fatalf("tombstone %+v found %v (%v), want one at revision 0", ts, found, err)
+	}
+	mustPersist(t, ctx, s, "s1", 0, record(1, 10), metadata.PersistDeleted)
+}
+
+// TestDeleteStreamRacingPersists: a writer persists as fast as it can while the stream is
+// deleted; the tombstone records exactly the writer's last successful persist.
+func TestDeleteStreamRacingPersists(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := etcdtest.Store(t, e)
+	ctx := testCtx(t, 30*time.Second)
+	if err := s.Anchor(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg     sync.WaitGroup
+		lastOK int64
+		werr   error
+	)
+	started := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for rev := int64(0); ; rev++ {
+			res, err := s.Persist(ctx, "s1", 2, rev, record(2, uint64(rev+1)))
+			if err != nil {
+				werr = err
+				return
+			}
+			if res.Outcome != metadata.PersistOK {
+				if res.Outcome != metadata.PersistDeleted {
+					werr = errors.New("persist outcome " + res.Outcome.String())
+				}
+				return
+			}
+			lastOK = res.Revision
+			if rev == 3 {
+				close(started)
+			}
+		}
+	}()
+	<-started
+	if err := s.DeleteStream(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	ts, _, err := s.ReadTombstone(ctx, "s1")
+	if err != nil || ts.Revision != lastOK || ts.NextOffset != uint64(lastOK) || ts.Epoch != 2 {
+		t.Fatalf("tombstone %+v (%v), want the last persisted revision %d", ts, err, lastOK)
+	}
+}
+
+// TestCorruptTombstoneStillDeletes: a tombstone whose value does not decode still marks the
+// stream deleted (and the error says so, naming the key); it never reads as absent.
+func TestCorruptTombstoneStillDeletes(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := etcdtest.Store(t, e)
+	ctx := testCtx(t, 10*time.Second)
+	key := metadata.TombstoneKey(s.Prefix(), "s1")
+	if _, err := e.Client().Put(ctx, key, `{"version":1}`); err != nil {
+		t.Fatal(err)
+	}
+	checks := map[string]error{"Anchor": s.Anchor(ctx, "s1")}
+	_, _, _, checks["ReadForResolution"] = s.ReadForResolution(ctx, "s1")
+	for name, err := range checks {
+		if !errors.Is(err, metadata.ErrStreamDeleted) || !errors.Is(err, metadata.ErrCorruptRecord) || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s with a corrupt tombstone: %v, want deleted and corrupt, naming %s", name, err, key)
+		}
+	}
+	if ok, err := s.HasAnchor(ctx, "s1", true); err != nil || ok {
+		t.Fatalf("a corrupt tombstone let the stream be anchored: %v %v", ok, err)
+	}
+	if _, found, err := s.ReadTombstone(ctx, "s1"); !found || !errors.Is(err, metadata.ErrCorruptRecord) {
+		t.Fatalf("ReadTombstone of garbage: found %v, %v", found, err)
+	}
+	if err := s.DeleteStream(ctx, "s1"); err != nil {
+		t.Fatalf("deleting a stream with a corrupt tombstone: %v", err)
+	}
+}
