@@ -38,6 +38,13 @@ type Config struct {
 	RetentionInterval time.Duration
 	// ResolveBackoffMax bounds the wait between attempts to resolve a manifest at start.
 	ResolveBackoffMax time.Duration
+	// ResolveTimeout bounds one resolution (anchor, etcd record, root object) (default 30 s).
+	ResolveTimeout time.Duration
+	// PersistTimeout bounds one persist, the root PUT and the etcd transaction together
+	// (default 30 s); a persist past it fails and is retried by the core.
+	PersistTimeout time.Duration
+	// GroupUploadTimeout bounds one group object PUT of a rebalance (default 60 s).
+	GroupUploadTimeout time.Duration
 	// Logger receives the node's structured logs.
 	Logger zerolog.Logger
 	// Replicas, when set, carries broadcasts and syncs to replica nodes; nil drops them
@@ -46,6 +53,63 @@ type Config struct {
 	// System, when set, is the actor system the node runs on (one with protoactor remote
 	// already listening: see Listen); nil creates a private one. Stop shuts it down.
 	System *actor.ActorSystem
+
+	clock  clock       // nil: the wall clock (tests drive a manual one)
+	faults *faultHooks // nil: none (tests inject panics)
+}
+
+// faultHooks inject failures into the node's actors, for tests; nil in production. Each
+// hook may panic to make its actor fail mid-run.
+type faultHooks struct {
+	governor func(msg any)             // before the governor handles a message
+	reaper   func(msg any)             // before the reaper handles a message
+	drain    func(msg any)             // before a drain handles a message
+	reader   func(msg any)             // before a reader handles a message (lifecycle ones too)
+	stream   func(msg any)             // before a stream supervisor handles a message
+	transfer func(sub *submitTransfer) // in a transfer task, before the upload
+	task     func(name string)         // in a task, before its operation
+}
+
+func (f *faultHooks) atGovernor(msg any) {
+	if f != nil && f.governor != nil {
+		f.governor(msg)
+	}
+}
+
+func (f *faultHooks) atReaper(msg any) {
+	if f != nil && f.reaper != nil {
+		f.reaper(msg)
+	}
+}
+
+func (f *faultHooks) atDrain(msg any) {
+	if f != nil && f.drain != nil {
+		f.drain(msg)
+	}
+}
+
+func (f *faultHooks) atReader(msg any) {
+	if f != nil && f.reader != nil {
+		f.reader(msg)
+	}
+}
+
+func (f *faultHooks) atStream(msg any) {
+	if f != nil && f.stream != nil {
+		f.stream(msg)
+	}
+}
+
+func (f *faultHooks) atTransfer(sub *submitTransfer) {
+	if f != nil && f.transfer != nil {
+		f.transfer(sub)
+	}
+}
+
+func (f *faultHooks) atTask(name string) {
+	if f != nil && f.task != nil {
+		f.task(name)
+	}
 }
 
 func (c Config) withDefaults() Config {
@@ -61,8 +125,25 @@ func (c Config) withDefaults() Config {
 	if c.ResolveBackoffMax == 0 {
 		c.ResolveBackoffMax = 5 * time.Second
 	}
+	if c.ResolveTimeout == 0 {
+		c.ResolveTimeout = DefaultResolveTimeout
+	}
+	if c.PersistTimeout == 0 {
+		c.PersistTimeout = DefaultPersistTimeout
+	}
+	if c.GroupUploadTimeout == 0 {
+		c.GroupUploadTimeout = DefaultGroupUploadTimeout
+	}
+	c.clock = orWall(c.clock)
 	return c
 }
+
+// Task deadlines by default (docs/operations.md).
+const (
+	DefaultResolveTimeout     = 30 * time.Second
+	DefaultPersistTimeout     = 30 * time.Second
+	DefaultGroupUploadTimeout = 60 * time.Second
+)
 
 // Validate refuses a configuration the node cannot run with, naming the setting.
 func (c Config) Validate() error {
@@ -77,6 +158,14 @@ func (c Config) Validate() error {
 	}
 	if c.LocalHotWindowAge < 0 {
 		return fmt.Errorf("node config: local_hot_window_age = %s: negative", c.LocalHotWindowAge)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"resolve_timeout", c.ResolveTimeout}, {"persist_timeout", c.PersistTimeout}, {"group_upload_timeout", c.GroupUploadTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("node config: %s = %s: negative", d.name, d.v)
+		}
 	}
 	if c.KeyPrefix != "" && !validKeyPrefix(c.KeyPrefix) {
 		return fmt.Errorf("node config: key_prefix = %q: use [A-Za-z0-9._-/], no leading or trailing '/'", c.KeyPrefix)

@@ -48,10 +48,12 @@ type chunksDrained struct {
 }
 
 // drain is the reader's child that reads committed chunk headers (never bodies) from the
-// local log and hands them up in batches.
+// local log and hands them up in batches. The reader supervises it: a drain that fails is
+// restarted fresh and reopened at the core's drain position (see reader.HandleFailure).
 type drain struct {
 	log    *segments.Log
 	logger zerolog.Logger
+	faults *faultHooks
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -71,6 +73,15 @@ func (d *drain) Receive(c actor.Context) {
 		d.cancel()
 		d.timers.stopAll()
 		d.closeReader()
+	case actor.SystemMessage, actor.AutoReceiveMessage:
+	default:
+		d.faults.atDrain(m)
+		d.handle(c, m)
+	}
+}
+
+func (d *drain) handle(c actor.Context, msg any) {
+	switch m := msg.(type) {
 	case drainStart:
 		d.closeReader()
 		d.gen, d.awaiting, d.idle = m.Gen, false, false

@@ -2,8 +2,7 @@ package actors
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -12,14 +11,15 @@ import (
 	"streamtier/actors/governorcore"
 	"streamtier/actors/readercore"
 	"streamtier/fragment"
-	"streamtier/manifest"
 	"streamtier/s3io"
 )
 
-// submitTransfer asks the governor to upload one attempt of a fragment; the result goes to
-// ReplyTo as a readercore.TransferResult.
+// submitTransfer asks the governor to upload one attempt of a fragment. The governor
+// answers transferAdmitted when it starts the upload; the upload's result goes to ReplyTo as
+// a readercore.TransferResult.
 type submitTransfer struct {
 	Ctx      context.Context // the reader incarnation's: cancelled when it stops or restarts
+	Owner    uint64          // the reader incarnation (node-wide): cancelOwner drops its queue
 	Stream   string
 	Epoch    uint64 // the writer's (the core's) epoch: it goes into the fragment's key
 	Dir      string // the stream's local log directory
@@ -30,6 +30,17 @@ type submitTransfer struct {
 	ReplyTo  *actor.PID
 }
 
+// transferAdmitted tells a reader that the governor admitted an attempt and started its
+// upload: the attempt's transfer deadline runs from here, not from the submission.
+type transferAdmitted struct {
+	Ref     readercore.Ref
+	Attempt int
+}
+
+// governorRestarted tells every reader that the governor restarted with an empty queue:
+// each resubmits the attempts it submitted and has not seen admitted.
+type governorRestarted struct{}
+
 // transferDone tells the governor a task it started has finished.
 type transferDone struct{ id uint64 }
 
@@ -39,132 +50,172 @@ type governorTick struct{}
 // cancelStream drops a stream's queued (not yet started) transfers.
 type cancelStream struct{ Stream string }
 
+// cancelOwner drops the queued transfers of a reader incarnation that ended, uncharged.
+type cancelOwner struct{ Owner uint64 }
+
 // governorStatusRequest asks for a snapshot; the answer is a GovernorStatus.
 type governorStatusRequest struct{}
 
 // GovernorStatus is the governor's state for status and metrics.
 type GovernorStatus struct {
 	governorcore.Status
-	Running int // transfer tasks in flight
+	Running     int    // transfer tasks in flight
+	Incarnation uint64 // 1 until the governor first restarts
 }
 
-// governor is the node's single pacing point: every fragment upload is submitted here and
-// runs as a transfer task once the pacing core admits it.
-type governor struct {
+// governorMemo is what outlives the governor's incarnations: the bucket's level (so that a
+// restart grants no fresh burst) and the submission id counter (so that a late transferDone
+// of a previous incarnation's task never matches a new one).
+type governorMemo struct {
+	mu     sync.Mutex
+	saved  bool
+	tokens int64
+	at     time.Time
+	nextID uint64
+}
+
+func (m *governorMemo) save(tokens int64, at time.Time) {
+	m.mu.Lock()
+	m.saved, m.tokens, m.at = true, tokens, at
+	m.mu.Unlock()
+}
+
+func (m *governorMemo) core(cfg governorcore.Config, now time.Time) *governorcore.Governor {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.saved {
+		return governorcore.New(cfg, now)
+	}
+	return governorcore.Resume(cfg, m.tokens, m.at)
+}
+
+func (m *governorMemo) id() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nextID++
+	return m.nextID
+}
+
+// governorDeps is what every governor incarnation is built from.
+type governorDeps struct {
+	cfg       governorcore.Config
 	store     *s3io.Store
 	keyPrefix string
 	log       zerolog.Logger
 	metrics   *Metrics
-	now       func() time.Time
+	clock     clock
+	memo      *governorMemo
+	readers   func() []*actor.PID // the node's current readers, told of a restart
+	faults    *faultHooks
+}
+
+// governor is the node's single pacing point: every fragment upload is submitted here and
+// runs as a transfer task once the pacing core admits it. Each incarnation is a fresh value:
+// a restarted governor resumes the bucket from the memo, cancels its predecessor's uploads
+// (they report a retriable failure) and tells every reader to resubmit what was queued.
+type governor struct {
+	governorDeps
+	incarnation uint64
 
 	core    *governorcore.Governor
-	next    uint64
 	queued  map[uint64]*submitTransfer
-	running int
+	running map[uint64]context.CancelFunc
 	timers  timers
 	wakeAt  time.Time
 }
 
-func newGovernor(cfg governorcore.Config, store *s3io.Store, keyPrefix string, log zerolog.Logger, m *Metrics) *governor {
+func newGovernor(d governorDeps, incarnation uint64) *governor {
 	return &governor{
-		store: store, keyPrefix: keyPrefix, log: log, metrics: m, now: time.Now,
-		core:   governorcore.New(cfg, time.Now()),
-		queued: make(map[uint64]*submitTransfer),
+		governorDeps: d, incarnation: incarnation,
+		queued: make(map[uint64]*submitTransfer), running: make(map[uint64]context.CancelFunc),
+		timers: timers{clock: d.clock},
 	}
 }
 
 func (g *governor) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
+	case *actor.Started:
+		g.start(c)
+		return
 	case *actor.Stopping, *actor.Restarting:
 		g.timers.stopAll()
+		for _, cancel := range g.running {
+			cancel() // a restart must not wait minutes for uploads: they report retriable
+		}
+		return
+	case actor.SystemMessage, actor.AutoReceiveMessage:
+		return
+	default:
+		g.faults.atGovernor(m)
+	}
+	switch m := c.Message().(type) {
 	case *submitTransfer:
-		g.next++
-		g.queued[g.next] = m
-		g.execute(c, g.core.Submit(g.now(), governorcore.Submission{ID: g.next, Size: m.Size}))
+		id := g.memo.id()
+		g.queued[id] = m
+		d := g.core.Submit(g.clock.Now(), governorcore.Submission{ID: id, Size: m.Size, Owner: m.Owner, Ref: uint64(m.Ref)})
+		g.execute(c, d)
 	case governorTick:
 		g.wakeAt = time.Time{}
-		g.execute(c, g.core.Tick(g.now()))
+		g.execute(c, g.core.Tick(g.clock.Now()))
 	case transferDone:
-		g.running--
-		g.metrics.TransfersRunning.Add(-1)
+		delete(g.running, m.id) // unknown: a previous incarnation's task
 	case cancelStream:
 		for id, s := range g.queued {
 			if s.Stream == m.Stream && g.core.Cancel(id) {
 				delete(g.queued, id)
 			}
 		}
+	case cancelOwner:
+		for _, id := range g.core.CancelOwner(m.Owner) {
+			delete(g.queued, id)
+		}
 	case governorStatusRequest:
-		c.Respond(GovernorStatus{Status: g.core.Status(), Running: g.running})
+		c.Respond(GovernorStatus{Status: g.core.Status(), Running: len(g.running), Incarnation: g.incarnation})
 	}
 	st := g.core.Status()
 	g.metrics.GovernorQueued.Store(int64(st.Queued))
 	g.metrics.GovernorTokens.Store(st.Tokens)
 }
 
+func (g *governor) start(c actor.Context) {
+	now := g.clock.Now()
+	g.core = g.memo.core(g.cfg, now)
+	g.metrics.GovernorQueued.Store(0)
+	if g.incarnation == 1 {
+		return
+	}
+	readers := g.readers()
+	g.log.Warn().Uint64("incarnation", g.incarnation).Int64("tokens", g.core.Status().Tokens).Int("readers", len(readers)).
+		Msg("governor restarted: bucket resumed, queue empty; readers resubmit what they had queued")
+	for _, pid := range readers {
+		c.Send(pid, governorRestarted{})
+	}
+}
+
 func (g *governor) execute(c actor.Context, d governorcore.Decision) {
+	now := g.clock.Now()
+	g.memo.save(g.core.Status().Tokens, now) // the core refilled up to now
+	for _, id := range d.Superseded {
+		delete(g.queued, id)
+	}
 	for _, s := range d.Admit {
 		sub := g.queued[s.ID]
 		delete(g.queued, s.ID)
-		g.running++
+		if sub == nil || sub.Ctx.Err() != nil {
+			continue // its reader ended (the cancel is on its way): nobody waits for it
+		}
+		ctx, cancel := context.WithCancel(sub.Ctx)
+		g.running[s.ID] = cancel
 		g.metrics.TransfersRunning.Add(1)
-		id := s.ID
-		c.Spawn(actor.PropsFromProducer(func() actor.Actor {
-			return &transferTask{id: id, sub: sub, g: g}
-		}))
+		c.Send(sub.ReplyTo, transferAdmitted{Ref: sub.Ref, Attempt: sub.Attempt})
+		t := &transferTask{id: s.ID, ctx: ctx, sub: sub, store: g.store, keyPrefix: g.keyPrefix, log: g.log, metrics: g.metrics, faults: g.faults}
+		c.Spawn(actor.PropsFromProducer(func() actor.Actor { return t }))
 	}
 	if d.Wake > 0 {
-		at := g.now().Add(d.Wake)
+		at := now.Add(d.Wake)
 		if g.wakeAt.IsZero() || at.Before(g.wakeAt) {
 			g.wakeAt = at
 			g.timers.after(c.ActorSystem().Root, c.Self(), d.Wake, governorTick{})
 		}
 	}
-}
-
-// transferTask uploads one attempt of one fragment and reports the result to the stream's
-// reader, then stops. The upload runs inside Started with the node's context: stopping the
-// node cancels it.
-type transferTask struct {
-	id  uint64
-	sub *submitTransfer
-	g   *governor
-}
-
-func (t *transferTask) Receive(c actor.Context) {
-	if _, ok := c.Message().(*actor.Started); !ok {
-		return
-	}
-	defer func() {
-		c.Send(c.Parent(), transferDone{id: t.id})
-		c.Stop(c.Self())
-	}()
-	s := t.sub
-	uid := rand.Uint64()
-	key := manifest.FragmentKey(t.g.keyPrefix, s.Stream, s.Fragment.FirstOffset, s.Epoch, uid)
-	start := time.Now()
-	if s.Ctx.Err() != nil {
-		return // the reader is gone: nobody waits for this result
-	}
-	info, err := t.g.store.PutFragment(s.Ctx, key, s.Dir, *s.Fragment)
-	class := s3io.Classify(err)
-	t.g.metrics.observeTransfer(class, info.ObjectSize, time.Since(start))
-	res := readercore.TransferResult{Ref: s.Ref, Attempt: s.Attempt, UID: uid, Jitter: rand.Float64()}
-	switch class {
-	case s3io.ClassNone:
-		res.Outcome = readercore.OK
-	case s3io.ClassCanceled:
-		return // the node is stopping: nobody waits for this result
-	case s3io.ClassRetriable:
-		res.Outcome = readercore.Retriable
-	case s3io.ClassSegmentGone:
-		res.Outcome = readercore.SegmentGone
-	default:
-		res.Outcome = readercore.NonTransient
-	}
-	if err != nil {
-		res.Reason = fmt.Sprintf("upload %s: %v", key, err)
-		t.g.log.Warn().Err(err).Str("stream", s.Stream).Uint64("offset", s.Fragment.FirstOffset).
-			Str("class", class.String()).Int("attempt", s.Attempt).Msg("fragment upload failed")
-	}
-	c.Send(s.ReplyTo, res)
 }

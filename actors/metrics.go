@@ -36,7 +36,15 @@ type Metrics struct {
 	Stalls               atomic.Int64
 	RemoteRetentionRuns  atomic.Int64
 	LocalSegmentsDeleted atomic.Int64
-	Reaper               ReaperStats
+	// ActorRestarts counts restarts of failed governors, reapers, stream supervisors and
+	// drains (readers have ReaderCrashes).
+	ActorRestarts atomic.Int64
+	// TaskPanics counts tasks and transfer tasks that panicked (each reported as a failure).
+	TaskPanics atomic.Int64
+	// TasksOverdue counts tasks whose result did not come by their deadline and a grace
+	// period: their owner went on with a failure instead.
+	TasksOverdue atomic.Int64
+	Reaper       ReaperStats
 
 	mu             sync.Mutex
 	persistLatency []time.Duration // recent successful persists, for p50/p99

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -30,9 +31,11 @@ type Node struct {
 	ctx    context.Context // cancelled by Stop: aborts every upload, persist and fetch
 	cancel context.CancelFunc
 
+	guardian *guardian // supervises the governor, the reaper and the stream supervisors
 	governor *actor.PID
 	reaper   *actor.PID
 	metrics  *Metrics
+	owners   atomic.Uint64 // numbers reader incarnations node-wide, for the governor
 
 	mu      sync.Mutex
 	streams map[string]*streamHandle
@@ -49,6 +52,11 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 		return nil, errors.New("start node: an object store and a metadata store are required")
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Stream.TransferDeadline == 0 {
+		// Four times the longest a fragment PUT may take: a deadline that fires while the
+		// upload may still succeed only duplicates it.
+		cfg.Stream.TransferDeadline = 4 * store.TransferTimeout()
+	}
 	n := &Node{
 		cfg: cfg, store: store, meta: meta, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
 		metrics: &Metrics{}, streams: make(map[string]*streamHandle),
@@ -61,18 +69,42 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 		}))
 	}
 	n.root = n.system.Root
-	gov := newGovernor(cfg.Governor, store, cfg.KeyPrefix, n.log.With().Str("actor", "governor").Logger(), n.metrics)
+	n.guardian = newGuardian(n.log.With().Str("actor", "guardian").Logger(), cfg.clock, n.metrics)
+	if cfg.Stream.TransferDeadline < store.TransferTimeout() {
+		n.log.Warn().Dur("transfer_deadline", cfg.Stream.TransferDeadline).Dur("s3_transfer_timeout", store.TransferTimeout()).
+			Msg("the transfer deadline is below the S3 transfer timeout: slow uploads will be duplicated")
+	}
+	gd := governorDeps{
+		cfg: cfg.Governor, store: store, keyPrefix: cfg.KeyPrefix, log: n.log.With().Str("actor", "governor").Logger(),
+		metrics: n.metrics, clock: cfg.clock, memo: &governorMemo{}, readers: n.readerPIDs, faults: cfg.faults,
+	}
+	var govInc, reaperInc incarnations
 	var err error
-	if n.governor, err = n.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return gov }), "governor"); err != nil {
+	if n.governor, err = n.root.SpawnNamed(govInc.props(n.guardian, func(inc uint64) actor.Actor { return newGovernor(gd, inc) }), "governor"); err != nil {
 		return nil, fmt.Errorf("start node: spawn governor: %w", err)
 	}
-	rp := &reaper{ctx: n.ctx, store: store, keyPrefix: cfg.KeyPrefix, log: n.log.With().Str("actor", "reaper").Logger(),
-		stats: &n.metrics.Reaper, attempts: make(map[string]int)}
-	if n.reaper, err = n.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return rp }), "reaper"); err != nil {
+	rd := reaperDeps{
+		ctx: n.ctx, store: store, keyPrefix: cfg.KeyPrefix, log: n.log.With().Str("actor", "reaper").Logger(),
+		stats: &n.metrics.Reaper, clock: cfg.clock, ledger: &reaperLedger{attempts: make(map[string]int)}, faults: cfg.faults,
+	}
+	if n.reaper, err = n.root.SpawnNamed(reaperInc.props(n.guardian, func(inc uint64) actor.Actor { return newReaper(rd, inc) }), "reaper"); err != nil {
 		return nil, fmt.Errorf("start node: spawn reaper: %w", err)
 	}
-	n.log.Info().Str("governor_rate", rateString(cfg.Governor.RateBytesPerSec)).Msg("node started")
+	n.log.Info().Str("governor_rate", rateString(cfg.Governor.RateBytesPerSec)).Dur("transfer_deadline", cfg.Stream.TransferDeadline).Msg("node started")
 	return n, nil
+}
+
+// readerPIDs lists the current reader of every stream that has one.
+func (n *Node) readerPIDs() []*actor.PID {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]*actor.PID, 0, len(n.streams))
+	for _, h := range n.streams {
+		if pid := h.readerPID(); pid != nil {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 func rateString(r int64) string {
@@ -103,8 +135,9 @@ func (n *Node) AddStream(spec StreamSpec) error {
 	}
 	h := newStreamHandle(spec)
 	log := n.log.With().Str("stream", spec.ID).Logger()
-	sup := &streamSupervisor{n: n, h: h, log: log}
-	pid, err := n.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return sup }), "stream/"+spec.ID)
+	var inc incarnations
+	props := inc.props(n.guardian, func(i uint64) actor.Actor { return newStreamSupervisor(n, h, log, i) })
+	pid, err := n.root.SpawnNamed(props, "stream/"+spec.ID)
 	if err != nil {
 		return fmt.Errorf("add stream %s: %w", spec.ID, err)
 	}
@@ -349,6 +382,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	n.streams = map[string]*streamHandle{}
 	n.mu.Unlock()
 
+	n.guardian.stop()
 	n.cancel()
 	var errs []error
 	for _, h := range streams {

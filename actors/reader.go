@@ -73,18 +73,21 @@ type reader struct {
 
 	drain        *actor.PID
 	drainGen     uint64
+	shell        readerShell // owner id, tasks, held deadlines, drain restarts
 	resolveTries int
 	resolveErr   string
 	running      bool // the core has Resolved and LogOpened
 }
 
 func (r *reader) Receive(c actor.Context) {
+	r.n.cfg.faults.atReader(c.Message())
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		r.start(c)
 	case *actor.Stopping, *actor.Restarting:
 		r.cancel()
 		r.timers.stopAll()
+		c.Send(r.n.governor, cancelOwner{Owner: r.shell.owner})
 	case *actor.Stopped:
 		r.n.metrics.StreamsRunning.Add(-1)
 	case resolveRetryMsg:
@@ -93,7 +96,10 @@ func (r *reader) Receive(c actor.Context) {
 		r.onResolved(c, m)
 	case *chunksDrained:
 		r.onChunks(c, m)
+	case taskDone, taskOverdue, transferAdmitted, governorRestarted, restartDrain:
+		r.onShellMsg(c, m)
 	case readercore.TransferResult:
+		r.shell.settled(m.Ref, m.Attempt)
 		if m.Outcome == readercore.SegmentGone {
 			m.LocalFirst = r.h.spec.Log.FirstOffset()
 		}
@@ -141,6 +147,7 @@ func (r *reader) Receive(c actor.Context) {
 
 func (r *reader) start(c actor.Context) {
 	r.ctx, r.cancel = context.WithCancel(r.n.ctx)
+	r.initShell(c)
 	r.persistTimers = make(map[readercore.Ref]uint64)
 	r.waiters = make(map[readercore.WaiterID]bool)
 	inc := r.h.incarnations.Add(1)
@@ -155,7 +162,7 @@ func (r *reader) start(c actor.Context) {
 	r.n.metrics.StreamsRunning.Add(1)
 	log := r.h.spec.Log
 	r.drain = c.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &drain{log: log, logger: r.log}
+		return &drain{log: log, logger: r.log, faults: r.n.cfg.faults}
 	}))
 	if inc > 1 {
 		r.log.Info().Uint64("incarnation", inc).Msg("reader restarted: resolving the manifest again")
@@ -168,17 +175,20 @@ func (r *reader) start(c actor.Context) {
 func (r *reader) resolve(c actor.Context) {
 	stream := r.h.spec.ID
 	n, h := r.n, r.h
-	spawnTask(c, r.ctx, func(ctx context.Context) any {
-		res, deleted, err := resolveManifest(ctx, n, h, stream)
-		lg := h.spec.Log
-		opened := readercore.LogOpened{First: lg.FirstOffset(), Next: lg.NextOffset(), Epoch: h.spec.Epoch}
-		if err == nil && deleted == "" {
-			res.Comparison, err = compareWithLocal(ctx, n, stream, h.spec.Epoch, lg, res.Manifest, opened.First, opened.Next)
-			if err != nil {
-				err = fmt.Errorf("resolve %s: %w", stream, err)
+	r.spawnTask(c, taskSpec{name: "resolution", timeout: n.cfg.ResolveTimeout,
+		run: func(ctx context.Context) any {
+			res, deleted, err := resolveManifest(ctx, n, h, stream)
+			lg := h.spec.Log
+			opened := readercore.LogOpened{First: lg.FirstOffset(), Next: lg.NextOffset(), Epoch: h.spec.Epoch}
+			if err == nil && deleted == "" {
+				res.Comparison, err = compareWithLocal(ctx, n, stream, h.spec.Epoch, lg, res.Manifest, opened.First, opened.Next)
+				if err != nil {
+					err = fmt.Errorf("resolve %s: %w", stream, err)
+				}
 			}
-		}
-		return &resolvedMsg{Resolved: res, Log: opened, Deleted: deleted, Err: err}
+			return &resolvedMsg{Resolved: res, Log: opened, Deleted: deleted, Err: err}
+		},
+		failed: func(reason string) any { return &resolvedMsg{Err: fmt.Errorf("resolve %s: %s", stream, reason)} },
 	})
 }
 
@@ -191,8 +201,6 @@ const deletedHint = "remove it from the configuration or use a new stream id"
 // record, no tombstone and no memory of a persist is new: it is anchored, so that the
 // anchor precedes every object (Anchor refuses a stream deleted meanwhile).
 func resolveManifest(ctx context.Context, n *Node, h *streamHandle, stream string) (res readercore.Resolved, deleted string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	var de *metadata.DeletedError
 	rec, rev, found, err := n.meta.ReadForResolution(ctx, stream)
 	if errors.As(err, &de) {
@@ -361,7 +369,7 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 	case readercore.ResubmitTransfer:
 		r.submit(c, e.Ref, e.Attempt, e.Fragment, e.Size)
 	case readercore.ArmTransferDeadline:
-		r.timers.after(root, c.Self(), e.After, readercore.TransferDeadline{Ref: e.Ref, Attempt: e.Attempt})
+		r.armTransferDeadline(c, e) // held until the governor admits the attempt
 	case readercore.ResubmitTransferAfter:
 		r.timers.after(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref, Attempt: e.Attempt})
 	case readercore.RetryGroupUploadAfter:
@@ -429,25 +437,34 @@ func (r *reader) startDrain(c actor.Context, from uint64) {
 }
 
 func (r *reader) submit(c actor.Context, ref readercore.Ref, attempt int, f *fragment.Description, size int64) {
-	c.Send(r.n.governor, &submitTransfer{
-		Ctx: r.ctx, Stream: r.h.spec.ID, Epoch: r.h.spec.Epoch, Dir: r.h.spec.Log.Dir(), Ref: ref, Attempt: attempt,
+	sub := &submitTransfer{
+		Ctx: r.ctx, Owner: r.shell.owner, Stream: r.h.spec.ID, Epoch: r.h.spec.Epoch, Dir: r.h.spec.Log.Dir(), Ref: ref, Attempt: attempt,
 		Fragment: f, Size: size, ReplyTo: c.Self(),
-	})
+	}
+	r.shell.submitted(sub)
+	c.Send(r.n.governor, sub)
 }
 
 // persist writes the root object under a fresh uid, then the conditional etcd record. A
 // persist that finds the stream's tombstone reports StreamDeleted instead of a result.
 func (r *reader) persist(c actor.Context, e readercore.StartPersist) {
 	n, stream := r.n, r.h.spec.ID
-	spawnTask(c, r.ctx, func(ctx context.Context) any {
-		start := time.Now()
-		res, deleted := doPersist(ctx, n, stream, e)
-		res.Now = time.Now().UnixMilli()
-		n.metrics.observePersist(res.Outcome, time.Since(start))
-		if deleted != "" {
-			return readercore.StreamDeleted{Reason: deleted}
-		}
-		return res
+	r.spawnTask(c, taskSpec{name: "persist", timeout: n.cfg.PersistTimeout,
+		run: func(ctx context.Context) any {
+			start := time.Now()
+			res, deleted := doPersist(ctx, n, stream, e)
+			res.Now = time.Now().UnixMilli()
+			n.metrics.observePersist(res.Outcome, time.Since(start))
+			if deleted != "" {
+				return readercore.StreamDeleted{Reason: deleted}
+			}
+			return res
+		},
+		failed: func(reason string) any {
+			n.metrics.observePersist(readercore.PersistFailed, 0)
+			return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFailed, Now: time.Now().UnixMilli(),
+				Reason: fmt.Sprintf("persist %s: %s", stream, reason)}
+		},
 	})
 }
 
@@ -494,7 +511,7 @@ func doPersist(ctx context.Context, n *Node, stream string, e readercore.StartPe
 
 func (r *reader) uploadGroup(c actor.Context, e readercore.UploadGroup) {
 	n, stream := r.n, r.h.spec.ID
-	spawnTask(c, r.ctx, func(ctx context.Context) any {
+	r.spawnTask(c, taskSpec{name: "group upload", timeout: n.cfg.GroupUploadTimeout, run: func(ctx context.Context) any {
 		uid := rand.Uint64()
 		key := manifest.GroupKey(n.cfg.KeyPrefix, stream, e.Kind, e.Children[0].FirstOffset, e.Epoch, uid)
 		err := n.store.PutObject(ctx, key, manifest.EncodeGroup(e.Kind, e.Children))
@@ -508,14 +525,15 @@ func (r *reader) uploadGroup(c actor.Context, e readercore.UploadGroup) {
 			res.Outcome, res.Reason = readercore.NonTransient, err.Error()
 		}
 		return res
-	})
+	}, failed: func(reason string) any {
+		return readercore.GroupUploadResult{Ref: e.Ref, Attempt: e.Attempt, Outcome: readercore.NonTransient, Jitter: rand.Float64(),
+			Reason: fmt.Sprintf("upload group of %s: %s", stream, reason)}
+	}})
 }
 
 func (r *reader) fetchGroup(c actor.Context, e readercore.FetchGroupForRetention) {
 	n, stream := r.n, r.h.spec.ID
-	spawnTask(c, r.ctx, func(ctx context.Context) any {
-		ctx, cancel := context.WithTimeout(ctx, e.Timeout)
-		defer cancel()
+	r.spawnTask(c, taskSpec{name: "retention fetch", timeout: e.Timeout, run: func(ctx context.Context) any {
 		key, err := n.store.LocateEntry(ctx, n.cfg.KeyPrefix, stream, e.Group)
 		var body []byte
 		if err == nil {
@@ -531,7 +549,9 @@ func (r *reader) fetchGroup(c actor.Context, e readercore.FetchGroupForRetention
 			return readercore.RetentionTimeout{Ref: e.Ref}
 		}
 		return readercore.RetentionGroupFailed{Ref: e.Ref, Reason: fmt.Sprintf("fetch %s group at %d: %v", stream, e.Group.FirstOffset, err)}
-	})
+	}, failed: func(reason string) any {
+		return readercore.RetentionGroupFailed{Ref: e.Ref, Reason: fmt.Sprintf("fetch %s group at %d: %s", stream, e.Group.FirstOffset, reason)}
+	}})
 }
 
 // localRetention deletes local segments that are wholly below the persisted next offset,

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,32 +50,73 @@ const (
 	reaperMaxRetry    = 30 * time.Second
 )
 
-// reaper is the node's deleter: it batches deletions into DeleteObjects calls, retries
-// failed keys with a growing delay and, after reaperMaxAttempts, counts them and leaves them
-// to garbage collection. Deletions never block a stream actor.
-type reaper struct {
+// reaperLedger is the reaper's state that outlives its incarnations: the failed keys and
+// their attempts, so that a restarted reaper retries them instead of forgetting them.
+type reaperLedger struct {
+	mu       sync.Mutex     // incarnations run one after the other; this orders them for the race detector
+	attempts map[string]int // key -> failed attempts so far
+	retry    []string       // keys due at the next retry
+}
+
+// reaperDeps is what every reaper incarnation is built from.
+type reaperDeps struct {
 	ctx       context.Context // the node's: cancelled on stop
 	store     *s3io.Store
 	keyPrefix string
 	log       zerolog.Logger
 	stats     *ReaperStats
+	clock     clock
+	ledger    *reaperLedger
+	faults    *faultHooks
+}
 
-	timers   timers
-	attempts map[string]int // key -> failed attempts so far
-	retry    []string       // keys due at the next retry
-	armed    bool
+// reaper is the node's deleter: it batches deletions into DeleteObjects calls, retries
+// failed keys with a growing delay and, after reaperMaxAttempts, counts them and leaves them
+// to garbage collection. Deletions never block a stream actor. Each incarnation is a fresh
+// value on the shared ledger: a restarted reaper re-arms the retry of the keys it holds.
+type reaper struct {
+	reaperDeps
+	incarnation uint64
+
+	timers timers
+	armed  bool
+}
+
+func newReaper(d reaperDeps, incarnation uint64) *reaper {
+	return &reaper{reaperDeps: d, incarnation: incarnation, timers: timers{clock: d.clock}}
 }
 
 func (r *reaper) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
+	case *actor.Started:
+		r.ledger.mu.Lock()
+		due := len(r.ledger.retry)
+		r.ledger.mu.Unlock()
+		if r.incarnation > 1 {
+			r.log.Warn().Uint64("incarnation", r.incarnation).Int("keys_due", due).
+				Msg("reaper restarted: retrying the failed deletions it holds")
+		}
+		if due > 0 {
+			r.arm(c)
+		}
+		return
 	case *actor.Stopping, *actor.Restarting:
 		r.timers.stopAll()
+		return
+	case actor.SystemMessage, actor.AutoReceiveMessage:
+		return
+	default:
+		r.faults.atReaper(m)
+	}
+	r.ledger.mu.Lock()
+	defer r.ledger.mu.Unlock()
+	switch m := c.Message().(type) {
 	case *reapRequest:
 		r.deleteKeys(c, r.expand(m))
 	case reapRetry:
 		r.armed = false
-		keys := r.retry
-		r.retry = nil
+		keys := r.ledger.retry
+		r.ledger.retry = nil
 		r.stats.Queued.Add(-int64(len(keys)))
 		r.stats.Retries.Add(int64(len(keys)))
 		r.deleteKeys(c, keys)
@@ -146,29 +188,39 @@ func (r *reaper) deleteKeys(c actor.Context, keys []string) {
 			}
 		}
 		r.stats.Deleted.Add(int64(len(batch) - len(failed)))
+		l := r.ledger
 		for _, k := range batch {
 			ferr, bad := failed[k]
 			if !bad {
-				delete(r.attempts, k)
+				delete(l.attempts, k)
 				continue
 			}
-			r.attempts[k]++
-			if r.attempts[k] >= reaperMaxAttempts || r.ctx.Err() != nil {
-				delete(r.attempts, k)
+			l.attempts[k]++
+			if l.attempts[k] >= reaperMaxAttempts || r.ctx.Err() != nil {
+				delete(l.attempts, k)
 				r.stats.Failed.Add(1)
 				r.log.Warn().Err(ferr).Str("key", k).Msg("reaper: delete failed; left for garbage collection")
 				continue
 			}
-			r.retry = append(r.retry, k)
+			l.retry = append(l.retry, k)
 			r.stats.Queued.Add(1)
 		}
 	}
-	if len(r.retry) > 0 && !r.armed {
-		r.armed = true
-		delay := reaperFirstRetry
-		for _, k := range r.retry {
-			delay = max(delay, min(reaperFirstRetry<<(r.attempts[k]-1), reaperMaxRetry))
-		}
-		r.timers.after(c.ActorSystem().Root, c.Self(), delay, reapRetry{})
+	if len(r.ledger.retry) > 0 {
+		r.arm(c)
 	}
+}
+
+// arm schedules the retry of the ledger's failed keys, after the longest delay any of them
+// is due (doubling per attempt from reaperFirstRetry to reaperMaxRetry). The ledger is locked.
+func (r *reaper) arm(c actor.Context) {
+	if r.armed {
+		return
+	}
+	r.armed = true
+	delay := reaperFirstRetry
+	for _, k := range r.ledger.retry {
+		delay = max(delay, min(reaperFirstRetry<<max(r.ledger.attempts[k]-1, 0), reaperMaxRetry))
+	}
+	r.timers.after(c.ActorSystem().Root, c.Self(), delay, reapRetry{})
 }

@@ -7,15 +7,18 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// timers owns the time.AfterFunc timers of one actor incarnation: each fires by sending a
-// message to the actor, and all are cancelled together when the actor stops or restarts,
-// so no timer of an old incarnation ever reaches a new one. (ReceiveTimeout is not used: it
-// races in this protoactor version.)
+// timers owns the timers of one actor incarnation: each fires by sending a message to the
+// actor, and all are cancelled together when the incarnation stops or restarts, so no timer
+// of an old incarnation ever reaches a new one. Every incarnation is a fresh actor value
+// with fresh timers (the producers never hand out an instance twice): stopAll is final for
+// the incarnation only. (ReceiveTimeout is not used: it races in this protoactor version.)
 type timers struct {
+	clock clock // nil: the wall clock
+
 	mu      sync.Mutex
 	stopped bool
 	next    uint64
-	live    map[uint64]*time.Timer
+	live    map[uint64]func() bool
 }
 
 // after sends msg to pid once d has passed, unless cancelled first. It returns a handle for cancel.
@@ -26,11 +29,11 @@ func (t *timers) after(root *actor.RootContext, pid *actor.PID, d time.Duration,
 		return 0
 	}
 	if t.live == nil {
-		t.live = make(map[uint64]*time.Timer)
+		t.live = make(map[uint64]func() bool)
 	}
 	t.next++
 	id := t.next
-	t.live[id] = time.AfterFunc(d, func() {
+	t.live[id] = orWall(t.clock).AfterFunc(d, func() {
 		t.mu.Lock()
 		_, ok := t.live[id]
 		delete(t.live, id)
@@ -47,8 +50,8 @@ func (t *timers) after(root *actor.RootContext, pid *actor.PID, d time.Duration,
 func (t *timers) cancel(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if tm, ok := t.live[id]; ok {
-		tm.Stop()
+	if stop, ok := t.live[id]; ok {
+		stop()
 		delete(t.live, id)
 	}
 }
@@ -58,8 +61,8 @@ func (t *timers) stopAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.stopped = true
-	for id, tm := range t.live {
-		tm.Stop()
+	for id, stop := range t.live {
+		stop()
 		delete(t.live, id)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 func resolve(t *testing.T, mode Mode, src Sources) Settings {
@@ -27,7 +29,8 @@ func TestDefaultsFollowTheOperationsSpec(t *testing.T) {
 		s.RebalanceThreshold != 1024 || s.MaxTransferBytesPerSec != 0 || s.MaxTransferBurstBytes != 0 ||
 		s.UploadRetryDelay != time.Second || s.UploadRetryMaxDelay != 30*time.Second ||
 		s.TransientBackoffBase != 10*time.Millisecond || s.TransientBackoffMax != 5*time.Second ||
-		s.TransferDeadline != 180*time.Second || s.RetentionTaskTimeout != 60*time.Second ||
+		s.TransferDeadline != 0 || s.EffectiveTransferDeadline() != 20*time.Minute || s.RetentionTaskTimeout != 60*time.Second ||
+		s.PersistTimeout != 30*time.Second || s.GroupUploadTimeout != 60*time.Second || s.ResolveTimeout != 30*time.Second ||
 		s.LocalHotWindowBytes != 0 || s.RetentionMaxBytes != 0 || s.RetentionMaxAge != 0 || s.GCGracePeriod != time.Hour {
 		t.Fatalf("defaults differ from operations.md: %+v", s)
 	}
@@ -88,6 +91,8 @@ func TestBadValuesNameTheSetting(t *testing.T) {
 		{Sources{Flags: map[string]string{"demo_rate": "0"}}, []string{"demo_rate"}},
 		{Sources{Flags: map[string]string{"upload_retry_max_delay": "10ms"}}, []string{"upload_retry_max_delay", "upload_retry_delay"}},
 		{Sources{Flags: map[string]string{"transfer_deadline": "-1s"}}, []string{"transfer_deadline", "positive"}},
+		{Sources{Flags: map[string]string{"transfer_deadline": "180s"}}, []string{"transfer_deadline", "s3_transfer_timeout"}},
+		{Sources{Flags: map[string]string{"persist_timeout": "0s"}}, []string{"persist_timeout", "positive"}},
 		{Sources{Flags: map[string]string{"demo_stream": "../etc"}}, []string{"demo_stream", "invalid stream id"}},
 		{Sources{File: []byte("streams:\n  - id: a\n  - id: a\n"), FileName: "n.yaml"}, []string{"streams[1]", "declared twice"}},
 		{Sources{File: []byte("streams:\n  - log_dir: /x\n"), FileName: "n.yaml"}, []string{"streams[0]", "id is required"}},
@@ -228,5 +233,19 @@ func TestFlagsAndLoad(t *testing.T) {
 	}
 	if len(Table()) != len(table) || Table()[0].Flag != "--data-dir" || Table()[0].Env != "STREAMTIER_DATA_DIR" {
 		t.Fatalf("table: %+v", Table()[0])
+	}
+}
+
+// TestTaskDeadlinesReachTheNode: the task deadlines and the transfer deadline (four times
+// the S3 transfer timeout unless set) are what the node runs with.
+func TestTaskDeadlinesReachTheNode(t *testing.T) {
+	s := resolve(t, ModeRun, Sources{Flags: map[string]string{"s3_transfer_timeout": "2m", "persist_timeout": "5s", "group_upload_timeout": "7s", "resolve_timeout": "9s"}})
+	c := s.NodeConfig(zerolog.Nop())
+	if c.Stream.TransferDeadline != 8*time.Minute || c.PersistTimeout != 5*time.Second || c.GroupUploadTimeout != 7*time.Second || c.ResolveTimeout != 9*time.Second {
+		t.Fatalf("node config: transfer deadline %v, persist %v, group upload %v, resolve %v", c.Stream.TransferDeadline, c.PersistTimeout, c.GroupUploadTimeout, c.ResolveTimeout)
+	}
+	s = resolve(t, ModeRun, Sources{Flags: map[string]string{"transfer_deadline": "30m"}})
+	if c := s.NodeConfig(zerolog.Nop()); c.Stream.TransferDeadline != 30*time.Minute {
+		t.Fatalf("explicit transfer deadline: %v", c.Stream.TransferDeadline)
 	}
 }

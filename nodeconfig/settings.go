@@ -65,8 +65,11 @@ type Settings struct {
 	UploadRetryMaxDelay    time.Duration
 	TransientBackoffBase   time.Duration
 	TransientBackoffMax    time.Duration
-	TransferDeadline       time.Duration
+	TransferDeadline       time.Duration // 0: four times S3TransferTimeout
 	RetentionTaskTimeout   time.Duration
+	PersistTimeout         time.Duration
+	GroupUploadTimeout     time.Duration
+	ResolveTimeout         time.Duration
 	LocalHotWindowBytes    int64
 	LocalHotWindowAge      time.Duration
 	RetentionMaxBytes      uint64
@@ -271,10 +274,16 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.TransientBackoffBase })},
 	{name: "transient_backoff_max", def: "5s", help: "the transient retry delay doubles up to this",
 		apply: duration(func(s *Settings) *time.Duration { return &s.TransientBackoffMax })},
-	{name: "transfer_deadline", def: "180s", help: "resubmit a transfer whose result never came",
+	{name: "transfer_deadline", def: "0", help: "resubmit a transfer whose result never came, counted from its admission by the governor; 0 means four times s3_transfer_timeout",
 		apply: duration(func(s *Settings) *time.Duration { return &s.TransferDeadline })},
 	{name: "retention_task_timeout", def: "60s", help: "bound on a group download during remote retention",
 		apply: duration(func(s *Settings) *time.Duration { return &s.RetentionTaskTimeout })},
+	{name: "persist_timeout", def: "30s", help: "bound on one persist (root PUT and etcd transaction); a persist past it fails and is retried",
+		apply: duration(func(s *Settings) *time.Duration { return &s.PersistTimeout })},
+	{name: "group_upload_timeout", def: "60s", help: "bound on one group object upload of a rebalance",
+		apply: duration(func(s *Settings) *time.Duration { return &s.GroupUploadTimeout })},
+	{name: "resolve_timeout", def: "30s", help: "bound on one manifest resolution at a reader's start (anchor, etcd record, root object)",
+		apply: duration(func(s *Settings) *time.Duration { return &s.ResolveTimeout })},
 	{name: "local_hot_window_bytes", def: "0", help: "uploaded bytes kept locally as a cache (0 deletes uploaded segments at once)",
 		apply: size64(func(s *Settings) *int64 { return &s.LocalHotWindowBytes })},
 	{name: "local_hot_window_age", def: "0", help: "uploaded segments younger than this are kept locally",

@@ -144,12 +144,19 @@ func (s Settings) Validate() error {
 		d    time.Duration
 	}{
 		{"persist_interval", s.PersistInterval}, {"upload_retry_delay", s.UploadRetryDelay},
-		{"transient_backoff_base", s.TransientBackoffBase}, {"transfer_deadline", s.TransferDeadline},
-		{"retention_task_timeout", s.RetentionTaskTimeout},
+		{"transient_backoff_base", s.TransientBackoffBase}, {"retention_task_timeout", s.RetentionTaskTimeout},
+		{"persist_timeout", s.PersistTimeout}, {"group_upload_timeout", s.GroupUploadTimeout}, {"resolve_timeout", s.ResolveTimeout},
 	} {
 		if err := positive(p.name, p.d); err != nil {
 			return err
 		}
+	}
+	switch {
+	case s.TransferDeadline < 0:
+		return bad("transfer_deadline", "%v: must be positive (or 0: four times s3_transfer_timeout)", s.TransferDeadline)
+	case s.TransferDeadline > 0 && s.TransferDeadline <= s.S3TransferTimeout:
+		return bad("transfer_deadline", "%v is not above s3_transfer_timeout %v: an upload still running would be submitted again (0 means four times s3_transfer_timeout)",
+			s.TransferDeadline, s.S3TransferTimeout)
 	}
 
 	seen := map[string]bool{}
@@ -205,13 +212,24 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 			UploadRetryMaxDelay:  s.UploadRetryMaxDelay,
 			TransientBackoffBase: s.TransientBackoffBase,
 			TransientBackoffMax:  s.TransientBackoffMax,
-			TransferDeadline:     s.TransferDeadline,
+			TransferDeadline:     s.EffectiveTransferDeadline(),
 			RetentionTimeout:     s.RetentionTaskTimeout,
 		},
 		LocalHotWindowBytes: s.LocalHotWindowBytes,
 		LocalHotWindowAge:   s.LocalHotWindowAge,
+		PersistTimeout:      s.PersistTimeout,
+		GroupUploadTimeout:  s.GroupUploadTimeout,
+		ResolveTimeout:      s.ResolveTimeout,
 		Logger:              log,
 	}
+}
+
+// EffectiveTransferDeadline is transfer_deadline, or four times s3_transfer_timeout when 0.
+func (s Settings) EffectiveTransferDeadline() time.Duration {
+	if s.TransferDeadline == 0 {
+		return 4 * s.S3TransferTimeout
+	}
+	return s.TransferDeadline
 }
 
 // Retention is the remote retention policy of a stream declared with st (the node's

@@ -122,6 +122,9 @@ func (s *Store) Bucket() string { return s.cfg.Bucket }
 // Metrics exposes the store's request counters and latency histograms.
 func (s *Store) Metrics() *Metrics { return s.metrics }
 
+// TransferTimeout is the bound on one fragment PUT or whole-fragment GET (defaults applied).
+func (s *Store) TransferTimeout() time.Duration { return s.cfg.TransferTimeout }
+
 // unsignedPayload makes the SigV4 signature cover the headers only (UNSIGNED-PAYLOAD) so the
 // SDK never reads a body to hash it; integrity comes from the CRC-32 header instead.
 func unsignedPayload(o *s3.Options) {

@@ -1,7 +1,9 @@
 // Package governorcore is the governor's decision logic, pure: which submitted transfers
 // run now and when to look again. With no rate configured it admits everything at once; with
-// a rate it paces admissions through a token bucket in FIFO order. Time comes in as an
-// argument, so every decision is a function of state and event.
+// a rate it paces admissions through a token bucket in FIFO order. A queued submission is
+// superseded in place by a later one with the same owner and reference (never queued or
+// charged twice), and an owner's queued submissions can be cancelled together, uncharged.
+// Time comes in as an argument, so every decision is a function of state and event.
 package governorcore
 
 import (
@@ -45,48 +47,120 @@ func (c Config) Burst() int64 {
 	return 1
 }
 
-// Submission is one transfer waiting for admission, charged Size bytes once.
+// Submission is one transfer waiting for admission, charged Size bytes once, at admission.
+// Owner and Ref identify what it uploads: a submission with the Owner and Ref (Ref != 0) of
+// one still queued supersedes it in place; Ref 0 is never deduplicated.
 type Submission struct {
-	ID   uint64
-	Size int64
+	ID    uint64
+	Size  int64
+	Owner uint64 // who submitted it (a reader incarnation): CancelOwner drops them all
+	Ref   uint64 // the owner's reference of the fragment; 0: none
 }
 
-// Decision is what the governor must do after an event: start the admitted transfers, in
-// this order, and, when Wake > 0, call Tick again after that long.
+type key struct{ owner, ref uint64 }
+
+// Decision is what the governor must do after an event: forget the superseded submissions,
+// start the admitted transfers, in this order, and, when Wake > 0, call Tick again after
+// that long.
 type Decision struct {
-	Admit []Submission
-	Wake  time.Duration
+	Admit      []Submission
+	Wake       time.Duration
+	Superseded []uint64 // queued submissions replaced by the one just submitted, never charged
 }
 
-// Governor is the pacing state: the bucket's tokens (negative while in debt) and the FIFO
-// queue of submissions waiting for them.
+// Governor is the pacing state: the bucket's tokens (negative while in debt), the FIFO
+// queue of submissions waiting for them and, for deduplication, the queued ones by reference.
 type Governor struct {
 	cfg     Config
 	tokens  float64
 	last    time.Time
 	pending []Submission
+	byKey   map[key]uint64 // owner and ref -> id of the queued submission
+	counts  counts
 }
+
+type counts struct{ submitted, admitted, superseded, canceled uint64 }
 
 // New returns a governor whose bucket starts full at now.
 func New(cfg Config, now time.Time) *Governor {
-	return &Governor{cfg: cfg, tokens: float64(cfg.Burst()), last: now}
+	return Resume(cfg, cfg.Burst(), now)
 }
 
-// Submit queues a transfer and admits whatever the bucket allows now.
+// Resume returns a governor whose bucket held tokens at the time at (a restarted governor
+// carries on its predecessor's bucket, debt included, instead of granting a fresh burst);
+// tokens above the bucket size are cut to it. The queue starts empty.
+func Resume(cfg Config, tokens int64, at time.Time) *Governor {
+	return &Governor{cfg: cfg, tokens: min(float64(tokens), float64(cfg.Burst())), last: at, byKey: make(map[key]uint64)}
+}
+
+// Submit queues a transfer and admits whatever the bucket allows now. A queued submission
+// with the same owner and reference is replaced in place (it keeps its turn, is never
+// charged, and its id is returned in Superseded).
 func (g *Governor) Submit(now time.Time, s Submission) Decision {
-	g.pending = append(g.pending, s)
-	return g.Tick(now)
+	g.counts.submitted++
+	var superseded []uint64
+	k := key{s.Owner, s.Ref}
+	if old, ok := g.byKey[k]; ok && s.Ref != 0 {
+		for i := range g.pending {
+			if g.pending[i].ID == old {
+				g.pending[i] = s
+				break
+			}
+		}
+		superseded = []uint64{old}
+		g.counts.superseded++
+	} else {
+		g.pending = append(g.pending, s)
+	}
+	if s.Ref != 0 {
+		g.byKey[k] = s.ID
+	}
+	d := g.Tick(now)
+	d.Superseded = superseded
+	return d
 }
 
 // Cancel drops a queued submission (its stream went away); it reports whether it was queued.
 func (g *Governor) Cancel(id uint64) bool {
 	for i, s := range g.pending {
 		if s.ID == id {
-			g.pending = append(g.pending[:i], g.pending[i+1:]...)
+			g.remove(i)
+			g.counts.canceled++
 			return true
 		}
 	}
 	return false
+}
+
+// CancelOwner drops every queued submission of owner (a reader incarnation that ended),
+// uncharged, and returns their ids in queue order.
+func (g *Governor) CancelOwner(owner uint64) []uint64 {
+	var ids []uint64
+	kept := g.pending[:0]
+	for _, s := range g.pending {
+		if s.Owner != owner {
+			kept = append(kept, s)
+			continue
+		}
+		ids = append(ids, s.ID)
+		g.forget(s)
+	}
+	clear(g.pending[len(kept):])
+	g.pending = kept
+	g.counts.canceled += uint64(len(ids))
+	return ids
+}
+
+func (g *Governor) remove(i int) {
+	g.forget(g.pending[i])
+	g.pending = append(g.pending[:i], g.pending[i+1:]...)
+}
+
+// forget drops s from the reference index (when it is the one indexed).
+func (g *Governor) forget(s Submission) {
+	if k := (key{s.Owner, s.Ref}); s.Ref != 0 && g.byKey[k] == s.ID {
+		delete(g.byKey, k)
+	}
 }
 
 // Tick refills the bucket up to now and admits queued submissions from the head while the
@@ -95,6 +169,7 @@ func (g *Governor) Cancel(id uint64) bool {
 func (g *Governor) Tick(now time.Time) Decision {
 	if g.cfg.Unlimited() {
 		d := Decision{Admit: g.pending}
+		g.admitted(g.pending)
 		g.pending = nil
 		return d
 	}
@@ -116,7 +191,15 @@ func (g *Governor) Tick(now time.Time) Decision {
 	if len(g.pending) == 0 {
 		g.pending = nil
 	}
+	g.admitted(d.Admit)
 	return d
+}
+
+func (g *Governor) admitted(ss []Submission) {
+	for _, s := range ss {
+		g.forget(s)
+	}
+	g.counts.admitted += uint64(len(ss))
 }
 
 func (g *Governor) refill(now time.Time) {
@@ -136,11 +219,18 @@ type Status struct {
 	Tokens          int64 // negative while in debt
 	Queued          int
 	QueuedBytes     int64
+
+	// Counters since New or Resume.
+	Submitted  uint64 // submissions received
+	Admitted   uint64 // admitted (and charged, when paced)
+	Superseded uint64 // queued submissions replaced by a resubmission of the same reference
+	Canceled   uint64 // queued submissions dropped uncharged (Cancel, CancelOwner)
 }
 
 // Status reports the bucket and queue as of the last event.
 func (g *Governor) Status() Status {
-	st := Status{RateBytesPerSec: g.cfg.RateBytesPerSec, Queued: len(g.pending)}
+	st := Status{RateBytesPerSec: g.cfg.RateBytesPerSec, Queued: len(g.pending),
+		Submitted: g.counts.submitted, Admitted: g.counts.admitted, Superseded: g.counts.superseded, Canceled: g.counts.canceled}
 	if !g.cfg.Unlimited() {
 		st.BurstBytes = g.cfg.Burst()
 		st.Tokens = int64(g.tokens)

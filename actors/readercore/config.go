@@ -18,7 +18,7 @@ const (
 	DefaultUploadRetryMaxDelay  = 30 * time.Second
 	DefaultTransientBackoffBase = 10 * time.Millisecond
 	DefaultTransientBackoffMax  = 5 * time.Second
-	DefaultTransferDeadline     = 180 * time.Second
+	DefaultTransferDeadline     = 20 * time.Minute // four times s3io's default transfer timeout (5 min)
 	DefaultRetentionTimeout     = 60 * time.Second
 )
 
@@ -38,7 +38,7 @@ type Config struct {
 	UploadRetryMaxDelay  time.Duration // the delay doubles up to this
 	TransientBackoffBase time.Duration // second retriable failure waits this; the first retries at once
 	TransientBackoffMax  time.Duration // the transient delay doubles up to this
-	TransferDeadline     time.Duration // resubmit a transfer whose result never came
+	TransferDeadline     time.Duration // resubmit a transfer whose result never came (the shell arms it at admission)
 	RetentionTimeout     time.Duration // bound on a group download for remote retention
 
 	Retention manifest.Policy // remote retention; zero means keep everything

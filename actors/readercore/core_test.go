@@ -24,7 +24,7 @@ func TestNewFillsDefaults(t *testing.T) {
 		UploadRetryMaxDelay:  30 * time.Second,
 		TransientBackoffBase: 10 * time.Millisecond,
 		TransientBackoffMax:  5 * time.Second,
-		TransferDeadline:     180 * time.Second,
+		TransferDeadline:     20 * time.Minute,
 		RetentionTimeout:     60 * time.Second,
 	}
 	if c.cfg != want {

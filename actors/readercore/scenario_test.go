@@ -250,6 +250,9 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) error {
 		Retention:          manifest.Policy{MaxBytes: argU(t, d, "max-bytes", 0), MaxAgeMillis: int64(argU(t, d, "max-age", 0))},
 		RefBase:            argU(t, d, "ref-base", 0),
 	}
+	if cfg.TransferDeadline == 0 {
+		cfg.TransferDeadline = 3 * time.Minute // the scenarios were written with this deadline
+	}
 	if d.HasArg("persist-threshold") {
 		var v int
 		d.ScanArgs(t, "persist-threshold", &v)

@@ -1,0 +1,135 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"streamtier/actors/governorcore"
+	"streamtier/actors/readercore"
+	"streamtier/manifest"
+	"streamtier/segments"
+	"streamtier/segments/loadgen"
+)
+
+// nth returns a hook that panics with what on the n-th message of type T it sees (once).
+func nth[T any](n int64, what string, seen *atomic.Int64) func(msg any) {
+	return func(msg any) {
+		if _, ok := msg.(T); ok && seen.Add(1) == n {
+			panic(what)
+		}
+	}
+}
+
+// TestPanicsMidRunUploadsAndDeletionsContinue: the governor, the reaper, a drain and a
+// transfer task each panic once in the middle of tiering a stream with remote retention.
+// Every one comes back working and says so: every offset is persisted, retention keeps
+// trimming and the reaper keeps deleting.
+func TestPanicsMidRunUploadsAndDeletionsContinue(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	log, logs := testLogger(t)
+	var govSeen, reapSeen, drainSeen, transferSeen atomic.Int64
+	faults := &faultHooks{
+		governor: nth[*submitTransfer](5, "injected governor fault", &govSeen),
+		reaper:   nth[*reapRequest](2, "injected reaper fault", &reapSeen),
+		drain:    nth[drainWake](2, "injected drain fault", &drainSeen),
+		transfer: func(s *submitTransfer) {
+			if transferSeen.Add(1) == 7 {
+				panic("injected transfer fault")
+			}
+		},
+	}
+	n := w.startNode(Config{Logger: log, faults: faults, Stream: readercore.Config{
+		FragmentTargetSize: 32 << 10, PersistThreshold: 2, PersistInterval: 50 * time.Millisecond,
+		UploadRetryDelay: 100 * time.Millisecond, RebalanceThreshold: 8,
+	}})
+	lg := openLog(t, segments.Options{MaxSegmentBytes: 128 << 10})
+	policy := manifest.Policy{MaxBytes: 256 << 10}
+	if err := n.AddStream(StreamSpec{ID: "pm", Log: lg, Epoch: 1, Retention: policy}); err != nil {
+		t.Fatal(err)
+	}
+	var deletedAtReaperRestart int64 = -1
+	for i := range 4 {
+		writeLog(t, lg, uint64(10+i), loadgen.Limit{Bytes: 256 << 10})
+		persisted(t, n, "pm", lg.NextOffset(), 60*time.Second)
+		if deletedAtReaperRestart < 0 && reapSeen.Load() >= 2 {
+			deletedAtReaperRestart = n.Metrics().Reaper.Deleted.Load()
+		}
+	}
+	if govSeen.Load() < 5 || reapSeen.Load() < 2 || drainSeen.Load() < 2 || transferSeen.Load() < 7 {
+		t.Fatalf("not every fault fired: governor %d/5, reaper %d/2, drain %d/2, transfer %d/7",
+			govSeen.Load(), reapSeen.Load(), drainSeen.Load(), transferSeen.Load())
+	}
+	until(t, 20*time.Second, "retention trims and the reaper deletes after its restart", func() (bool, string) {
+		_ = n.EvaluateRetention("pm")
+		st, err := n.Status(context.Background(), "pm")
+		del := n.Metrics().Reaper.Deleted.Load()
+		return err == nil && st.Core.TotalSize <= policy.MaxBytes && del > deletedAtReaperRestart,
+			fmt.Sprintf("size %d, deleted %d (%d at the reaper's restart); %v", st.Core.TotalSize, del, deletedAtReaperRestart, err)
+	})
+	m := n.Metrics()
+	if m.ActorRestarts.Load() != 3 || m.TaskPanics.Load() != 1 || m.CoreErrors.Load() != 0 {
+		t.Fatalf("restarts %d (want governor, reaper, drain), task panics %d, core errors %d",
+			m.ActorRestarts.Load(), m.TaskPanics.Load(), m.CoreErrors.Load())
+	}
+	for _, said := range []string{"governor restarted", "reaper restarted", "drain failed; restarting it", "transfer task panicked"} {
+		if logs.count(said) == 0 {
+			t.Errorf("nothing logged like %q", said)
+		}
+	}
+}
+
+// TestGovernorDeadlineRunsFromAdmission: under a rate limit the queue holds fragments far
+// longer than the transfer deadline. The deadline runs from admission, so it never fires:
+// every fragment is submitted and uploaded once (no copy piles up in the queue), and the
+// measured upload rate stays within 5% of the setting.
+func TestGovernorDeadlineRunsFromAdmission(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures a rate over 6 s")
+	}
+	const rate = 1 << 20
+	w := newWorld(t, worldOptions{})
+	log, _ := testLogger(t)
+	n := w.startNode(Config{Logger: log, Governor: governorcore.Config{RateBytesPerSec: rate}, Stream: readercore.Config{
+		FragmentTargetSize: 64 << 10, PersistThreshold: 4, PersistInterval: 200 * time.Millisecond, TransferDeadline: time.Second,
+	}})
+	lg := openLog(t, segments.Options{MaxSegmentBytes: 4 << 20})
+	writeLog(t, lg, 20, loadgen.Limit{Bytes: 10 << 20}) // about ten seconds of queue
+	if err := n.AddStream(StreamSpec{ID: "rl", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	m := n.Metrics()
+	until(t, 10*time.Second, "uploads started", func() (bool, string) { return m.BytesUploaded.Load() > 0, "" })
+	time.Sleep(time.Second) // the initial burst distorts the first second; the window below counts
+	b0, t0 := m.BytesUploaded.Load(), time.Now()
+	time.Sleep(6 * time.Second)
+	b1, t1 := m.BytesUploaded.Load(), time.Now()
+	got := float64(b1-b0) / t1.Sub(t0).Seconds()
+	st, err := n.Status(context.Background(), "rl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := n.GovernorStatus(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := st.Core.Counters
+	t.Logf("rate %.0f B/s (ratio %.3f); cuts %d, submitted %d, superseded %d, admitted %d, queued %d, deadline resubmits %d",
+		got, got/rate, k.Cuts, gs.Submitted, gs.Superseded, gs.Admitted, gs.Queued, k.DeadlineResubmits)
+	if k.DeadlineResubmits != 0 || gs.Submitted != k.Cuts || gs.Superseded != 0 || k.TransientRetries+k.NonTransientRetries != 0 {
+		t.Fatalf("duplicate submissions: %d cuts, %d submitted, %d superseded, %d deadline resubmits",
+			k.Cuts, gs.Submitted, gs.Superseded, k.DeadlineResubmits)
+	}
+	if gs.Queued == 0 || k.Cuts < 100 {
+		t.Fatalf("the queue was never long: %d queued, %d cuts", gs.Queued, k.Cuts)
+	}
+	if uploaded := m.FragmentsUploaded.Load(); uploaded > int64(gs.Admitted) {
+		t.Fatalf("%d uploads for %d admissions", uploaded, gs.Admitted)
+	}
+	if math.Abs(got-rate)/rate > 0.05 {
+		t.Fatalf("upload rate %.0f B/s is not within 5%% of %d B/s", got, rate)
+	}
+}

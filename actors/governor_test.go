@@ -1,0 +1,255 @@
+package actors
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"streamtier/actors/governorcore"
+	"streamtier/actors/readercore"
+	"streamtier/fragment"
+	"streamtier/s3io/s3test"
+)
+
+// govFixture is a governor spawned through protoactor as the node spawns it (under the
+// guardian, a fresh value per incarnation) on a manual clock, uploading a generated log to a
+// real S3 server behind the fault injector; a probe stands for the reader.
+type govFixture struct {
+	t       *testing.T
+	w       *world
+	clock   *manualClock
+	sys     *actor.ActorSystem
+	pid     *actor.PID
+	reader  *probe
+	metrics *Metrics
+	logs    *logBuffer
+	dir     string
+	frags   []fragment.Description
+	ctx     context.Context // the "reader incarnation's"
+}
+
+func newGovFixture(t *testing.T, cfg governorcore.Config, faults *faultHooks) *govFixture {
+	t.Helper()
+	f := &govFixture{t: t, w: newWorld(t, worldOptions{}), clock: newManualClock(), metrics: &Metrics{}, dir: t.TempDir()}
+	log, logs := testLogger(t)
+	f.logs = logs
+	f.sys = newSystem(t, log)
+	chunks, err := s3test.WriteLog(f.dir, s3test.LogSpec{Seed: 5, Chunks: 64, MinData: 3000, MaxData: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.frags = s3test.Describe(chunks, 32<<10)
+	f.reader = newProbe(t, f.sys)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f.ctx = ctx
+	g := newGuardian(log, f.clock, f.metrics)
+	t.Cleanup(g.stop)
+	deps := governorDeps{cfg: cfg, store: f.w.store, keyPrefix: "streams", log: log, metrics: f.metrics, clock: f.clock,
+		memo: &governorMemo{}, readers: func() []*actor.PID { return []*actor.PID{f.reader.pid} }, faults: faults}
+	var inc incarnations
+	f.pid = f.sys.Root.Spawn(inc.props(g, func(i uint64) actor.Actor { return newGovernor(deps, i) }))
+	return f
+}
+
+// submit sends attempt of the fragment at index i under ref for owner.
+func (f *govFixture) submit(owner uint64, ref readercore.Ref, attempt, i int) {
+	d := f.frags[i]
+	f.sys.Root.Send(f.pid, &submitTransfer{Ctx: f.ctx, Owner: owner, Stream: "g", Dir: f.dir, Ref: ref, Attempt: attempt,
+		Fragment: &d, Size: d.ObjectSize(), ReplyTo: f.reader.pid})
+}
+
+func (f *govFixture) status() GovernorStatus {
+	f.t.Helper()
+	res, err := f.sys.Root.RequestFuture(f.pid, governorStatusRequest{}, 5*time.Second).Result()
+	if err != nil {
+		f.t.Fatalf("governor status: %v", err)
+	}
+	return res.(GovernorStatus)
+}
+
+// admitted waits for the admission of ref's attempt, then its result.
+func (f *govFixture) admitted(ref readercore.Ref, attempt int) readercore.TransferResult {
+	f.t.Helper()
+	a, _ := expect[transferAdmitted](f.t, f.reader, 10*time.Second)
+	if a.Ref != ref || a.Attempt != attempt {
+		f.t.Fatalf("admitted ref %d attempt %d, want ref %d attempt %d", a.Ref, a.Attempt, ref, attempt)
+	}
+	res, _ := expect[readercore.TransferResult](f.t, f.reader, 10*time.Second)
+	if res.Ref != ref || res.Attempt != attempt {
+		f.t.Fatalf("result of ref %d attempt %d, want ref %d attempt %d", res.Ref, res.Attempt, ref, attempt)
+	}
+	return res
+}
+
+// tick advances the clock to the governor's next wake-up.
+func (f *govFixture) tick() {
+	f.t.Helper()
+	f.clock.Advance(f.clock.awaitTimer(f.t, time.Hour, "governor wake-up"))
+}
+
+// TestGovernorAdmitsOnceAndSupersedes: a paced governor admits in FIFO order as the clock
+// refills the bucket, says so to the reader (the transfer deadline starts there), and a
+// resubmission of a queued reference replaces it in place: every fragment is uploaded and
+// charged once, under its latest attempt.
+func TestGovernorAdmitsOnceAndSupersedes(t *testing.T) {
+	// Fragments are 32 to 37 KiB: a full bucket covers one, not two.
+	f := newGovFixture(t, governorcore.Config{RateBytesPerSec: 40 << 10, BurstBytes: 40 << 10}, nil)
+	for _, d := range f.frags[:4] {
+		if d.ObjectSize() > 40<<10 || d.ObjectSize() < 20<<10 {
+			t.Fatalf("fragment of %d bytes: the test assumes 20 to 40 KiB", d.ObjectSize())
+		}
+	}
+	for i := range 4 {
+		f.submit(1, readercore.Ref(i+1), 1, i)
+	}
+	if res := f.admitted(1, 1); res.Outcome != readercore.OK {
+		t.Fatalf("first upload: %+v", res)
+	}
+	quiet[transferAdmitted](t, f.reader, 100*time.Millisecond) // the clock has not moved
+	f.submit(1, 3, 2, 2)                                       // ref 3 again: its deadline fired, say
+	st := f.status()
+	if st.Queued != 3 || st.Superseded != 1 || st.Submitted != 5 || st.Admitted != 1 {
+		t.Fatalf("after the resubmission: %+v, want 3 queued, 1 superseded, 5 submitted, 1 admitted", st)
+	}
+	for _, want := range []struct {
+		ref     readercore.Ref
+		attempt int
+	}{{2, 1}, {3, 2}, {4, 1}} {
+		f.tick()
+		if res := f.admitted(want.ref, want.attempt); res.Outcome != readercore.OK {
+			t.Fatalf("upload of ref %d: %+v", want.ref, res)
+		}
+	}
+	quiet[transferAdmitted](t, f.reader, 100*time.Millisecond)
+	var bytes int64
+	for _, d := range f.frags[:4] {
+		bytes += d.ObjectSize()
+	}
+	if got := f.metrics.BytesUploaded.Load(); got != bytes || f.metrics.FragmentsUploaded.Load() != 4 {
+		t.Fatalf("uploaded %d fragments, %d bytes; want 4, %d (each once)", f.metrics.FragmentsUploaded.Load(), got, bytes)
+	}
+	if st := f.status(); st.Admitted != 4 || st.Queued != 0 || st.Running != 0 {
+		t.Fatalf("at the end: %+v", st)
+	}
+}
+
+// TestGovernorCancelOwnerUncharged: the queued attempts of a reader incarnation that ended
+// are dropped without touching the bucket; another owner's attempt keeps its turn.
+func TestGovernorCancelOwnerUncharged(t *testing.T) {
+	f := newGovFixture(t, governorcore.Config{RateBytesPerSec: 1000, BurstBytes: 1000}, nil)
+	f.submit(1, 1, 1, 0) // admitted on credit: the bucket is deep in debt
+	f.admitted(1, 1)
+	f.submit(1, 2, 1, 1)
+	f.submit(2, 1, 1, 2)
+	f.submit(1, 3, 1, 3)
+	before := f.status()
+	f.sys.Root.Send(f.pid, cancelOwner{Owner: 1})
+	st := f.status()
+	if st.Queued != 1 || st.Canceled != 2 || st.Tokens != before.Tokens {
+		t.Fatalf("after cancelling owner 1: %+v (tokens before %d), want 1 queued, 2 cancelled, bucket untouched", st, before.Tokens)
+	}
+	f.tick()
+	a, _ := expect[transferAdmitted](t, f.reader, 10*time.Second)
+	if a.Ref != 1 {
+		t.Fatalf("admitted ref %d, want owner 2's ref 1", a.Ref)
+	}
+	expect[readercore.TransferResult](t, f.reader, 10*time.Second)
+	quiet[transferAdmitted](t, f.reader, 100*time.Millisecond)
+	if n := f.metrics.FragmentsUploaded.Load(); n != 2 {
+		t.Fatalf("%d uploads, want 2", n)
+	}
+}
+
+// TestGovernorRestartComesBackWorking: a panic in the governor mid-run (on a submission,
+// which is lost) restarts it under the guardian. The new incarnation logs it, resumes the
+// bucket (no fresh burst), tells the readers to resubmit, and its predecessor's upload in
+// flight ends at once as retriable; uploads go on.
+func TestGovernorRestartComesBackWorking(t *testing.T) {
+	faults := &faultHooks{governor: func(msg any) {
+		if s, ok := msg.(*submitTransfer); ok && s.Ref == 99 {
+			panic("injected governor fault")
+		}
+	}}
+	f := newGovFixture(t, governorcore.Config{RateBytesPerSec: 1 << 20, BurstBytes: 64 << 10}, faults)
+	hit := make(chan string, 4)
+	f.w.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `\.fragment$`, Fault: s3test.FaultDelay, Delay: time.Minute, Count: 1, Hit: hit})
+	f.submit(1, 1, 1, 0)
+	<-hit // the upload of ref 1 is held in the injector
+	if _, skipped := expect[transferAdmitted](t, f.reader, 10*time.Second); len(skipped) != 0 {
+		t.Fatalf("before the admission: %v", skipped)
+	}
+	f.submit(1, 2, 1, 1)
+	f.submit(1, 3, 1, 2)
+	before := f.status()
+	if before.Incarnation != 1 || before.Running != 1 {
+		t.Fatalf("before the fault: %+v", before)
+	}
+	f.submit(1, 99, 1, 3) // the poisoned submission
+	// The upload in flight ends (and reports) before the restart completes.
+	res, _ := expect[readercore.TransferResult](t, f.reader, 10*time.Second)
+	expect[governorRestarted](t, f.reader, 10*time.Second)
+	if res.Ref != 1 || res.Outcome != readercore.Retriable || !strings.Contains(res.Reason, "governor's restart") {
+		t.Fatalf("upload in flight at the restart: %+v, want ref 1 retriable", res)
+	}
+	st := f.status()
+	if st.Incarnation != 2 || st.Queued != 0 || st.Tokens > before.Tokens+1 {
+		t.Fatalf("after the restart: %+v, want incarnation 2, an empty queue and the bucket resumed at %d", st, before.Tokens)
+	}
+	if f.metrics.ActorRestarts.Load() != 1 || f.logs.count("governor restarted") != 1 || f.logs.count("actor failed", "injected governor fault") != 1 {
+		t.Fatalf("restart not counted or logged: %d restarts", f.metrics.ActorRestarts.Load())
+	}
+	// The reader resubmits what it had queued (refs 2 and 3) and retries ref 1: all go up.
+	f.submit(1, 1, 2, 0)
+	f.submit(1, 2, 1, 1)
+	f.submit(1, 3, 1, 2)
+	done := map[readercore.Ref]bool{}
+	for len(done) < 3 {
+		armed := f.clock.armed()
+		if n, _ := f.clock.pending(); n > 0 {
+			f.tick()
+		}
+		select {
+		case <-armed:
+		case m := <-f.reader.ch:
+			if r, ok := m.(readercore.TransferResult); ok {
+				if r.Outcome != readercore.OK {
+					t.Fatalf("after the restart: %+v", r)
+				}
+				done[r.Ref] = true
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("uploads after the restart: %d of 3 done", len(done))
+		}
+	}
+}
+
+// TestTransferTaskPanicIsNonTransient: a panic inside a transfer task becomes a
+// non-transient result for the reader (which retries it later), never silence.
+func TestTransferTaskPanicIsNonTransient(t *testing.T) {
+	faults := &faultHooks{transfer: func(s *submitTransfer) {
+		if s.Ref == 5 && s.Attempt == 1 {
+			panic("injected transfer fault")
+		}
+	}}
+	f := newGovFixture(t, governorcore.Config{}, faults)
+	f.submit(1, 5, 1, 0)
+	res := f.admitted(5, 1)
+	if res.Outcome != readercore.NonTransient || !strings.Contains(res.Reason, "panicked") {
+		t.Fatalf("panicking transfer: %+v, want a non-transient failure", res)
+	}
+	f.submit(1, 5, 2, 0)
+	if res := f.admitted(5, 2); res.Outcome != readercore.OK {
+		t.Fatalf("retry after the panic: %+v", res)
+	}
+	until(t, 5*time.Second, "no transfer running", func() (bool, string) {
+		st := f.status()
+		return st.Running == 0 && f.metrics.TransfersRunning.Load() == 0, ""
+	})
+	if f.metrics.TaskPanics.Load() != 1 {
+		t.Fatalf("task panics %d, want 1", f.metrics.TaskPanics.Load())
+	}
+}

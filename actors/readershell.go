@@ -1,0 +1,149 @@
+package actors
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"streamtier/actors/readercore"
+)
+
+// restartDrain is the reader's (possibly delayed) restart of its failed drain.
+type restartDrain struct{ pid *actor.PID }
+
+// readerShell is the reader incarnation's bookkeeping around its children and the governor:
+// its node-wide owner number, its tasks in flight, the attempts submitted to the governor
+// and not yet admitted (with the deadline the core asked for, armed only at admission), and
+// the restart delays of its drain.
+type readerShell struct {
+	owner   uint64
+	self    *actor.PID
+	tasks   taskSet
+	held    map[readercore.Ref]*heldSubmit
+	backoff restartBackoff
+}
+
+// heldSubmit is an attempt submitted to the governor and not yet admitted.
+type heldSubmit struct {
+	sub      *submitTransfer
+	deadline *readercore.ArmTransferDeadline // nil until the core arms it
+}
+
+// submitted records an attempt sent to the governor; it replaces an earlier attempt of the
+// same ref (the governor supersedes that one too).
+func (s *readerShell) submitted(sub *submitTransfer) {
+	s.held[sub.Ref] = &heldSubmit{sub: sub}
+}
+
+// settled forgets an attempt whose result came before its admission was seen.
+func (s *readerShell) settled(ref readercore.Ref, attempt int) {
+	if h := s.held[ref]; h != nil && h.sub.Attempt == attempt {
+		delete(s.held, ref)
+	}
+}
+
+func (r *reader) initShell(c actor.Context) {
+	r.timers.clock = r.n.cfg.clock
+	r.shell = readerShell{
+		owner: r.n.owners.Add(1), self: c.Self(),
+		tasks: taskSet{log: r.log, metrics: r.n.metrics, faults: r.n.cfg.faults},
+		held:  make(map[readercore.Ref]*heldSubmit),
+	}
+}
+
+// spawnTask runs spec as a child task with this incarnation's context; its result (or the
+// failure it is turned into) comes back as taskDone or taskOverdue, exactly once.
+func (r *reader) spawnTask(c actor.Context, spec taskSpec) {
+	r.shell.tasks.spawn(c, r.ctx, &r.timers, spec)
+}
+
+// armTransferDeadline holds the core's deadline of an attempt still queued in the governor
+// until its admission (queueing under a rate limit is not a lost result); an attempt
+// already admitted, or unknown to the shell, is armed at once.
+func (r *reader) armTransferDeadline(c actor.Context, e readercore.ArmTransferDeadline) {
+	if h := r.shell.held[e.Ref]; h != nil && h.sub.Attempt == e.Attempt {
+		h.deadline = &e
+		return
+	}
+	r.timers.after(c.ActorSystem().Root, c.Self(), e.After, readercore.TransferDeadline{Ref: e.Ref, Attempt: e.Attempt})
+}
+
+func (r *reader) onShellMsg(c actor.Context, msg any) {
+	switch m := msg.(type) {
+	case taskDone:
+		if res, ok := r.shell.tasks.done(&r.timers, m); ok {
+			r.deliver(c, res)
+		}
+	case taskOverdue:
+		if res, name, ok := r.shell.tasks.overdue(m); ok {
+			r.n.metrics.TasksOverdue.Add(1)
+			r.log.Error().Str("task", name).Msg("task result overdue: going on with a failure")
+			r.deliver(c, res)
+		}
+	case transferAdmitted:
+		h := r.shell.held[m.Ref]
+		if h == nil || h.sub.Attempt != m.Attempt {
+			return // superseded by a later attempt, or already answered
+		}
+		delete(r.shell.held, m.Ref)
+		if e := h.deadline; e != nil {
+			r.timers.after(c.ActorSystem().Root, c.Self(), e.After, readercore.TransferDeadline{Ref: e.Ref, Attempt: e.Attempt})
+		}
+	case governorRestarted:
+		// The governor's queue is gone: submit again, in cut order, what it had not admitted.
+		refs := sortedRefs(r.shell.held)
+		for _, ref := range refs {
+			c.Send(r.n.governor, r.shell.held[ref].sub)
+		}
+		if len(refs) > 0 {
+			r.log.Warn().Int("attempts", len(refs)).Msg("governor restarted: resubmitted the attempts it had queued")
+		}
+	case restartDrain:
+		if sup, ok := c.(actor.Supervisor); ok {
+			sup.RestartChildren(m.pid)
+		}
+		if r.running && r.core.Status().Phase == "running" {
+			r.startDrain(c, r.core.Status().DrainNext)
+		}
+	}
+}
+
+// deliver hands a task's result to where it belongs: the resolution or the core.
+func (r *reader) deliver(c actor.Context, res any) {
+	switch m := res.(type) {
+	case *resolvedMsg:
+		r.onResolved(c, m)
+	case readercore.Event:
+		r.step(c, m)
+	default:
+		r.log.Error().Str("result", fmt.Sprintf("%T", res)).Msg("task result of no known kind dropped")
+	}
+}
+
+// HandleFailure makes the reader the supervision strategy of its children. A failed drain
+// is restarted fresh (after a delay when it keeps failing) and reopened at the core's drain
+// position, so draining never silently stops; any other failed child (a task recovers its
+// own panics) is stopped, and its overdue timer answers for it.
+func (r *reader) HandleFailure(system *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason any, _ any) {
+	if !child.Equal(r.drain) {
+		r.log.Error().Str("child", child.Id).Str("reason", fmt.Sprint(reason)).Msg("reader child failed; stopped")
+		sup.StopChildren(child)
+		return
+	}
+	r.n.metrics.ActorRestarts.Add(1)
+	delay := r.shell.backoff.next(r.n.cfg.clock.Now())
+	r.log.Error().Str("reason", fmt.Sprint(reason)).Dur("restart_in", delay).
+		Msg("drain failed; restarting it at the core's drain position")
+	r.timers.after(system.Root, r.shell.self, delay, restartDrain{pid: child})
+}
+
+// sortedRefs returns the refs of m in increasing order (cut order).
+func sortedRefs[V any](m map[readercore.Ref]V) []readercore.Ref {
+	refs := make([]readercore.Ref, 0, len(m))
+	for r := range m {
+		refs = append(refs, r)
+	}
+	sort.Slice(refs, func(i, j int) bool { return refs[i] < refs[j] })
+	return refs
+}

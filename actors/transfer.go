@@ -1,0 +1,96 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"streamtier/actors/readercore"
+	"streamtier/manifest"
+	"streamtier/s3io"
+)
+
+// transferTask uploads one attempt of one fragment and reports the result to the stream's
+// reader, then stops. The upload runs inside Started with ctx: the reader incarnation's
+// context, also cancelled when the governor restarts (the attempt then reports a retriable
+// failure, so the reader resubmits it). A panic in the upload is recovered and reported as
+// a non-transient failure: the reader always hears of an attempt it is still waiting for.
+type transferTask struct {
+	id        uint64
+	ctx       context.Context
+	sub       *submitTransfer
+	store     *s3io.Store
+	keyPrefix string
+	log       zerolog.Logger
+	metrics   *Metrics
+	faults    *faultHooks
+}
+
+func (t *transferTask) Receive(c actor.Context) {
+	if _, ok := c.Message().(*actor.Started); !ok {
+		return
+	}
+	defer func() {
+		t.metrics.TransfersRunning.Add(-1)
+		c.Send(c.Parent(), transferDone{id: t.id})
+		c.Stop(c.Self())
+	}()
+	if res, ok := t.upload(); ok {
+		c.Send(t.sub.ReplyTo, res)
+	}
+}
+
+// upload runs the attempt and returns its result, or false when nobody waits for it (the
+// reader incarnation ended).
+func (t *transferTask) upload() (res readercore.TransferResult, reply bool) {
+	s := t.sub
+	res = readercore.TransferResult{Ref: s.Ref, Attempt: s.Attempt, UID: rand.Uint64(), Jitter: rand.Float64()}
+	defer func() {
+		if p := recover(); p != nil {
+			t.metrics.TaskPanics.Add(1)
+			res.Outcome = readercore.NonTransient
+			res.Reason = fmt.Sprintf("transfer task panicked: %v", p)
+			reply = s.Ctx.Err() == nil
+			t.log.Error().Str("stream", s.Stream).Uint64("offset", s.Fragment.FirstOffset).Int("attempt", s.Attempt).
+				Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).Msg("transfer task panicked; reported as a non-transient failure")
+		}
+	}()
+	if s.Ctx.Err() != nil {
+		return res, false // the reader is gone: nobody waits for this result
+	}
+	key := manifest.FragmentKey(t.keyPrefix, s.Stream, s.Fragment.FirstOffset, s.Epoch, res.UID)
+	start := time.Now()
+	t.faults.atTransfer(s)
+	info, err := t.store.PutFragment(t.ctx, key, s.Dir, *s.Fragment)
+	class := s3io.Classify(err)
+	t.metrics.observeTransfer(class, info.ObjectSize, time.Since(start))
+	switch {
+	case class == s3io.ClassCanceled && s.Ctx.Err() != nil:
+		return res, false // the reader or the node is stopping: nobody waits for this result
+	case class == s3io.ClassCanceled:
+		// Only the governor cancels an upload whose reader lives: it is restarting.
+		res.Outcome, res.Reason = readercore.Retriable, fmt.Sprintf("upload %s: cancelled by the governor's restart", key)
+		return res, true
+	}
+	switch class {
+	case s3io.ClassNone:
+		res.Outcome = readercore.OK
+	case s3io.ClassRetriable:
+		res.Outcome = readercore.Retriable
+	case s3io.ClassSegmentGone:
+		res.Outcome = readercore.SegmentGone
+	default:
+		res.Outcome = readercore.NonTransient
+	}
+	if err != nil {
+		res.Reason = fmt.Sprintf("upload %s: %v", key, err)
+		t.log.Warn().Err(err).Str("stream", s.Stream).Uint64("offset", s.Fragment.FirstOffset).
+			Str("class", class.String()).Int("attempt", s.Attempt).Msg("fragment upload failed")
+	}
+	return res, true
+}
