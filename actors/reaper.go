@@ -19,10 +19,10 @@ import (
 // objects below it. Entries do not carry the uploader's epoch, so the reaper finds their keys by
 // listing (s3io.LocateEntries); an object already gone is simply not deleted again.
 type reapRequest struct {
-	Stream    string
-	Keys      []string
-	Objects   []manifest.Entry
-	Groups    []reapGroup
+	Stream  string
+	Keys    []string
+	Objects []manifest.Entry
+	Groups  []reapGroup
 }
 
 // reapGroup is a group object to delete with every object under it at or after From.
