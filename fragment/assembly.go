@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"streamtier/segments"
+	"streamtier/chunk"
 )
 
 // SegmentHeaderSize is the "OSIL" + version header of a segment file: the first chunk of a
@@ -60,7 +60,7 @@ func (a *Assembly) NextOffset() uint64 { return a.cur.NextOffset }
 // the fragment has reached the target size (the chunk that crosses it is included) and must
 // now be cut. A chunk that does not follow the previous one, whose location disagrees with
 // its header, or that would not be addressable in the object is refused and nothing changes.
-func (a *Assembly) Add(h segments.Header, loc segments.Location) (bool, error) {
+func (a *Assembly) Add(h chunk.Header, loc chunk.Location) (bool, error) {
 	if err := a.check(h, loc); err != nil {
 		return false, err
 	}
@@ -85,7 +85,7 @@ func (a *Assembly) Add(h segments.Header, loc segments.Location) (bool, error) {
 	return a.cur.Size >= a.target, nil
 }
 
-func (a *Assembly) check(h segments.Header, loc segments.Location) error {
+func (a *Assembly) check(h chunk.Header, loc chunk.Location) error {
 	if h.Records == 0 {
 		return fmt.Errorf("fragment assembly: chunk %d uses no offset", h.ChunkID)
 	}

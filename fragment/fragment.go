@@ -2,7 +2,7 @@
 // S3 object. It is pure: the replica reader's core builds descriptions, s3io uploads them.
 package fragment
 
-import "streamtier/segments"
+import "streamtier/chunk"
 
 // Span is a contiguous byte range [Start, End) of one segment file that belongs to a
 // fragment. A fragment that crosses a segment roll has one span per segment.
@@ -15,8 +15,8 @@ type Span struct {
 // Chunk is one chunk of a fragment: its header as drained, where it sits in the segment,
 // and where its header will sit in the fragment object (the index record's position).
 type Chunk struct {
-	Header   segments.Header
-	Location segments.Location
+	Header   chunk.Header
+	Location chunk.Location
 	Position uint32 // byte position of the chunk header in the object (the first chunk is at 8)
 }
 

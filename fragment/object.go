@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"streamtier/segments"
+	"streamtier/chunk"
 )
 
 // ObjectMagic opens every fragment object.
@@ -168,13 +168,13 @@ type CRCReader func(seg string, off, n int64, crc uint32) (uint32, error)
 // read through read. If a data byte on disk no longer matches its header's CRC, the result
 // differs from the CRC of the bytes actually streamed, so the server refuses the upload.
 func ObjectCRC(d Description, read CRCReader) (uint32, error) {
-	var buf [segments.HeaderSize]byte
+	var buf [chunk.HeaderSize]byte
 	crc := crc32.Update(0, crc32.IEEETable, AppendObjectHeader(buf[:0]))
 	var err error
 	for _, c := range d.Chunks {
 		h, loc := c.Header, c.Location
-		crc = crc32.Update(crc, crc32.IEEETable, segments.AppendHeader(buf[:0], h))
-		off := loc.Position + segments.HeaderSize
+		crc = crc32.Update(crc, crc32.IEEETable, chunk.AppendHeader(buf[:0], h))
+		off := loc.Position + chunk.HeaderSize
 		if h.BloomSize > 0 {
 			if crc, err = read(loc.Segment, off, int64(h.BloomSize), crc); err != nil {
 				return 0, fmt.Errorf("bloom filter of chunk %d in %s at %d: %w", h.ChunkID, loc.Segment, loc.Position, err)
@@ -280,7 +280,7 @@ func CombineCRC(crcA, crcB uint32, lenB int64) uint32 {
 // LayoutChunk is one chunk found in a fragment object: its header and the position of the
 // header counted from the start of the object.
 type LayoutChunk struct {
-	Header   segments.Header
+	Header   chunk.Header
 	Position int64
 }
 
@@ -303,7 +303,7 @@ func ParseObject(obj []byte) (Layout, error) {
 	pos := int64(ObjectHeaderSize)
 	for pos+IndexRecordSize*int64(len(chunks)) != total {
 		// A chunk header plus its own index record must still fit.
-		if pos+segments.HeaderSize+IndexRecordSize*int64(len(chunks)+1) > total {
+		if pos+chunk.HeaderSize+IndexRecordSize*int64(len(chunks)+1) > total {
 			return Layout{}, fmt.Errorf("%w: object of %d bytes: chunk walk reached %d after %d chunks without meeting the index", ErrCorrupt, total, pos, len(chunks))
 		}
 		c, err := checkChunkAt(obj, pos, total-IndexRecordSize*int64(len(chunks)+1))
@@ -357,7 +357,7 @@ func ParseIndex(index []byte, objectLen int64, size uint64) ([]IndexRecord, erro
 			return nil, fmt.Errorf("%w: index record 0 at position %d, want %d", ErrCorrupt, r.Position, ObjectHeaderSize)
 		case i > 0 && (r.Position <= recs[i-1].Position || r.ChunkID <= recs[i-1].ChunkID):
 			return nil, fmt.Errorf("%w: index record %d (id %d, pos %d) does not follow record %d (id %d, pos %d)", ErrCorrupt, i, r.ChunkID, r.Position, i-1, recs[i-1].ChunkID, recs[i-1].Position)
-		case int64(r.Position)+segments.HeaderSize > end:
+		case int64(r.Position)+chunk.HeaderSize > end:
 			return nil, fmt.Errorf("%w: index record %d at position %d: no room for a chunk header before the index at %d", ErrCorrupt, i, r.Position, end)
 		}
 		recs[i] = r
@@ -392,17 +392,17 @@ func WalkChunks(region []byte, base int64) ([]LayoutChunk, error) {
 // checkChunkAt parses the chunk header at b[pos:], checks that the chunk ends by limit and
 // that its data CRC matches.
 func checkChunkAt(b []byte, pos, limit int64) (LayoutChunk, error) {
-	if pos+segments.HeaderSize > limit {
+	if pos+chunk.HeaderSize > limit {
 		return LayoutChunk{}, fmt.Errorf("%w: chunk header at position %d: only %d bytes left", ErrCorrupt, pos, limit-pos)
 	}
-	h, err := segments.ParseHeader(b[pos : pos+segments.HeaderSize])
+	h, err := chunk.ParseHeader(b[pos : pos+chunk.HeaderSize])
 	if err != nil {
 		return LayoutChunk{}, fmt.Errorf("%w: at position %d: %w", ErrCorrupt, pos, err)
 	}
 	if pos+h.Size() > limit {
 		return LayoutChunk{}, fmt.Errorf("%w: chunk %d at position %d: %d bytes overrun the region ending at %d", ErrCorrupt, h.ChunkID, pos, h.Size(), limit)
 	}
-	data := pos + segments.HeaderSize + int64(h.BloomSize)
+	data := pos + chunk.HeaderSize + int64(h.BloomSize)
 	if got := crc32.ChecksumIEEE(b[data : data+int64(h.DataLen)]); got != h.DataCRC {
 		return LayoutChunk{}, fmt.Errorf("%w: chunk %d at position %d: data CRC %08x, header says %08x", ErrCorrupt, h.ChunkID, pos, got, h.DataCRC)
 	}
@@ -436,7 +436,7 @@ type ChunkVerifier struct {
 	hdr         []byte // expected header bytes of the current chunk
 	crc         uint32 // running CRC of the current chunk's data section
 	dataChecked bool
-	buf         [segments.HeaderSize]byte
+	buf         [chunk.HeaderSize]byte
 	err         error
 }
 
@@ -451,7 +451,7 @@ func NewChunkVerifier(chunks []Chunk) *ChunkVerifier {
 func (v *ChunkVerifier) start() {
 	v.off, v.crc, v.dataChecked = 0, 0, false
 	if v.i < len(v.chunks) {
-		v.hdr = segments.AppendHeader(v.buf[:0], v.chunks[v.i].Header)
+		v.hdr = chunk.AppendHeader(v.buf[:0], v.chunks[v.i].Header)
 	}
 }
 
@@ -474,12 +474,12 @@ func (v *ChunkVerifier) Write(p []byte) (int, error) {
 			return 0, v.err
 		}
 		h := v.chunks[v.i].Header
-		dataStart := segments.HeaderSize + int64(h.BloomSize)
+		dataStart := chunk.HeaderSize + int64(h.BloomSize)
 		dataEnd := dataStart + int64(h.DataLen)
 		var take int64
 		switch {
-		case v.off < segments.HeaderSize:
-			take = min(int64(len(p)), segments.HeaderSize-v.off)
+		case v.off < chunk.HeaderSize:
+			take = min(int64(len(p)), chunk.HeaderSize-v.off)
 			for k := range take {
 				if p[k] != v.hdr[v.off+k] {
 					return 0, v.fail("header byte %d is 0x%02x on disk, 0x%02x when drained", v.off+k, p[k], v.hdr[v.off+k])

@@ -2,8 +2,8 @@ package readercore
 
 import (
 	"streamtier/actors/divergence"
+	"streamtier/chunk"
 	"streamtier/manifest"
-	"streamtier/segments"
 )
 
 // Event is one input to the core: something the shell observed (a drained chunk, a result,
@@ -49,8 +49,8 @@ type LogOpened struct {
 
 // ChunkDrained is the next committed chunk's header and its place on disk.
 type ChunkDrained struct {
-	Header   segments.Header
-	Location segments.Location
+	Header   chunk.Header
+	Location chunk.Location
 }
 
 // DrainSegmentGone says the data reader cannot give the chunk at the drain position because
