@@ -173,4 +173,3 @@ func parseTree(t *testing.T, d *datadriven.TestData) ([]manifest.Entry, map[uint
 	}
 	return roots, children
 }
-

@@ -84,11 +84,11 @@ type pendingReset struct {
 
 // persistOp is the one persist in flight.
 type persistOp struct {
-	ref        Ref
-	root       manifest.Manifest
-	edits      []pendingEdit
-	reset      *pendingReset
-	expected   int64
+	ref      Ref
+	root     manifest.Manifest
+	edits    []pendingEdit
+	reset    *pendingReset
+	expected int64
 }
 
 // rebalanceOp is the one group upload in flight.
