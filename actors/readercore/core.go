@@ -137,6 +137,7 @@ type Core struct {
 	pending   []pendingEdit
 	nonAppend int // pending edits that changed the head (rebalance, retention)
 	reset     *pendingReset
+	gaps      []gapSpan // every gap of the in-memory manifest the core knows of, sorted (see persistedGap)
 
 	drainNext uint64
 	asm       *fragment.Assembly

@@ -80,13 +80,11 @@ func (c *Core) onLogOpened(e LogOpened) error {
 	return nil
 }
 
-// start compares the resolved manifest with the local log. A comparison that does not fit
-// the log (made against other bounds, or missing where the two overlap) is refused: the core
-// forgets both and waits for a new resolution.
-//
-// It (manifest.md, "Resolution", step
-// 4) and decides where draining resumes. Nothing already remote is ever discarded here
-// except above a divergence point the comparison proved:
+// start compares the resolved manifest with the local log (manifest.md, "Resolution", step
+// 4) and decides where draining resumes. A comparison that does not fit the log (made
+// against other bounds, or missing where the two overlap) is refused: the core forgets both
+// and waits for a new resolution. Nothing already remote is ever discarded here except
+// above a divergence point the comparison proved:
 //   - an empty local log: resume at the manifest's next offset, whatever it holds;
 //   - local ahead (the log starts above the next offset): declare the gap, drain on;
 //   - diverged: truncate the remote tier to the last chunk both hold, drain from there;
@@ -119,6 +117,7 @@ func (c *Core) start() error {
 	c.root = r.Root
 	c.hasRoot = r.Revision > 0
 	c.mem = c.persisted
+	c.knowGaps(p)
 	switch {
 	case empty:
 		c.resume()
@@ -155,7 +154,9 @@ func (c *Core) resume() {
 // remote stays, and so does every edit already applied in memory and the persist in
 // flight; only the work not yet applied in order is dropped (its uploaded objects become
 // orphans). A gap entry [next, to) is appended (or the trailing gap extended) and persisted
-// promptly, waiters inside it are told their offsets are lost, and draining restarts at to.
+// promptly, and draining restarts at to. Waiters inside the gap are told their offsets are
+// lost once the gap is persisted: until then another writer may still win (a conflict) and
+// hold those offsets.
 func (c *Core) declareGap(reason GapReason, to uint64) {
 	from := c.mem.NextOffset
 	dropped := len(c.transfers)
@@ -179,13 +180,14 @@ func (c *Core) declareGap(reason GapReason, to uint64) {
 		if head {
 			c.nonAppend++
 		}
-		c.persistDue = true
+		c.addGap(from, to)
+		if !c.persistBackoff {
+			c.persistDue = true // promptly, but a failing persist keeps its backoff
+		}
 	}
 	c.stats.Gaps++
 	c.stats.GapOffsets += to - from
 	c.emit(DeclareGap{Reason: reason, From: from, To: to, DroppedTransfers: dropped, DroppedChunks: chunks})
-	c.replyWaiters(func(o uint64) bool { return o >= from && o < to }, false,
-		fmt.Sprintf("offsets [%d,%d) were lost from the local log before they were uploaded (%s): declared as a gap", from, to, reason))
 	c.emit(StartDrain{From: to})
 }
 
@@ -214,6 +216,7 @@ func (c *Core) truncate(reason TruncateReason, t *divergence.Truncation) {
 	}
 	oldNext := c.persisted.NextOffset
 	c.mem = base
+	c.cutGaps(base.NextOffset)
 	c.reset = &pendingReset{reason: reason, base: base, stale: t.Dropped, alone: t.Alone}
 	c.pending = nil
 	c.nonAppend = 0
