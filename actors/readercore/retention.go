@@ -144,17 +144,18 @@ func (c *Core) applyRetention(r manifest.Retention) {
 }
 
 // rebaseRetention carries an edit computed on the persisted manifest p over to the in-memory
-// manifest m, which is p with fragments and gaps appended at the tail. Only one thing
-// differs: when the edit empties p while m holds newer entries, the header moves to the
-// first of them, and a gap that would then lead goes with the prefix (a root never starts
-// with a gap); with nothing after it, m is left empty at its next offset.
+// manifest m, which is p with fragments and gaps appended at the tail (its trailing gap
+// possibly extended). Only one thing differs: when the edit empties p while m holds newer
+// entries, the header moves to the first of them, and a gap that would then lead goes with
+// the prefix (a root never starts with a gap); with nothing after it, m is left empty at
+// its own next offset (above p's when p's trailing gap grew in memory).
 func rebaseRetention(ed manifest.Edit, p, m manifest.Manifest) manifest.Edit {
 	left := len(p.Entries) - ed.Remove + len(ed.Insert)
-	if left > 0 || len(m.Entries) <= len(p.Entries) {
+	if left > 0 {
 		return ed
 	}
 	i := len(p.Entries)
-	if m.Entries[i].IsGap() {
+	if i < len(m.Entries) && m.Entries[i].IsGap() {
 		ed.Remove++
 		i++
 	}
