@@ -87,7 +87,8 @@ func (c *Core) onLogOpened(e LogOpened) error {
 // above a divergence point the comparison proved:
 //   - an empty local log: resume at the manifest's next offset, whatever it holds;
 //   - local ahead (the log starts above the next offset): declare the gap, drain on;
-//   - diverged: truncate the remote tier to the last chunk both hold, drain from there;
+//   - diverged: truncate the remote tier to the last chunk both hold, drain from there
+//     (also a match whose remote tier ends with a gap the local log holds the start of);
 //   - no chunk in common: stall, delete nothing, until an operator decides;
 //   - otherwise (the remote tier's last chunk is the same locally): resume.
 func (c *Core) start() error {
@@ -103,7 +104,11 @@ func (c *Core) start() error {
 		c.resolved, c.logInfo = nil, nil
 		return fmt.Errorf("stream %s: the divergence point %d falls inside the fragment at %d, which the local log (from %d) no longer holds, and no copy of its prefix was made", c.cfg.StreamID, t.At, t.Straddle.FirstOffset, l.First)
 	}
-	if cmp.Kind == divergence.Match && !empty && l.Next < p.NextOffset && l.First <= p.NextOffset {
+	var gapCut *divergence.Truncation
+	if cmp.Kind == divergence.Match && !empty {
+		gapCut = trailingGapCut(p, l.First)
+	}
+	if cmp.Kind == divergence.Match && gapCut == nil && !empty && l.Next < p.NextOffset && l.First <= p.NextOffset {
 		c.resolved, c.logInfo = nil, nil
 		return fmt.Errorf("stream %s: a match with the remote tier [%d,%d) claimed for a local log [%d,%d) that ends below it", c.cfg.StreamID, p.FirstOffset, p.NextOffset, l.First, l.Next)
 	}
@@ -126,6 +131,8 @@ func (c *Core) start() error {
 		c.declareGap(GapLocalAhead, l.First)
 	case cmp.Kind == divergence.Diverged:
 		c.truncate(TruncateDiverged, cmp.Truncation)
+	case gapCut != nil:
+		c.truncate(TruncateDiverged, gapCut)
 	case cmp.Kind == divergence.NoCommon:
 		c.diverged = &cmp
 		c.drainNext = p.NextOffset
@@ -135,6 +142,24 @@ func (c *Core) start() error {
 	}
 	c.afterChange()
 	return nil
+}
+
+// trailingGapCut is the truncation a match calls for when the remote tier ends with a gap
+// entry whose first offset the local log holds (from localFirst on; a match says it holds
+// everything up to there). The gap's writer lost those offsets, this log did not: the last
+// chunk both hold ends where the gap starts, which is the divergence point. Keeping the gap
+// would hide whatever the log holds or appends in it. The cut removes only the gap entry
+// (no object). A trailing gap inside a group object is not seen here: the core never reads
+// group objects, the comparison must find it.
+func trailingGapCut(p manifest.Manifest, localFirst uint64) *divergence.Truncation {
+	n := len(p.Entries)
+	if n < 2 || !p.Entries[n-1].IsGap() || p.Entries[n-1].FirstOffset < localFirst {
+		return nil
+	}
+	m := p.Clone()
+	m.NextOffset = m.Entries[n-1].FirstOffset
+	m.Entries = m.Entries[:n-1]
+	return &divergence.Truncation{At: m.NextOffset, Manifest: m}
 }
 
 // resume publishes the persisted manifest (it is the truth: cache, range table, replicas,
