@@ -65,13 +65,18 @@ func (c *Core) releaseWaiters() {
 type gapSpan struct{ from, to uint64 }
 
 // persistedGap finds the persisted gap that holds offset o, cut at the persisted next
-// offset (a trailing gap may already be longer in memory). The core keeps every gap it
-// knows of (c.gaps), so a gap rebalancing folded into a group is still seen; gaps inside
-// group objects of a resolved manifest (older runs) are not: the core never reads them.
+// offset (a trailing gap may already be longer in memory): a gap entry of the persisted
+// root, or one the core knows of (c.gaps), so that a gap rebalancing folded into a group is
+// still seen. Gaps inside group objects of a resolved manifest (older runs) are not: the
+// core never reads group objects.
 func (c *Core) persistedGap(o uint64) (from, to uint64, ok bool) {
-	next := c.persisted.NextOffset
+	p := c.persisted
+	next := p.NextOffset
 	if o >= next {
 		return 0, 0, false
+	}
+	if i := sort.Search(len(p.Entries), func(i int) bool { return p.Entries[i].FirstOffset > o }) - 1; i >= 0 && p.Entries[i].IsGap() {
+		return p.Entries[i].FirstOffset, p.EntryEnd(i), true
 	}
 	i := sort.Search(len(c.gaps), func(i int) bool { return c.gaps[i].to > o })
 	if i == len(c.gaps) || c.gaps[i].from > o {
