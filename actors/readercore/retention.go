@@ -104,7 +104,7 @@ func (c *Core) onPolicy(e RetentionPolicyChanged) error {
 }
 
 // runRetention evaluates the policy against the persisted manifest when nothing else
-// changes the head: no persist, rebalance or retention in flight, no reset pending and no
+// changes the head: no persist, rebalance or retention in flight, no truncation pending and no
 // unpersisted head change (so the head of the in-memory manifest is the persisted head and
 // the edit applies to both). Otherwise it stays wanted and runs later.
 func (c *Core) runRetention() {
