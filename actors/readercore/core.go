@@ -52,7 +52,6 @@ const (
 type transfer struct {
 	ref          Ref
 	desc         fragment.Description
-	copy         *CopyPrefix // a prefix copied from a remote object instead of uploaded from the log
 	attempt      int
 	state        transferState
 	uid          uint64
@@ -78,9 +77,6 @@ type pendingReset struct {
 	base   manifest.Manifest // the truncated manifest the pending edits apply to
 	stale  []manifest.Entry  // objects wholly above the cut, deleted (with all below them) once persisted
 	alone  []manifest.Entry  // groups the cut expanded: their object alone goes
-	// copying holds the persist while the straddling fragment's prefix is being copied:
-	// a persist never goes out while a replacement fragment is in flight (remote-format.md).
-	copying Ref
 }
 
 // persistOp is the one persist in flight.
@@ -133,11 +129,12 @@ type Core struct {
 	root      RootRef
 	hasRoot   bool
 
-	// The speculative state: in-memory manifest = persisted (or the reset base) with pending folded.
+	// The speculative state: in-memory manifest = persisted (or the truncated base) with pending folded.
 	mem       manifest.Manifest
 	pending   []pendingEdit
 	nonAppend int // pending edits that changed the head (rebalance, retention)
 	reset     *pendingReset
+	gaps      []gapSpan // every gap of the in-memory manifest the core knows of, sorted (see persistedGap)
 
 	drainNext uint64
 	asm       *fragment.Assembly
@@ -314,7 +311,7 @@ func (c *Core) afterChange() {
 }
 
 // dropAll forgets everything in progress: transfers, the assembly, the persist, the
-// rebalance, the retention, the pending edits and reset. Their results become stale.
+// rebalance, the retention, the pending edits and truncation. Their results become stale.
 func (c *Core) dropAll() {
 	if c.timer != 0 {
 		c.emit(CancelPersistTimer{Ref: c.timer})
@@ -370,8 +367,9 @@ func (c *Core) stop(reason string) {
 }
 
 // onReplica registers a replica (registration or resync request) and syncs it with the
-// persisted manifest, unless a reset is pending: the manifest it would get is being
-// discarded, and the reset's persist syncs every replica.
+// persisted manifest, unless a truncation is pending (the manifest it would get is being
+// cut back, and the truncation's persist syncs every replica) or the core is stalled for an
+// operator.
 func (c *Core) onReplica(name string) error {
 	if name == "" {
 		return fmt.Errorf("stream %s: replica with an empty name", c.cfg.StreamID)

@@ -55,7 +55,7 @@ func (c *Core) cut() {
 }
 
 // findTransfer returns the transfer with ref, or nil when it is unknown (applied, discarded
-// by a reset or reinitialize, or never handed out).
+// by a gap, a truncation or a reinitialize, or never handed out).
 func (c *Core) findTransfer(ref Ref) *transfer {
 	for _, t := range c.transfers {
 		if t.ref == ref {

@@ -480,12 +480,17 @@ func FormatManifest(m manifest.Manifest) string {
 		m.FirstOffset, m.NextOffset, m.FirstTimestamp, m.FirstLastTimestamp, m.TotalSize, FormatEntries(m.Entries))
 }
 
-// FormatEdit prints one edit by its shape: an append, a replace (rebalance), a truncate
+// FormatEdit prints one edit by its shape: an append (fragment or gap), a gap extension, the
+// move of an empty manifest (a gap declared on it), a replace (rebalance), a truncate
 // (retention) or a header move (retention stopping inside a group).
 func FormatEdit(e manifest.Edit) string {
 	switch {
 	case e.SetNextOffset && e.Remove == 0 && len(e.Insert) == 1:
 		return fmt.Sprintf("append %s next=%d", FormatEntry(e.Insert[0]), e.NextOffset)
+	case e.SetNextOffset && e.Remove == 1 && len(e.Insert) == 1 && e.Insert[0].IsGap():
+		return fmt.Sprintf("extend %s next=%d", FormatEntry(e.Insert[0]), e.NextOffset)
+	case e.SetNextOffset && e.Remove == 0 && len(e.Insert) == 0:
+		return fmt.Sprintf("move-empty next=%d", e.NextOffset)
 	case e.Remove > 0 && len(e.Insert) > 0:
 		return fmt.Sprintf("replace@%d -%d +%s", e.At, e.Remove, FormatEntries(e.Insert))
 	case e.Remove > 0:

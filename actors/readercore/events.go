@@ -13,7 +13,7 @@ type Event interface{ isEvent() }
 // Ref names one asynchronous operation the core started: a transfer, a persist, a group
 // upload, a retention fetch or a timer. Results and timers carry it back; a ref never
 // repeats within a core, so a result addressed to a discarded operation (a late duplicate,
-// or one from before a reset or reinitialize) matches nothing and is ignored.
+// or one dropped by a gap, a truncation or a reinitialize) matches nothing and is ignored.
 type Ref uint64
 
 // WaiterID is the shell's handle for one await_offset caller.
@@ -56,7 +56,8 @@ type ChunkDrained struct {
 // DrainSegmentGone says the data reader cannot give the chunk at the drain position because
 // the local log no longer (or never did) hold it: the stream's own retention outran the
 // drain, or a log that was empty at start began above the manifest's next offset.
-// LocalFirst is the local log's oldest offset now; the core resets there.
+// LocalFirst is the local log's oldest offset now; the core declares the gap up to it and
+// drains on from there.
 type DrainSegmentGone struct{ LocalFirst uint64 }
 
 // EndOfStream says the data reader has no further committed chunk for now.

@@ -8,13 +8,20 @@ import (
 
 // maybeRebalance starts a group upload when the head of the in-memory manifest has a run of
 // M entries of one kind, unless a persist or a retention is in flight (one head change at a
-// time), a reset is pending, or a rebalance was given up since the last persist.
+// time), a truncation is pending, a rebalance was given up since the last persist, or the
+// fold would take the root's trailing gap.
 func (c *Core) maybeRebalance() {
 	if c.phase != phaseRunning || c.reset != nil || c.inflight != nil || c.retention != nil || c.rebalance != nil || c.rebalanceHeld {
 		return
 	}
 	r, ok := manifest.FindRebalance(c.mem, c.cfg.RebalanceThreshold)
 	if !ok {
+		return
+	}
+	if n := len(r.Children); r.At+n == len(c.mem.Entries) && r.Children[n-1].IsGap() {
+		// The root's trailing gap stays in the root until something follows it: a gap
+		// declared next extends it, which a group object (immutable) could not, and two
+		// gaps are never adjacent (remote-format.md). The fold waits for the next append.
 		return
 	}
 	c.rebalance = &rebalanceOp{ref: c.newRef(), attempt: 1, r: r}
@@ -97,7 +104,7 @@ func (c *Core) onPolicy(e RetentionPolicyChanged) error {
 }
 
 // runRetention evaluates the policy against the persisted manifest when nothing else
-// changes the head: no persist, rebalance or retention in flight, no reset pending and no
+// changes the head: no persist, rebalance or retention in flight, no truncation pending and no
 // unpersisted head change (so the head of the in-memory manifest is the persisted head and
 // the edit applies to both). Otherwise it stays wanted and runs later.
 func (c *Core) runRetention() {
@@ -144,17 +151,18 @@ func (c *Core) applyRetention(r manifest.Retention) {
 }
 
 // rebaseRetention carries an edit computed on the persisted manifest p over to the in-memory
-// manifest m, which is p with fragments and gaps appended at the tail. Only one thing
-// differs: when the edit empties p while m holds newer entries, the header moves to the
-// first of them, and a gap that would then lead goes with the prefix (a root never starts
-// with a gap); with nothing after it, m is left empty at its next offset.
+// manifest m, which is p with fragments and gaps appended at the tail (its trailing gap
+// possibly extended). Only one thing differs: when the edit empties p while m holds newer
+// entries, the header moves to the first of them, and a gap that would then lead goes with
+// the prefix (a root never starts with a gap); with nothing after it, m is left empty at
+// its own next offset (above p's when p's trailing gap grew in memory).
 func rebaseRetention(ed manifest.Edit, p, m manifest.Manifest) manifest.Edit {
 	left := len(p.Entries) - ed.Remove + len(ed.Insert)
-	if left > 0 || len(m.Entries) <= len(p.Entries) {
+	if left > 0 {
 		return ed
 	}
 	i := len(p.Entries)
-	if m.Entries[i].IsGap() {
+	if i < len(m.Entries) && m.Entries[i].IsGap() {
 		ed.Remove++
 		i++
 	}

@@ -80,16 +80,15 @@ func (c *Core) onLogOpened(e LogOpened) error {
 	return nil
 }
 
-// start compares the resolved manifest with the local log. A comparison that does not fit
-// the log (made against other bounds, or missing where the two overlap) is refused: the core
-// forgets both and waits for a new resolution.
-//
-// It (manifest.md, "Resolution", step
-// 4) and decides where draining resumes. Nothing already remote is ever discarded here
-// except above a divergence point the comparison proved:
+// start compares the resolved manifest with the local log (manifest.md, "Resolution", step
+// 4) and decides where draining resumes. A comparison that does not fit the log (made
+// against other bounds, or missing where the two overlap) is refused: the core forgets both
+// and waits for a new resolution. Nothing already remote is ever discarded here except
+// above a divergence point the comparison proved:
 //   - an empty local log: resume at the manifest's next offset, whatever it holds;
 //   - local ahead (the log starts above the next offset): declare the gap, drain on;
-//   - diverged: truncate the remote tier to the last chunk both hold, drain from there;
+//   - diverged: truncate the remote tier to the last chunk both hold, drain from there
+//     (also a match whose remote tier ends with a gap the local log holds the start of);
 //   - no chunk in common: stall, delete nothing, until an operator decides;
 //   - otherwise (the remote tier's last chunk is the same locally): resume.
 func (c *Core) start() error {
@@ -105,7 +104,11 @@ func (c *Core) start() error {
 		c.resolved, c.logInfo = nil, nil
 		return fmt.Errorf("stream %s: the divergence point %d falls inside the fragment at %d, which the local log (from %d) no longer holds, and no copy of its prefix was made", c.cfg.StreamID, t.At, t.Straddle.FirstOffset, l.First)
 	}
-	if cmp.Kind == divergence.Match && !empty && l.Next < p.NextOffset && l.First <= p.NextOffset {
+	var gapCut *divergence.Truncation
+	if cmp.Kind == divergence.Match && !empty {
+		gapCut = trailingGapCut(p, l.First)
+	}
+	if cmp.Kind == divergence.Match && gapCut == nil && !empty && l.Next < p.NextOffset && l.First <= p.NextOffset {
 		c.resolved, c.logInfo = nil, nil
 		return fmt.Errorf("stream %s: a match with the remote tier [%d,%d) claimed for a local log [%d,%d) that ends below it", c.cfg.StreamID, p.FirstOffset, p.NextOffset, l.First, l.Next)
 	}
@@ -119,6 +122,7 @@ func (c *Core) start() error {
 	c.root = r.Root
 	c.hasRoot = r.Revision > 0
 	c.mem = c.persisted
+	c.knowGaps(p)
 	switch {
 	case empty:
 		c.resume()
@@ -127,6 +131,8 @@ func (c *Core) start() error {
 		c.declareGap(GapLocalAhead, l.First)
 	case cmp.Kind == divergence.Diverged:
 		c.truncate(TruncateDiverged, cmp.Truncation)
+	case gapCut != nil:
+		c.truncate(TruncateDiverged, gapCut)
 	case cmp.Kind == divergence.NoCommon:
 		c.diverged = &cmp
 		c.drainNext = p.NextOffset
@@ -136,6 +142,24 @@ func (c *Core) start() error {
 	}
 	c.afterChange()
 	return nil
+}
+
+// trailingGapCut is the truncation a match calls for when the remote tier ends with a gap
+// entry whose first offset the local log holds (from localFirst on; a match says it holds
+// everything up to there). The gap's writer lost those offsets, this log did not: the last
+// chunk both hold ends where the gap starts, which is the divergence point. Keeping the gap
+// would hide whatever the log holds or appends in it. The cut removes only the gap entry
+// (no object). A trailing gap inside a group object is not seen here: the core never reads
+// group objects, the comparison must find it.
+func trailingGapCut(p manifest.Manifest, localFirst uint64) *divergence.Truncation {
+	n := len(p.Entries)
+	if n < 2 || !p.Entries[n-1].IsGap() || p.Entries[n-1].FirstOffset < localFirst {
+		return nil
+	}
+	m := p.Clone()
+	m.NextOffset = m.Entries[n-1].FirstOffset
+	m.Entries = m.Entries[:n-1]
+	return &divergence.Truncation{At: m.NextOffset, Manifest: m}
 }
 
 // resume publishes the persisted manifest (it is the truth: cache, range table, replicas,
@@ -155,7 +179,9 @@ func (c *Core) resume() {
 // remote stays, and so does every edit already applied in memory and the persist in
 // flight; only the work not yet applied in order is dropped (its uploaded objects become
 // orphans). A gap entry [next, to) is appended (or the trailing gap extended) and persisted
-// promptly, waiters inside it are told their offsets are lost, and draining restarts at to.
+// promptly, and draining restarts at to. Waiters inside the gap are told their offsets are
+// lost once the gap is persisted: until then another writer may still win (a conflict) and
+// hold those offsets.
 func (c *Core) declareGap(reason GapReason, to uint64) {
 	from := c.mem.NextOffset
 	dropped := len(c.transfers)
@@ -179,13 +205,14 @@ func (c *Core) declareGap(reason GapReason, to uint64) {
 		if head {
 			c.nonAppend++
 		}
-		c.persistDue = true
+		c.addGap(from, to)
+		if !c.persistBackoff {
+			c.persistDue = true // promptly, but a failing persist keeps its backoff
+		}
 	}
 	c.stats.Gaps++
 	c.stats.GapOffsets += to - from
 	c.emit(DeclareGap{Reason: reason, From: from, To: to, DroppedTransfers: dropped, DroppedChunks: chunks})
-	c.replyWaiters(func(o uint64) bool { return o >= from && o < to }, false,
-		fmt.Sprintf("offsets [%d,%d) were lost from the local log before they were uploaded (%s): declared as a gap", from, to, reason))
 	c.emit(StartDrain{From: to})
 }
 
@@ -214,6 +241,7 @@ func (c *Core) truncate(reason TruncateReason, t *divergence.Truncation) {
 	}
 	oldNext := c.persisted.NextOffset
 	c.mem = base
+	c.cutGaps(base.NextOffset)
 	c.reset = &pendingReset{reason: reason, base: base, stale: t.Dropped, alone: t.Alone}
 	c.pending = nil
 	c.nonAppend = 0
