@@ -104,16 +104,19 @@ func (l localChunks) Chunk(id uint64) (divergence.Chunk, bool, error) {
 }
 
 // compareWithLocal compares a resolved manifest with the local log chunk by chunk and, when
-// the divergence point falls inside a fragment the local log no longer holds, puts that
-// fragment's prefix back as a new object (a ranged GET of the old one, a PUT under a fresh
-// uid) before the core sees the answer: the replacement exists before any persist can
-// depend on it, and nothing is deleted until the truncation is persisted.
+// the divergence point falls inside a fragment, puts that fragment's prefix back as a new
+// object (a ranged GET of the old one, a PUT under a fresh uid) before the core sees the
+// answer: the replacement exists before any persist can depend on it, and nothing is
+// deleted until the truncation is persisted. The prefix is copied even when the local log
+// still holds it: draining it again from the log would leave a window, after the old object
+// is deleted, in which the log's own retention could take those chunks before they were
+// uploaded again, and they would become a gap below the divergence point.
 func compareWithLocal(ctx context.Context, n *Node, stream string, epoch uint64, lg *segments.Log, m manifest.Manifest, first, next uint64) (divergence.Result, error) {
 	res, err := divergence.Find(m, first, next, remoteChunks{ctx, n, stream}, localChunks{lg})
 	if err != nil {
 		return res, fmt.Errorf("compare the remote tier [%d,%d) with the local log [%d,%d): %w", m.FirstOffset, m.NextOffset, first, next, err)
 	}
-	if t := res.Truncation; res.Kind == divergence.Diverged && t.NeedsCopy(first) {
+	if t := res.Truncation; res.Kind == divergence.Diverged && t.Straddle != nil {
 		repl, err := copyPrefix(ctx, n, stream, epoch, t)
 		if err != nil {
 			return res, fmt.Errorf("copy the prefix [%d,%d) of the fragment at %d: %w", t.Straddle.FirstOffset, t.At, t.Straddle.FirstOffset, err)
