@@ -132,6 +132,8 @@ func (r *reader) Receive(c actor.Context) {
 		} else {
 			r.step(c, readercore.ReplicaRegistered{Replica: m.Replica})
 		}
+	case emptyLogCheckMsg:
+		r.checkEmptyLog(c, m)
 	case statusRequestMsg:
 		c.Respond(r.status())
 	case truncateRequestMsg:
@@ -287,6 +289,36 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 	r.step(c, readercore.EvaluateRetention{Now: time.Now().UnixMilli()})
 	r.timers.after(c.ActorSystem().Root, c.Self(), r.n.cfg.RetentionInterval, retentionTickMsg{})
 	r.log.Info().Int64("revision", m.Resolved.Revision).Uint64("next_offset", m.Resolved.Manifest.NextOffset).Msg("manifest resolved")
+	if l := m.Log; l.First == l.Next && l.Next < m.Resolved.Manifest.NextOffset {
+		// Nothing to compare yet. Data the broker writes below the remote next offset would
+		// never be drained (and local retention would take it): compare again once it comes.
+		r.log.Warn().Uint64("local_next", l.Next).Uint64("remote_next", m.Resolved.Manifest.NextOffset).
+			Msg("the local log is empty and ends below the remote tier: it is compared again when data arrives")
+		r.timers.after(c.ActorSystem().Root, c.Self(), emptyLogRecheck, emptyLogCheckMsg{next: l.Next})
+	}
+}
+
+// emptyLogRecheck is how often a local log that was empty (and behind the remote tier) at
+// resolution is looked at for data.
+const emptyLogRecheck = time.Second
+
+// emptyLogCheckMsg asks the reader to look at a local log that was empty at resolution and
+// ended at next, below the remote tier's next offset.
+type emptyLogCheckMsg struct{ next uint64 }
+
+// checkEmptyLog reinitializes once the log holds data, so that the resolution compares it
+// with the remote tier chunk by chunk (a wiped directory started again below the remote
+// next offset then stalls as diverged instead of being drained from the remote next offset
+// on, with what lies below never uploaded).
+func (r *reader) checkEmptyLog(c actor.Context, m emptyLogCheckMsg) {
+	lg := r.h.spec.Log
+	if lg.FirstOffset() == m.next && lg.NextOffset() == m.next {
+		r.timers.after(c.ActorSystem().Root, c.Self(), emptyLogRecheck, m)
+		return
+	}
+	reason := fmt.Sprintf("the local log, empty at %d when resolved, now holds [%d,%d): comparing it with the remote tier", m.next, lg.FirstOffset(), lg.NextOffset())
+	r.log.Warn().Msg(reason)
+	panic(errReinitialize{reason: reason})
 }
 
 // retryResolve counts a failed resolution, says why in status and the log, and tries again

@@ -447,3 +447,49 @@ func TestVersion1BucketReadVerifiedAppended(t *testing.T) {
 		t.Fatalf("verify of the mixed bucket: %v", rep.Findings)
 	}
 }
+
+// TestEmptyLogBehindRemoteComparedWhenDataArrives restarts a tiered stream on an empty
+// local log (a replaced disk) and then lets the broker write other data from offset 0: the
+// reader, which had nothing to compare at resolution, compares again once data arrives and
+// stalls as diverged; nothing remote is deleted, and nothing written below the remote next
+// offset is left undrained behind the node's back.
+func TestEmptyLogBehindRemoteComparedWhenDataArrives(t *testing.T) {
+	e := newEnv(t, envOptions{node: smallFragments})
+	gen := loadgen.Config{Seed: 24, MinDataBytes: 2000, MaxDataBytes: 8000}
+	opts := segments.Options{MaxSegmentBytes: 256 << 10}
+	lg := genLog(t, t.TempDir(), gen, loadgen.Limit{Bytes: 1 << 20}, opts)
+	if err := e.node.AddStream(actors.StreamSpec{ID: "wiped", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	forceTail(t, e, "wiped", lg.NextOffset())
+	before := e.objectKeys("wiped")
+	e.stopNode()
+
+	empty, err := segments.Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { empty.Close() })
+	e.startNode()
+	if err := e.node.AddStream(actors.StreamSpec{ID: "wiped", Log: empty, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the reader to resolve on the empty log", func() bool {
+		st, err := e.node.Status(context.Background(), "wiped")
+		return err == nil && st.Phase == "running"
+	})
+	other, err := loadgen.New(loadgen.Config{Seed: 97, MinDataBytes: 2000, MaxDataBytes: 8000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadgen.Write(context.Background(), empty, other, loadgen.Limit{Bytes: 256 << 10}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the stream to stall as diverged", func() bool {
+		st, err := e.node.Status(context.Background(), "wiped")
+		return err == nil && st.Phase == "diverged"
+	})
+	if after := e.objectKeys("wiped"); !sameKeys(before, after) {
+		t.Fatalf("the remote tier changed: %d objects before, %d after", len(before), len(after))
+	}
+}
