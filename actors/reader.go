@@ -74,7 +74,6 @@ type reader struct {
 	drainGen     uint64
 	persistDeps  persistDeps
 	broadcaster  *actor.PID  // nil without Config.Replicas
-	broadcasts   uint64      // requests sent to the broadcaster
 	shell        readerShell // owner id, tasks, held deadlines, drain restarts
 	resolveTries int
 	resolveErr   string
@@ -90,9 +89,6 @@ func (r *reader) Receive(c actor.Context) {
 		r.cancel()
 		r.timers.stopAll()
 		c.Send(r.n.governor, cancelOwner{Owner: r.shell.owner})
-		if r.broadcaster != nil {
-			c.Stop(r.broadcaster) // not waited for: a blocked sink holds only the broadcaster
-		}
 	case *actor.Stopped:
 		r.n.metrics.StreamsRunning.Add(-1)
 	case resolveRetryMsg:
@@ -203,8 +199,9 @@ func (r *reader) start(c actor.Context) {
 		store: r.n.store, meta: r.n.meta, keyPrefix: r.n.cfg.KeyPrefix, timeout: r.n.cfg.PersistTimeout,
 		log: r.log.With().Str("actor", "persist").Logger(), metrics: r.n.metrics, faults: r.n.cfg.faults,
 	}
-	if r.n.cfg.Replicas != nil {
-		r.broadcaster = spawnBroadcaster(c.ActorSystem().Root, r.n.cfg.Replicas, r.log.With().Str("actor", "broadcast").Logger(), r.n.metrics)
+	if sink := r.n.cfg.Replicas; sink != nil {
+		blog, metrics := r.log.With().Str("actor", "broadcast").Logger(), r.n.metrics
+		r.broadcaster = c.Spawn(actor.PropsFromProducer(func() actor.Actor { return newBroadcaster(sink, blog, metrics) }))
 	}
 	if inc > 1 {
 		r.log.Info().Uint64("incarnation", inc).Msg("reader restarted: resolving the manifest again")
@@ -359,13 +356,11 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.h.cache.Store(&Persisted{Manifest: e.Manifest, Revision: e.Revision})
 	case readercore.Broadcast:
 		if r.broadcaster != nil {
-			r.broadcasts++
-			c.Send(r.broadcaster, &broadcastEdits{N: r.broadcasts, Stream: stream, Edits: e})
+			c.Send(r.broadcaster, &broadcastEdits{Stream: stream, Edits: e})
 		}
 	case readercore.SyncReplica:
 		if r.broadcaster != nil {
-			r.broadcasts++
-			c.Send(r.broadcaster, &syncReplica{N: r.broadcasts, Stream: stream, Sync: e})
+			c.Send(r.broadcaster, &syncReplica{Stream: stream, Sync: e})
 		}
 	case readercore.EvaluateLocalRetention:
 		r.localRetention(e.PersistedNext)
