@@ -1,6 +1,7 @@
 // Package actors runs the upload path as protoactor-go actors: per node a governor, a reaper
 // and a supervisor per stream; per stream a replica reader (the shell around the pure
-// readercore) with a drain child, persist and group tasks. Node is the API a Go broker embeds.
+// readercore) with a drain, persist actors, a broadcast actor and tasks (resolution, group
+// upload, retention fetch) as children. Node is the API a Go broker embeds.
 package actors
 
 import (

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -24,9 +25,10 @@ type Persisted struct {
 }
 
 // streamHandle is the part of a stream that outlives its reader actor's restarts: the spec,
-// the await_offset waiters, the manifest cache, the highest manifest revision seen, the
-// incarnation count (which keeps the references of each incarnation's core apart) and why
-// the stream stopped for good.
+// the await_offset waiters, the replicas registered at run time, the manifest cache, the
+// highest manifest revision seen, the incarnation count (which keeps the references of each
+// incarnation's core apart), whether a missing anchor already made a reader reinitialize,
+// and why the stream stopped for good.
 type streamHandle struct {
 	spec       StreamSpec
 	supervisor *actor.PID
@@ -39,14 +41,21 @@ type streamHandle struct {
 	// persisted): above 0, the stream has persisted, so finding no record later means it was
 	// deleted, never that it is new.
 	seenRevision atomic.Int64
+	// anchorReinit is set once an incarnation reinitialized because its first persist found
+	// no anchor: later cores get readercore.Config.AnchorReinitialized, so that a recurrence
+	// is retried and reported instead of reinitializing again and again.
+	anchorReinit atomic.Bool
 
-	mu       sync.Mutex
-	nextID   readercore.WaiterID
-	waiters  map[readercore.WaiterID]waiterEntry
-	stopped  error  // set once the reader stopped: later waiters fail at once
-	reason   string // why the reader stopped for good (deleted, deposed); "" if it did not
-	reader   *actor.PID
-	stopOnce sync.Once
+	mu sync.Mutex
+	// registered are the replicas registered at run time (Node.ReplicaRegistered); every
+	// incarnation replays them with the spec's once it resolved.
+	registered map[string]bool
+	nextID     readercore.WaiterID
+	waiters    map[readercore.WaiterID]waiterEntry
+	stopped    error  // set once the reader stopped: later waiters fail at once
+	reason     string // why the reader stopped for good (deleted, deposed); "" if it did not
+	reader     *actor.PID
+	stopOnce   sync.Once
 }
 
 type waiterEntry struct {
@@ -139,6 +148,28 @@ func (h *streamHandle) noteRevision(rev int64) {
 			return
 		}
 	}
+}
+
+// addReplica remembers a replica registered at run time, for the next incarnations.
+func (h *streamHandle) addReplica(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.registered == nil {
+		h.registered = make(map[string]bool)
+	}
+	h.registered[name] = true
+}
+
+// replicas lists the stream's replicas, sorted: the spec's and those registered at run time.
+func (h *streamHandle) replicas() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := slices.Clone(h.spec.Replicas)
+	for name := range h.registered {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func (h *streamHandle) setReader(pid *actor.PID) {

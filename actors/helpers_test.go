@@ -249,21 +249,25 @@ type world struct {
 	t     *testing.T
 	meta  *metadata.Store
 	proxy *etcdtest.Proxy
+	etcd  *restartableEtcd // with etcdRestart
 	inj   *s3test.Injector
 	store *s3io.Store
 	s3cfg s3io.Config
 }
 
 type worldOptions struct {
-	etcdFaults bool // a partitionable proxy between the node and etcd
-	s3         func(*s3io.Config)
+	etcdFaults  bool // a partitionable proxy between the node and etcd
+	etcdRestart bool // an etcd the test stops and starts again (w.etcd)
+	s3          func(*s3io.Config)
 }
 
 func newWorld(t *testing.T, o worldOptions) *world {
 	t.Helper()
 	w := &world{t: t}
-	etcd := etcdtest.Start(t)
-	if o.etcdFaults {
+	if o.etcdRestart {
+		w.etcd = newRestartableEtcd(t)
+		w.meta = w.etcd.meta
+	} else if etcd := etcdtest.Start(t); o.etcdFaults {
 		w.proxy = etcdtest.NewProxy(t, etcd)
 		w.meta = metadata.NewStore(w.proxy.Client(t), "/test/"+t.Name())
 	} else {

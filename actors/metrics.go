@@ -44,7 +44,12 @@ type Metrics struct {
 	// TasksOverdue counts tasks whose result did not come by their deadline and a grace
 	// period: their owner went on with a failure instead.
 	TasksOverdue atomic.Int64
-	Reaper       ReaperStats
+	// BroadcastsDropped counts broadcasts and syncs a broadcast actor dropped: its queue was
+	// full behind a replica sink that did not keep up, or the sink panicked.
+	BroadcastsDropped atomic.Int64
+	// StrayMessages counts messages a reader had no case for (dropped, never fed to the core).
+	StrayMessages atomic.Int64
+	Reaper        ReaperStats
 
 	mu             sync.Mutex
 	persistLatency []time.Duration // recent successful persists, for p50/p99

@@ -287,7 +287,11 @@ func (n *Node) SetRetention(id string, p manifest.Policy) error {
 }
 
 // ReplicaRegistered tells the writer of stream that replica (re)started and needs a sync.
+// The stream keeps it: every later reader incarnation syncs it and broadcasts to it.
 func (n *Node) ReplicaRegistered(id, replica string, resync bool) error {
+	if replica == "" {
+		return fmt.Errorf("stream %s: replica registration without a replica name", id)
+	}
 	return n.sendReader(id, replicaMsg{Replica: replica, Resync: resync})
 }
 

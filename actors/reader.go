@@ -13,7 +13,6 @@ import (
 	"streamtier/actors/readercore"
 	"streamtier/fragment"
 	"streamtier/manifest"
-	"streamtier/metadata"
 	"streamtier/s3io"
 	"streamtier/segments"
 )
@@ -73,6 +72,8 @@ type reader struct {
 
 	drain        *actor.PID
 	drainGen     uint64
+	persistDeps  persistDeps
+	broadcaster  *actor.PID  // nil without Config.Replicas
 	shell        readerShell // owner id, tasks, held deadlines, drain restarts
 	resolveTries int
 	resolveErr   string
@@ -98,6 +99,10 @@ func (r *reader) Receive(c actor.Context) {
 		r.onChunks(c, m)
 	case taskDone, taskOverdue, transferAdmitted, governorRestarted, restartDrain:
 		r.onShellMsg(c, m)
+	case persistDone:
+		if r.shell.tasks.settle(&r.timers, m.ID) {
+			r.deliver(c, m)
+		}
 	case readercore.TransferResult:
 		r.shell.settled(m.Ref, m.Attempt)
 		if m.Outcome == readercore.SegmentGone {
@@ -106,6 +111,10 @@ func (r *reader) Receive(c actor.Context) {
 		r.step(c, m)
 	case readercore.PersistTimer:
 		delete(r.persistTimers, m.Ref)
+		r.step(c, m)
+	case readercore.RetryTimer:
+		r.step(c, m)
+	case readercore.TransferDeadline:
 		r.step(c, m)
 	case readercore.AwaitOffset:
 		if r.running && !r.waiters[m.Waiter] { // before resolution the handle has it
@@ -127,11 +136,7 @@ func (r *reader) Receive(c actor.Context) {
 	case setRetentionMsg:
 		r.step(c, readercore.RetentionPolicyChanged{Policy: m.Policy, Now: time.Now().UnixMilli()})
 	case replicaMsg:
-		if m.Resync {
-			r.step(c, readercore.ResyncRequested{Replica: m.Replica})
-		} else {
-			r.step(c, readercore.ReplicaRegistered{Replica: m.Replica})
-		}
+		r.onReplica(c, m)
 	case emptyLogCheckMsg:
 		r.checkEmptyLog(c, m)
 	case statusRequestMsg:
@@ -142,8 +147,33 @@ func (r *reader) Receive(c actor.Context) {
 			return
 		}
 		c.Respond(truncateResult{r.step(c, readercore.OperatorTruncate{})})
-	case readercore.Event: // results and timers go straight to the core
-		r.step(c, m)
+	case actor.SystemMessage, actor.AutoReceiveMessage: // a child's Terminated, and the like
+	default:
+		r.stray(m)
+	}
+}
+
+// stray logs and counts a message the reader has no case for, a core event among them (the
+// core is fed only the results and timers above): it is dropped.
+func (r *reader) stray(msg any) {
+	r.n.metrics.StrayMessages.Add(1)
+	r.log.Error().Str("message", fmt.Sprintf("%T", msg)).Msg("reader got a message it does not handle: dropped")
+}
+
+// onReplica registers a replica (or its resync request) with the core and remembers it in
+// the handle, so that every later incarnation syncs it too. Before the resolution only the
+// handle keeps it: onResolved replays every replica once the core runs.
+func (r *reader) onReplica(c actor.Context, m replicaMsg) {
+	if !r.running {
+		r.h.addReplica(m.Replica)
+		return
+	}
+	var ev readercore.Event = readercore.ReplicaRegistered{Replica: m.Replica}
+	if m.Resync {
+		ev = readercore.ResyncRequested{Replica: m.Replica}
+	}
+	if r.step(c, ev) == nil {
+		r.h.addReplica(m.Replica)
 	}
 }
 
@@ -155,6 +185,7 @@ func (r *reader) start(c actor.Context) {
 	inc := r.h.incarnations.Add(1)
 	cfg := r.n.cfg.coreConfig(r.h.spec)
 	cfg.RefBase = inc << 40
+	cfg.AnchorReinitialized = r.h.anchorReinit.Load()
 	core, err := readercore.New(cfg)
 	if err != nil { // validated in AddStream; a failure here is a bug
 		panic(fmt.Errorf("stream %s: %w", r.h.spec.ID, err))
@@ -166,91 +197,18 @@ func (r *reader) start(c actor.Context) {
 	r.drain = c.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		return &drain{log: log, logger: r.log, faults: r.n.cfg.faults}
 	}))
+	r.persistDeps = persistDeps{
+		store: r.n.store, meta: r.n.meta, keyPrefix: r.n.cfg.KeyPrefix, timeout: r.n.cfg.PersistTimeout,
+		log: r.log.With().Str("actor", "persist").Logger(), metrics: r.n.metrics, faults: r.n.cfg.faults,
+	}
+	if sink := r.n.cfg.Replicas; sink != nil {
+		blog, metrics := r.log.With().Str("actor", "broadcast").Logger(), r.n.metrics
+		r.broadcaster = c.Spawn(actor.PropsFromProducer(func() actor.Actor { return newBroadcaster(sink, blog, metrics) }))
+	}
 	if inc > 1 {
 		r.log.Info().Uint64("incarnation", inc).Msg("reader restarted: resolving the manifest again")
 	}
 	r.resolve(c)
-}
-
-// resolve reads the manifest record and the tombstone from etcd and the root the record
-// names from S3 (or the cache when its revision matches); see resolveManifest.
-func (r *reader) resolve(c actor.Context) {
-	stream := r.h.spec.ID
-	n, h := r.n, r.h
-	r.spawnTask(c, taskSpec{name: "resolution", timeout: n.cfg.ResolveTimeout,
-		run: func(ctx context.Context) any {
-			res, deleted, err := resolveManifest(ctx, n, h, stream)
-			lg := h.spec.Log
-			opened := readercore.LogOpened{First: lg.FirstOffset(), Next: lg.NextOffset(), Epoch: h.spec.Epoch}
-			if err == nil && deleted == "" {
-				res.Comparison, err = compareWithLocal(ctx, n, stream, h.spec.Epoch, lg, res.Manifest, opened.First, opened.Next)
-				if err != nil {
-					err = fmt.Errorf("resolve %s: %w", stream, err)
-				}
-			}
-			return &resolvedMsg{Resolved: res, Log: opened, Deleted: deleted, Err: err}
-		},
-		failed: func(reason string) any { return &resolvedMsg{Err: fmt.Errorf("resolve %s: %s", stream, reason)} },
-	})
-}
-
-// deletedHint ends the reason a deleted stream's reader gives: what its operator can do.
-const deletedHint = "remove it from the configuration or use a new stream id"
-
-// resolveManifest resolves the stream's persisted manifest. A stream that was deleted is
-// reported in deleted (the reason) and nothing is written: its tombstone says so, or it has
-// no record (or a lower revision) though this node saw it persisted. Only a stream with no
-// record, no tombstone and no memory of a persist is new: it is anchored, so that the
-// anchor precedes every object (Anchor refuses a stream deleted meanwhile).
-func resolveManifest(ctx context.Context, n *Node, h *streamHandle, stream string) (res readercore.Resolved, deleted string, err error) {
-	var de *metadata.DeletedError
-	rec, rev, found, err := n.meta.ReadForResolution(ctx, stream)
-	if errors.As(err, &de) {
-		return readercore.Resolved{}, fmt.Sprintf("%v; %s", de, deletedHint), nil
-	}
-	if err != nil {
-		return readercore.Resolved{}, "", fmt.Errorf("resolve %s: read manifest record: %w", stream, err)
-	}
-	seen := h.seenRevision.Load()
-	switch {
-	case !found && seen > 0:
-		return readercore.Resolved{}, fmt.Sprintf("stream %s has no manifest record though it persisted revision %d: it was deleted; %s", stream, seen, deletedHint), nil
-	case found && rev < seen:
-		return readercore.Resolved{}, fmt.Sprintf("stream %s's manifest record is at revision %d, below revision %d seen before: it was deleted and written again; %s", stream, rev, seen, deletedHint), nil
-	case !found:
-		if err := n.meta.Anchor(ctx, stream); errors.As(err, &de) {
-			return readercore.Resolved{}, fmt.Sprintf("%v; %s", de, deletedHint), nil
-		} else if err != nil {
-			return readercore.Resolved{}, "", fmt.Errorf("resolve %s: anchor: %w", stream, err)
-		}
-		return readercore.Resolved{Manifest: manifest.Empty()}, "", nil
-	}
-	h.noteRevision(rev)
-	m, err := fetchRoot(ctx, n, h, stream, rec, rev)
-	return m, "", err
-}
-
-// fetchRoot reads the root object a manifest record names (or takes the cache when its
-// revision matches) and checks it against the record.
-func fetchRoot(ctx context.Context, n *Node, h *streamHandle, stream string, rec metadata.ManifestRecord, rev int64) (readercore.Resolved, error) {
-	root := readercore.RootRef{Epoch: rec.Epoch, UID: rec.RootUID}
-	if p := h.cache.Load(); p != nil && p.Revision == rev {
-		return readercore.Resolved{Manifest: p.Manifest.Clone(), Revision: rev, Root: root}, nil
-	}
-	key := manifest.RootKey(n.cfg.KeyPrefix, stream, rec.Epoch, rec.RootUID)
-	body, err := n.store.GetObject(ctx, key)
-	if err != nil {
-		return readercore.Resolved{}, fmt.Errorf("resolve %s: get root %s: %w", stream, key, err)
-	}
-	m, err := manifest.DecodeRoot(body)
-	if err != nil {
-		return readercore.Resolved{}, fmt.Errorf("resolve %s: root %s: %w", stream, key, err)
-	}
-	if m.NextOffset != rec.NextOffset || m.FirstOffset != rec.FirstOffset || m.TotalSize != rec.TotalSize {
-		return readercore.Resolved{}, fmt.Errorf("resolve %s: root %s disagrees with its etcd record (next %d vs %d, first %d vs %d, size %d vs %d)",
-			stream, key, m.NextOffset, rec.NextOffset, m.FirstOffset, rec.FirstOffset, m.TotalSize, rec.TotalSize)
-	}
-	return readercore.Resolved{Manifest: m, Revision: rev, Root: root}, nil
 }
 
 func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
@@ -282,7 +240,7 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 		r.waiters[w.Waiter] = true
 		r.step(c, w)
 	}
-	for _, rep := range r.h.spec.Replicas {
+	for _, rep := range r.h.replicas() { // the spec's and those registered at run time
 		r.step(c, readercore.ReplicaRegistered{Replica: rep})
 	}
 	// Remote retention also runs now (max-age of an idle stream) and then periodically.
@@ -429,12 +387,12 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.h.noteRevision(e.Revision)
 		r.h.cache.Store(&Persisted{Manifest: e.Manifest, Revision: e.Revision})
 	case readercore.Broadcast:
-		if r.n.cfg.Replicas != nil {
-			r.n.cfg.Replicas.Broadcast(stream, e.To, e.Edits, e.Seq, e.Epoch)
+		if r.broadcaster != nil {
+			c.Send(r.broadcaster, &broadcastEdits{Stream: stream, Edits: e})
 		}
 	case readercore.SyncReplica:
-		if r.n.cfg.Replicas != nil {
-			r.n.cfg.Replicas.Sync(stream, e.Replica, e.Manifest, e.Revision, e.Epoch)
+		if r.broadcaster != nil {
+			c.Send(r.broadcaster, &syncReplica{Stream: stream, Sync: e})
 		}
 	case readercore.EvaluateLocalRetention:
 		r.localRetention(e.PersistedNext)
@@ -451,7 +409,10 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		}
 	case readercore.Reinitialize:
 		r.n.metrics.Reinitializations.Add(1)
-		r.log.Warn().Str("reason", e.Reason).Msg("another writer persisted: reinitializing")
+		if e.AnchorMissing {
+			r.h.anchorReinit.Store(true) // a recurrence is retried and reported, not reinitialized
+		}
+		r.log.Warn().Str("reason", e.Reason).Msg("reinitializing: resolving the manifest again")
 		panic(errReinitialize{reason: e.Reason})
 	case readercore.Stop:
 		r.log.Warn().Str("reason", e.Reason).Msg("reader stops for good: nothing more is written")
@@ -477,68 +438,17 @@ func (r *reader) submit(c actor.Context, ref readercore.Ref, attempt int, f *fra
 	c.Send(r.n.governor, sub)
 }
 
-// persist writes the root object under a fresh uid, then the conditional etcd record. A
-// persist that finds the stream's tombstone reports StreamDeleted instead of a result.
+// persist hands one persist attempt to a persist actor of its own (persist.go), tracked
+// like a task: its answer, or the failure its overdue timer gives, comes back once.
 func (r *reader) persist(c actor.Context, e readercore.StartPersist) {
-	n, stream := r.n, r.h.spec.ID
-	r.spawnTask(c, taskSpec{name: "persist", timeout: n.cfg.PersistTimeout,
-		run: func(ctx context.Context) any {
-			start := time.Now()
-			res, deleted := doPersist(ctx, n, stream, e)
-			res.Now = time.Now().UnixMilli()
-			n.metrics.observePersist(res.Outcome, time.Since(start))
-			if deleted != "" {
-				return readercore.StreamDeleted{Reason: deleted}
-			}
-			return res
-		},
-		failed: func(reason string) any {
-			n.metrics.observePersist(readercore.PersistFailed, 0)
-			return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFailed, Now: time.Now().UnixMilli(),
-				Reason: fmt.Sprintf("persist %s: %s", stream, reason)}
-		},
+	stream, metrics := r.h.spec.ID, r.n.metrics
+	id := r.shell.tasks.track(c, &r.timers, "persist", r.persistDeps.timeout, func(reason string) any {
+		metrics.observePersist(readercore.PersistFailed, 0)
+		return persistDone{Result: persistFailure(stream, e.Ref, reason)}
 	})
-}
-
-// doPersist runs one persist attempt; deleted is set (the reason) when the stream has a
-// tombstone, and res is then a not-found for the metrics.
-func doPersist(ctx context.Context, n *Node, stream string, e readercore.StartPersist) (res readercore.PersistResult, deleted string) {
-	uid := rand.Uint64()
-	key := manifest.RootKey(n.cfg.KeyPrefix, stream, e.Epoch, uid)
-	failed := func(err error) (readercore.PersistResult, string) {
-		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFailed, Reason: err.Error()}, ""
-	}
-	if err := n.store.PutObject(ctx, key, manifest.EncodeRoot(e.Root)); err != nil {
-		return failed(fmt.Errorf("persist %s: put root %s: %w", stream, key, err))
-	}
-	rec := metadata.ManifestRecord{
-		Epoch: e.Epoch, RootUID: uid, FirstOffset: e.Root.FirstOffset, NextOffset: e.Root.NextOffset,
-		TotalSize: e.Root.TotalSize, FirstTimestamp: e.Root.FirstTimestamp,
-	}
-	mr, err := n.meta.Persist(ctx, stream, e.Epoch, e.ExpectedRevision, rec)
-	if err != nil {
-		return failed(fmt.Errorf("persist %s: etcd: %w", stream, err))
-	}
-	switch mr.Outcome {
-	case metadata.PersistOK:
-		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistOK, Revision: mr.Revision, RootUID: uid}, ""
-	case metadata.PersistConflict:
-		reason := fmt.Sprintf("revision %d at epoch %d is stored, expected %d at epoch %d", mr.Revision, mr.StoredEpoch, e.ExpectedRevision, e.Epoch)
-		if mr.StoredEpoch > e.Epoch {
-			// A higher epoch persisted: deposed, not outrun. Reinitializing would meet the
-			// same fence at every persist.
-			return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFenced, StoredEpoch: mr.StoredEpoch, Reason: reason}, ""
-		}
-		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistConflict, Reason: reason}, ""
-	case metadata.PersistDeleted:
-		why := fmt.Sprintf("stream %s was deleted (its tombstone does not decode)", stream)
-		if mr.Tombstone != nil {
-			why = (&metadata.DeletedError{Tombstone: *mr.Tombstone}).Error()
-		}
-		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistNotFound, Reason: why}, why + "; " + deletedHint
-	default:
-		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistNotFound, Reason: "stream records deleted"}, ""
-	}
+	ctx, deps := r.ctx, r.persistDeps
+	pid := c.Spawn(actor.PropsFromProducer(func() actor.Actor { return newPersister(ctx, deps) }))
+	c.Send(pid, &persistRequest{ID: id, Stream: stream, Persist: e, ReplyTo: c.Self()})
 }
 
 func (r *reader) uploadGroup(c actor.Context, e readercore.UploadGroup) {

@@ -109,15 +109,25 @@ func (r *reader) onShellMsg(c actor.Context, msg any) {
 	}
 }
 
-// deliver hands a task's result to where it belongs: the resolution or the core.
+// deliver hands the result of a task or a persist actor (or the failure it was turned
+// into) to where it belongs: the resolution or the core. Only the result types of the
+// reader's own operations are fed to the core; anything else is a stray.
 func (r *reader) deliver(c actor.Context, res any) {
 	switch m := res.(type) {
 	case *resolvedMsg:
 		r.onResolved(c, m)
-	case readercore.Event:
+	case persistDone:
+		r.step(c, m.event())
+	case readercore.GroupUploadResult:
+		r.step(c, m)
+	case readercore.RetentionGroupFetched:
+		r.step(c, m)
+	case readercore.RetentionGroupFailed:
+		r.step(c, m)
+	case readercore.RetentionTimeout:
 		r.step(c, m)
 	default:
-		r.log.Error().Str("result", fmt.Sprintf("%T", res)).Msg("task result of no known kind dropped")
+		r.stray(res)
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// taskSpec is one blocking operation (a persist, a group upload, a retention fetch, a
-// resolution) run as a task: run does it within timeout; failed builds the failure result
+// taskSpec is one blocking operation (a group upload, a retention fetch, a resolution) run
+// as a task (a persist has its own actor kind, persist.go): run does it within timeout; failed builds the failure result
 // its owner's core expects, used when the operation panics, returns nothing, or its result
 // never arrives.
 type taskSpec struct {
@@ -79,8 +79,9 @@ func (t *task) execute() (res any) {
 	return res
 }
 
-// taskSet is one owner incarnation's tasks in flight. Each delivers exactly one result to
-// the owner: its own, or, when it is overdue, its failure (a late result is then dropped).
+// taskSet is one owner incarnation's operations in flight: its tasks and its persist
+// actors. Each delivers exactly one result to the owner: its own, or, when it is overdue,
+// its failure (a late result is then dropped).
 type taskSet struct {
 	log     zerolog.Logger
 	metrics *Metrics
@@ -91,43 +92,61 @@ type taskSet struct {
 }
 
 type liveTask struct {
-	spec  taskSpec
-	timer uint64
+	name    string
+	timeout time.Duration
+	failed  func(reason string) any
+	timer   uint64
 }
 
-// spawn starts spec as a child of the actor behind c, with the owner's context ctx, and
-// arms its overdue timer on tm.
-func (s *taskSet) spawn(c actor.Context, ctx context.Context, tm *timers, spec taskSpec) {
+// track registers an operation that a child of the actor behind c runs within timeout, and
+// arms its overdue timer on tm; failed builds the failure delivered when its result does
+// not come. It returns the operation's id, which its result must carry.
+func (s *taskSet) track(c actor.Context, tm *timers, name string, timeout time.Duration, failed func(reason string) any) uint64 {
 	if s.live == nil {
 		s.live = make(map[uint64]liveTask)
 	}
 	s.next++
 	id := s.next
-	timer := tm.after(c.ActorSystem().Root, c.Self(), spec.timeout+taskGrace(spec.timeout), taskOverdue{id: id})
-	s.live[id] = liveTask{spec: spec, timer: timer}
+	timer := tm.after(c.ActorSystem().Root, c.Self(), timeout+taskGrace(timeout), taskOverdue{id: id})
+	s.live[id] = liveTask{name: name, timeout: timeout, failed: failed, timer: timer}
+	return id
+}
+
+// spawn starts spec as a child task of the actor behind c, with the owner's context ctx,
+// tracked on tm.
+func (s *taskSet) spawn(c actor.Context, ctx context.Context, tm *timers, spec taskSpec) {
+	id := s.track(c, tm, spec.name, spec.timeout, spec.failed)
 	t := &task{id: id, ctx: ctx, spec: spec, log: s.log, metrics: s.metrics, faults: s.faults}
 	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return t }))
 }
 
+// settle reports whether the operation id is still waited for, and stops waiting for it.
+func (s *taskSet) settle(tm *timers, id uint64) bool {
+	lt, ok := s.live[id]
+	if !ok {
+		return false
+	}
+	delete(s.live, id)
+	tm.cancel(lt.timer)
+	return true
+}
+
 // done returns the result to deliver for m, if its task is still waited for.
 func (s *taskSet) done(tm *timers, m taskDone) (any, bool) {
-	lt, ok := s.live[m.id]
-	if !ok {
+	if !s.settle(tm, m.id) {
 		return nil, false
 	}
-	delete(s.live, m.id)
-	tm.cancel(lt.timer)
 	return m.result, true
 }
 
-// overdue returns the failure to deliver for an overdue task, and its name, if it is still
-// waited for.
+// overdue returns the failure to deliver for an overdue operation, and its name, if it is
+// still waited for.
 func (s *taskSet) overdue(m taskOverdue) (any, string, bool) {
 	lt, ok := s.live[m.id]
 	if !ok {
 		return nil, "", false
 	}
 	delete(s.live, m.id)
-	reason := fmt.Sprintf("%s task gave no result within %s", lt.spec.name, lt.spec.timeout+taskGrace(lt.spec.timeout))
-	return lt.spec.failed(reason), lt.spec.name, true
+	reason := fmt.Sprintf("%s task gave no result within %s", lt.name, lt.timeout+taskGrace(lt.timeout))
+	return lt.failed(reason), lt.name, true
 }

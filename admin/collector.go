@@ -34,7 +34,7 @@ var (
 	descUploadedBytes  = desc("uploaded_bytes_total", "Chunk bytes uploaded in fragment objects.")
 	descTransferErrors = desc("transfer_errors_total", "Failed fragment uploads by error class.", "class")
 	descPersists       = desc("persists_total", "Persist attempts by outcome (ok, conflict, not_found, failure).", "outcome")
-	descEvents         = desc("events_total", "Noteworthy pipeline events by kind (resolve_failure, reset, reinitialization, reader_crash, core_error, stall, remote_retention_run, local_segment_deleted, actor_restart, task_panic, task_overdue).", "event")
+	descEvents         = desc("events_total", "Noteworthy pipeline events by kind (resolve_failure, reset, reinitialization, reader_crash, core_error, stall, remote_retention_run, local_segment_deleted, actor_restart, task_panic, task_overdue, broadcast_dropped, stray_message).", "event")
 	descGapOffsets     = desc("gap_offsets_total", "Offsets given up because the local log dropped them before upload.")
 	descReaper         = desc("reaper_total", "Reaper work by kind (deleted, failed, retries, group_gets).", "kind")
 	descStreams        = desc("streams_running", "Streams whose replica reader runs.")
@@ -99,6 +99,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		{"core_error", m.CoreErrors.Load()}, {"stall", m.Stalls.Load()},
 		{"remote_retention_run", m.RemoteRetentionRuns.Load()}, {"local_segment_deleted", m.LocalSegmentsDeleted.Load()},
 		{"actor_restart", m.ActorRestarts.Load()}, {"task_panic", m.TaskPanics.Load()}, {"task_overdue", m.TasksOverdue.Load()},
+		{"broadcast_dropped", m.BroadcastsDropped.Load()}, {"stray_message", m.StrayMessages.Load()},
 	} {
 		counter(descEvents, float64(e.v), e.name)
 	}

@@ -47,6 +47,12 @@ type Config struct {
 	// a supervisor restart) passes a base above every reference the previous core handed
 	// out, so that results addressed to the old core can never match the new one.
 	RefBase uint64
+
+	// AnchorReinitialized says an earlier core of this stream already reinitialized because
+	// its first persist found no anchor (Reinitialize.AnchorMissing): when that recurs, the
+	// persist is retried each PersistInterval and reported in status instead. A core that
+	// reinitializes itself for it sets it in its own copy.
+	AnchorReinitialized bool
 }
 
 // withDefaults fills zero fields with the spec's defaults.

@@ -335,8 +335,8 @@ func (c *Core) dropAll() {
 // reinitialize answers a conflict: another writer persisted, so everything this core holds
 // is stale. The shell resolves again and feeds Resolved and LogOpened; waiters and
 // registered replicas carry over.
-func (c *Core) reinitialize(reason string) {
-	c.emit(Reinitialize{Reason: reason})
+func (c *Core) reinitialize(e Reinitialize) {
+	c.emit(e)
 	want := c.retentionWant // a requested evaluation is not lost: it runs after resolution
 	c.dropAll()
 	c.retentionWant = want

@@ -264,9 +264,15 @@ type ReplyWaiters struct {
 	Reason  string
 }
 
-// Reinitialize tells the shell another writer persisted: drop everything in flight,
-// resolve the manifest again and feed Resolved and LogOpened.
-type Reinitialize struct{ Reason string }
+// Reinitialize tells the shell another writer persisted (or the stream's anchor is
+// missing): drop everything in flight, resolve the manifest again and feed Resolved and
+// LogOpened. AnchorMissing says it answers a not-found at revision 0: a core that replaces
+// this one is built with Config.AnchorReinitialized, so that a recurrence is retried and
+// reported rather than reinitialized again.
+type Reinitialize struct {
+	Reason        string
+	AnchorMissing bool
+}
 
 // Stop tells the shell the stream is gone: shut the reader down and write nothing more.
 type Stop struct{ Reason string }
@@ -417,7 +423,12 @@ func (e ReplyWaiters) String() string {
 	return fmt.Sprintf("reply-waiters failed [%s] reason=%q", strings.Join(ids, " "), e.Reason)
 }
 
-func (e Reinitialize) String() string { return fmt.Sprintf("reinitialize reason=%q", e.Reason) }
+func (e Reinitialize) String() string {
+	if e.AnchorMissing {
+		return fmt.Sprintf("reinitialize reason=%q anchor-missing", e.Reason)
+	}
+	return fmt.Sprintf("reinitialize reason=%q", e.Reason)
+}
 
 func (e Stop) String() string { return fmt.Sprintf("stop reason=%q", e.Reason) }
 

@@ -95,7 +95,7 @@ func (c *Core) onPersistResult(e PersistResult) error {
 	case PersistConflict:
 		c.inflight = nil
 		c.stats.PersistFailures++
-		c.reinitialize(fmt.Sprintf("persist conflict at revision %d: another writer persisted", op.expected))
+		c.reinitialize(Reinitialize{Reason: fmt.Sprintf("persist conflict at revision %d: another writer persisted", op.expected)})
 	case PersistNotFound:
 		c.inflight = nil
 		c.stats.PersistFailures++
@@ -103,9 +103,7 @@ func (c *Core) onPersistResult(e PersistResult) error {
 			c.stop(fmt.Sprintf("manifest record not found after revision %d: the stream was deleted", op.expected))
 			return nil
 		}
-		// Revision 0 expects to create the record, so not-found tells nothing about a
-		// deletion: nothing was ever persisted by anyone. Retry like any other failure.
-		c.persistFailed(fmt.Sprintf("not found on the first persist: %s", e.Reason))
+		c.notFoundAtZero(e.Reason)
 	case PersistFailed:
 		c.inflight = nil
 		c.stats.PersistFailures++
@@ -118,6 +116,23 @@ func (c *Core) onPersistResult(e PersistResult) error {
 		c.stop(fmt.Sprintf("deposed by epoch %d (this writer is at epoch %d)", e.StoredEpoch, c.epoch))
 	}
 	return nil
+}
+
+// notFoundAtZero answers a not-found on a persist that creates the record (revision 0):
+// the stream's anchor is missing (never written, or removed without a tombstone). Nothing
+// was ever persisted, so this is no deletion. A resolution writes the anchor, so the first
+// time the core reinitializes; when it recurs (Config.AnchorReinitialized: this core, or
+// the one before it, already did), an immediate retry would only meet the same missing
+// anchor: the persist is retried each persist interval, and status says why.
+func (c *Core) notFoundAtZero(reason string) {
+	if !c.cfg.AnchorReinitialized {
+		c.cfg.AnchorReinitialized = true // kept by a reinitialize of this very core
+		c.reinitialize(Reinitialize{Reason: "persist found no anchor at revision 0: resolving again writes it", AnchorMissing: true})
+		return
+	}
+	c.persistFailures = max(c.persistFailures, 1) // straight to the timer
+	c.persistFailed(fmt.Sprintf("the manifest record cannot be created: the anchor is still missing after a new resolution (not found at revision 0: %s); retrying every %s",
+		reason, c.cfg.PersistInterval))
 }
 
 // persistFailed retries the persist: at once after the first failure, then each time the

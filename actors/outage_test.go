@@ -1,0 +1,184 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"streamtier/actors/readercore"
+	"streamtier/metadata"
+	"streamtier/metadata/etcdtest"
+	"streamtier/segments"
+	"streamtier/segments/loadgen"
+	"streamtier/verify"
+)
+
+// restartableEtcd is an embedded etcd that a test stops and starts again on the same data
+// directory and ports, with a store on a client of its own that outlives the restarts (as a
+// node's would).
+type restartableEtcd struct {
+	t      *testing.T
+	cfg    metadata.EmbeddedConfig
+	member *metadata.Embedded // nil while stopped
+	meta   *metadata.Store
+}
+
+func newRestartableEtcd(t *testing.T) *restartableEtcd {
+	t.Helper()
+	e := &restartableEtcd{t: t, cfg: etcdtest.Config(t)}
+	t.Cleanup(e.stop) // registered first: runs after the client below is closed
+	e.start()
+	e.cfg = e.member.Config() // its ports, to restart on
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cli, err := metadata.NewClient(ctx, metadata.ClientConfig{Endpoints: e.member.Endpoints(), DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	e.meta = metadata.NewStore(cli, "/test/"+t.Name())
+	return e
+}
+
+// start starts the member (again).
+func (e *restartableEtcd) start() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := metadata.StartEmbeddedConfig(ctx, e.cfg)
+	if err != nil {
+		e.t.Fatalf("start etcd: %v", err)
+	}
+	e.member = m
+}
+
+// stop closes the member; its data directory stays.
+func (e *restartableEtcd) stop() {
+	if e.member == nil {
+		return
+	}
+	if err := e.member.Close(); err != nil {
+		e.t.Errorf("stop etcd: %v", err)
+	}
+	e.member = nil
+}
+
+// steadyWriter appends two chunks to a log every 50 ms until stopped.
+type steadyWriter struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	err    error
+}
+
+func startSteadyWriter(t *testing.T, lg *segments.Log, seed uint64) *steadyWriter {
+	t.Helper()
+	g, err := loadgen.New(loadgen.Config{Seed: seed, MinDataBytes: 1000, MaxDataBytes: 3000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sw := &steadyWriter{cancel: cancel}
+	sw.wg.Add(1)
+	go func() {
+		defer sw.wg.Done()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if _, err := loadgen.Write(ctx, lg, g, loadgen.Limit{Chunks: 2}, loadgen.WriteOptions{Commit: true}); err != nil && ctx.Err() == nil {
+				sw.err = err
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { sw.stop(t) })
+	return sw
+}
+
+func (sw *steadyWriter) stop(t *testing.T) {
+	t.Helper()
+	sw.once.Do(func() {
+		sw.cancel()
+		sw.wg.Wait()
+		if sw.err != nil {
+			t.Errorf("writer: %v", sw.err)
+		}
+	})
+}
+
+// TestEtcdOutageMidRun: while a writer appends at a steady rate, etcd is stopped (the
+// embedded server closed) and started again on the same data directory and ports. The
+// outage lasts 8 s rather than 30: with a 1 s persist timeout it crosses the deadline
+// several times, and the client's reconnect backoff is capped at 2 s, so a longer outage
+// shows nothing more. Persist failures are counted and shown in status while it lasts,
+// the stream resumes by itself within seconds of etcd's return, and nothing is lost: every
+// offset is durable at the end and the remote tier matches the local log chunk for chunk.
+func TestEtcdOutageMidRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an 8 s etcd outage")
+	}
+	const outage = 8 * time.Second
+	w := newWorld(t, worldOptions{etcdRestart: true})
+	log, _ := testLogger(t)
+	n := w.startNode(Config{Logger: log, PersistTimeout: time.Second, LocalHotWindowBytes: 1 << 40, // keep the log to compare with
+		Stream: readercore.Config{FragmentTargetSize: 32 << 10, PersistThreshold: 2, PersistInterval: 200 * time.Millisecond}})
+	lg := openLog(t, segments.Options{MaxSegmentBytes: 256 << 10})
+	if err := n.AddStream(StreamSpec{ID: "eo", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	writer := startSteadyWriter(t, lg, 30)
+	time.Sleep(time.Second)
+	persisted(t, n, "eo", lg.CommittedNext(), 20*time.Second)
+
+	m := n.Metrics()
+	failures := m.PersistFailures.Load()
+	w.etcd.stop()
+	down := time.Now()
+	until(t, outage, "persist failures counted and in status", func() (bool, string) {
+		st := status(t, n, "eo")
+		return m.PersistFailures.Load() >= failures+3 && st.Core.LastPersistError != "" && st.Core.Counters.PersistFailures >= 3,
+			fmt.Sprintf("%d failures; %q", m.PersistFailures.Load()-failures, st.Core.LastPersistError)
+	})
+	time.Sleep(time.Until(down.Add(outage)))
+	st := status(t, n, "eo")
+	t.Logf("after %v without etcd: %d persist failures, last %q, %d unpersisted edits, phase %s",
+		outage, m.PersistFailures.Load()-failures, st.Core.LastPersistError, st.Core.UnpersistedEdits, st.Phase)
+	if st.Phase != "running" || st.Core.UnpersistedEdits == 0 {
+		t.Fatalf("during the outage: phase %s, %d unpersisted edits", st.Phase, st.Core.UnpersistedEdits)
+	}
+
+	persists := m.Persists.Load()
+	w.etcd.start()
+	back := time.Now()
+	until(t, 10*time.Second, "a persist after etcd's return", func() (bool, string) {
+		return m.Persists.Load() > persists, status(t, n, "eo").Core.LastPersistError
+	})
+	t.Logf("first persist %v after etcd's return", time.Since(back).Round(time.Millisecond))
+	persisted(t, n, "eo", lg.CommittedNext(), 20*time.Second) // the writer still appends
+	writer.stop(t)
+	persisted(t, n, "eo", lg.NextOffset(), 20*time.Second)
+
+	st = status(t, n, "eo")
+	if st.Core.LastPersistError != "" || st.Phase != "running" || m.CoreErrors.Load() != 0 {
+		t.Fatalf("after the outage: phase %s, last error %q, %d core errors", st.Phase, st.Core.LastPersistError, m.CoreErrors.Load())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := verify.Stream(ctx, verify.Options{Store: w.store, Meta: w.meta, Stream: "eo", LogDir: lg.Dir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.FirstOffset != lg.FirstOffset() || rep.NextOffset != lg.NextOffset() || rep.Gaps != 0 ||
+		rep.LocalAbsent != 0 || rep.LocalCompared != rep.Chunks || rep.Chunks == 0 {
+		t.Fatalf("remote tier against the log [%d,%d): %+v", lg.FirstOffset(), lg.NextOffset(), rep)
+	}
+	t.Logf("verified [%d,%d): %d fragments, %d chunks compared with the log; %d reinitializations", rep.FirstOffset, rep.NextOffset,
+		rep.Fragments, rep.LocalCompared, m.Reinitializations.Load())
+}

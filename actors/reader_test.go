@@ -1,0 +1,221 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"streamtier/actors/readercore"
+	"streamtier/manifest"
+	"streamtier/s3io/s3test"
+	"streamtier/segments"
+	"streamtier/segments/loadgen"
+)
+
+// readerStream starts a node on w with small fragments and quick persists, adds stream on a
+// fresh log holding some data, and waits until all of it is persisted.
+func readerStream(t *testing.T, w *world, cfg Config, stream string) (*Node, *segments.Log) {
+	t.Helper()
+	if cfg.Stream.FragmentTargetSize == 0 {
+		cfg.Stream = readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond}
+	}
+	n := w.startNode(cfg)
+	lg := openLog(t, segments.Options{})
+	writeLog(t, lg, 7, loadgen.Limit{Bytes: 48 << 10})
+	if err := n.AddStream(StreamSpec{ID: stream, Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n, stream, lg.NextOffset(), 30*time.Second)
+	return n, lg
+}
+
+func status(t *testing.T, n *Node, stream string) StreamStatus {
+	t.Helper()
+	st, err := n.Status(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestReaderPersistFailureRetriedAndReported: every root PUT is refused (403): the
+// persists fail, are counted and shown in status, and are retried at the persist interval
+// (once at once, then on the timer: no spin); once S3 accepts roots again the stream
+// persists by itself.
+func TestReaderPersistFailureRetriedAndReported(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	log, _ := testLogger(t)
+	n, lg := readerStream(t, w, Config{Logger: log}, "pf")
+	w.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `/meta/root-`, Fault: s3test.FaultForbidden})
+	failures := n.Metrics().PersistFailures.Load()
+	writeLog(t, lg, 8, loadgen.Limit{Bytes: 48 << 10})
+	_ = n.ForceCut("pf")
+	until(t, 10*time.Second, "persist failures in status", func() (bool, string) {
+		st := status(t, n, "pf")
+		return n.Metrics().PersistFailures.Load() >= failures+3 && strings.Contains(st.Core.LastPersistError, "put root"), st.Core.LastPersistError
+	})
+	hits := w.inj.Hits()
+	time.Sleep(time.Second)
+	if d := w.inj.Hits() - hits; d < 5 || d > 14 { // the persist interval is 100 ms
+		t.Fatalf("%d refused root PUTs in a second, want about 10", d)
+	}
+	if st := status(t, n, "pf"); st.Core.PersistState != "backoff" && st.Core.PersistState != "in-flight" {
+		t.Fatalf("persist state %q while failing", st.Core.PersistState)
+	}
+	w.inj.Clear()
+	persisted(t, n, "pf", lg.NextOffset(), 10*time.Second)
+	if st := status(t, n, "pf"); st.Core.LastPersistError != "" || n.Metrics().Reinitializations.Load() != 0 {
+		t.Fatalf("after recovery: last error %q, %d reinitializations", st.Core.LastPersistError, n.Metrics().Reinitializations.Load())
+	}
+}
+
+// TestReaderConflictReinitializes: another writer at the same epoch persists behind the
+// reader's back; the reader's next persist conflicts, it reinitializes (a supervised
+// restart, not a crash), resolves the other writer's record and goes on tiering.
+func TestReaderConflictReinitializes(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	log, _ := testLogger(t)
+	n, lg := readerStream(t, w, Config{Logger: log}, "cf")
+	rec, rev, _, err := w.meta.ReadManifest(context.Background(), "cf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := otherWriter(t, w.meta, "cf", 1, rev, rec) // the same root, one revision up
+	writeLog(t, lg, 9, loadgen.Limit{Bytes: 48 << 10})
+	persisted(t, n, "cf", lg.NextOffset(), 30*time.Second)
+	h, _ := n.handle("cf")
+	m := n.Metrics()
+	if m.Reinitializations.Load() != 1 || h.restarts.Load() != 1 || h.incarnations.Load() != 2 || m.ReaderCrashes.Load() != 0 {
+		t.Fatalf("%d reinitializations, %d restarts, %d incarnations, %d crashes", m.Reinitializations.Load(), h.restarts.Load(), h.incarnations.Load(), m.ReaderCrashes.Load())
+	}
+	if st := status(t, n, "cf"); st.Core.Revision <= other || st.Phase != "running" {
+		t.Fatalf("after the conflict: phase %s at revision %d, the other writer's was %d", st.Phase, st.Core.Revision, other)
+	}
+}
+
+// TestReaderNotFoundStops: the stream's records vanish (no tombstone) after it persisted;
+// its next persist finds no record: the reader stops for good, says why, fails its
+// waiters and writes nothing more.
+func TestReaderNotFoundStops(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	log, _ := testLogger(t)
+	n, lg := readerStream(t, w, Config{Logger: log}, "nf")
+	ctx := context.Background()
+	streamKeys := manifest.EtcdStreamPrefix(w.meta.Prefix(), "nf")
+	if _, err := w.meta.Client().Delete(ctx, streamKeys, clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	writeLog(t, lg, 10, loadgen.Limit{Bytes: 48 << 10})
+	_ = n.ForceCut("nf")
+	until(t, 10*time.Second, "the reader stopped", func() (bool, string) {
+		st := status(t, n, "nf")
+		return st.Phase == "stopped", st.Phase
+	})
+	if st := status(t, n, "nf"); !strings.Contains(st.StopReason, "manifest record not found after revision") {
+		t.Fatalf("stop reason %q", st.StopReason)
+	}
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := n.AwaitOffset(actx, "nf", lg.NextOffset()-1); !errors.Is(err, ErrStreamStopped) {
+		t.Fatalf("await after the stop: %v", err)
+	}
+	resp, err := w.meta.Client().Get(ctx, streamKeys, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("records written after the stop: %d (%v)", resp.Count, err)
+	}
+	if n.Metrics().Reinitializations.Load() != 0 || n.Metrics().PersistNotFound.Load() != 1 {
+		t.Fatalf("%d reinitializations, %d not-found", n.Metrics().Reinitializations.Load(), n.Metrics().PersistNotFound.Load())
+	}
+}
+
+// TestReaderMissingAnchorReinitializesOnce: the stream's anchor is removed (no tombstone)
+// before every persist of a stream that never persisted. The first not-found makes the
+// reader reinitialize, and its resolution writes the anchor again; when the anchor is
+// missing again, the new incarnation does not reinitialize a second time: it retries at the
+// persist interval (no spin) and status says the anchor is missing. Once the anchor stays,
+// the stream persists by itself.
+func TestReaderMissingAnchorReinitializesOnce(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	log, _ := testLogger(t)
+	var removing atomic.Bool
+	removing.Store(true)
+	anchor := manifest.EtcdAnchorKey(w.meta.Prefix(), "na")
+	faults := &faultHooks{task: func(name string) {
+		if name == "persist" && removing.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := w.meta.Client().Delete(ctx, anchor); err != nil {
+				panic(err)
+			}
+		}
+	}}
+	n := w.startNode(Config{Logger: log, faults: faults,
+		Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 200 * time.Millisecond}})
+	lg := openLog(t, segments.Options{})
+	writeLog(t, lg, 11, loadgen.Limit{Bytes: 48 << 10})
+	if err := n.AddStream(StreamSpec{ID: "na", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 20*time.Second, "status says the anchor is missing", func() (bool, string) {
+		st := status(t, n, "na")
+		return strings.Contains(st.Core.LastPersistError, "anchor is still missing"), st.Phase + " " + st.Core.LastPersistError
+	})
+	h, _ := n.handle("na")
+	m := n.Metrics()
+	notFound := m.PersistNotFound.Load()
+	time.Sleep(2 * time.Second)
+	if d := m.PersistNotFound.Load() - notFound; d < 5 || d > 13 { // every 200 ms
+		t.Fatalf("%d persists in 2 s while the anchor is missing, want about 10", d)
+	}
+	if m.Reinitializations.Load() != 1 || h.incarnations.Load() != 2 || !h.anchorReinit.Load() {
+		t.Fatalf("%d reinitializations, %d incarnations", m.Reinitializations.Load(), h.incarnations.Load())
+	}
+	removing.Store(false)
+	if err := w.meta.Anchor(context.Background(), "na"); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n, "na", lg.NextOffset(), 10*time.Second)
+	if st := status(t, n, "na"); st.Core.LastPersistError != "" || m.Reinitializations.Load() != 1 {
+		t.Fatalf("after the anchor came back: %q, %d reinitializations", st.Core.LastPersistError, m.Reinitializations.Load())
+	}
+}
+
+// TestReaderStrayMessagesNotFed: core events the reader does not expect from outside (a
+// drained chunk, a persist result, a group result, an end of stream) and foreign values
+// are logged, counted and dropped, never fed to the core; the stream goes on.
+func TestReaderStrayMessagesNotFed(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	log, logs := testLogger(t)
+	n, lg := readerStream(t, w, Config{Logger: log}, "st")
+	h, _ := n.handle("st")
+	before := status(t, n, "st").Core.Counters
+	strays := []any{
+		readercore.ChunkDrained{}, // out of sequence: the core would refuse it
+		readercore.PersistResult{Ref: 1 << 50, Outcome: readercore.PersistOK, Revision: 99},
+		readercore.GroupUploadResult{Ref: 1 << 50},
+		readercore.EndOfStream{},
+		"hello",
+	}
+	for _, m := range strays {
+		n.root.Send(h.readerPID(), m)
+	}
+	until(t, 5*time.Second, "strays counted", func() (bool, string) {
+		got := n.Metrics().StrayMessages.Load()
+		return got == int64(len(strays)), fmt.Sprint(got)
+	})
+	writeLog(t, lg, 12, loadgen.Limit{Bytes: 48 << 10})
+	persisted(t, n, "st", lg.NextOffset(), 20*time.Second)
+	after := status(t, n, "st").Core.Counters
+	if n.Metrics().CoreErrors.Load() != 0 || after.IgnoredResults != before.IgnoredResults {
+		t.Fatalf("strays reached the core: %d core errors, ignored results %d -> %d", n.Metrics().CoreErrors.Load(), before.IgnoredResults, after.IgnoredResults)
+	}
+	if got := logs.count("reader got a message it does not handle"); got != len(strays) {
+		t.Fatalf("%d strays logged, want %d", got, len(strays))
+	}
+}
