@@ -108,13 +108,25 @@ func genLog(t testing.TB, dir string, cfg loadgen.Config, limit loadgen.Limit, o
 func (e *env) remote(stream string) (manifest.Manifest, metadata.ManifestRecord, int64) {
 	e.t.Helper()
 	ctx := context.Background()
-	rec, rev, found, err := e.meta.ReadManifest(ctx, stream)
-	if err != nil || !found {
-		e.t.Fatalf("read manifest record of %s: found=%t err=%v", stream, found, err)
-	}
-	body, err := e.store.GetObject(ctx, manifest.RootKey(prefix(e.cfg), stream, rec.Epoch, rec.RootUID))
-	if err != nil {
-		e.t.Fatalf("get root of %s: %v", stream, err)
+	var rec metadata.ManifestRecord
+	var rev int64
+	var body []byte
+	for attempt := 1; ; attempt++ {
+		var found bool
+		var err error
+		rec, rev, found, err = e.meta.ReadManifest(ctx, stream)
+		if err != nil || !found {
+			e.t.Fatalf("read manifest record of %s: found=%t err=%v", stream, found, err)
+		}
+		body, err = e.store.GetObject(ctx, manifest.RootKey(prefix(e.cfg), stream, rec.Epoch, rec.RootUID))
+		if err == nil {
+			break
+		}
+		// A writer persisting meanwhile replaces the root and the reaper deletes the old
+		// one: read the record again; a missing root the record still names is a failure.
+		if _, now, _, rerr := e.meta.ReadManifest(ctx, stream); !s3io.IsNotFound(err) || rerr != nil || now == rev || attempt == 10 {
+			e.t.Fatalf("get root of %s (revision %d): %v", stream, rev, err)
+		}
 	}
 	m, err := manifest.DecodeRoot(body)
 	if err != nil {
