@@ -85,14 +85,9 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	if len(pos) > 1 {
-		return badUsage(stderr, "status", "at most one stream")
-	}
-	stream := ""
-	if len(pos) == 1 {
-		if stream = pos[0]; !streamArg(stderr, "status", stream) {
-			return exitBadInput
-		}
+	stream, code, ok := optionalStream(stderr, "status", pos)
+	if !ok {
+		return code
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
@@ -307,6 +302,20 @@ func sortedIDs(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// optionalStream takes a command's one optional stream argument, checked before any I/O;
+// ok is false (with the exit code) for more than one or an invalid id.
+func optionalStream(stderr io.Writer, name string, pos []string) (string, int, bool) {
+	switch {
+	case len(pos) > 1:
+		return "", badUsage(stderr, name, "at most one stream"), false
+	case len(pos) == 1 && !streamArg(stderr, name, pos[0]):
+		return "", exitBadInput, false
+	case len(pos) == 1:
+		return pos[0], 0, true
+	}
+	return "", 0, true
 }
 
 // nodeAction runs an action on a running node's stream (cut, retention).

@@ -28,14 +28,9 @@ func gcCmd(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	if len(pos) > 1 {
-		return badUsage(stderr, "gc", "at most one stream")
-	}
-	stream := ""
-	if len(pos) == 1 {
-		if stream = pos[0]; !streamArg(stderr, "gc", stream) {
-			return exitBadInput
-		}
+	stream, code, ok := optionalStream(stderr, "gc", pos)
+	if !ok {
+		return code
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
