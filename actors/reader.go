@@ -137,8 +137,8 @@ func (r *reader) Receive(c actor.Context) {
 		r.step(c, readercore.RetentionPolicyChanged{Policy: m.Policy, Now: time.Now().UnixMilli()})
 	case replicaMsg:
 		r.onReplica(c, m)
-	case emptyLogCheckMsg:
-		r.checkEmptyLog(c, m)
+	case logGrowthCheckMsg:
+		r.checkLogGrowth(c, m)
 	case statusRequestMsg:
 		c.Respond(r.status())
 	case truncateRequestMsg:
@@ -252,30 +252,31 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 		// never be drained (and local retention would take it): compare again once it comes.
 		r.log.Warn().Uint64("local_next", l.Next).Uint64("remote_next", m.Resolved.Manifest.NextOffset).
 			Msg("the local log is empty and ends below the remote tier: it is compared again when data arrives")
-		r.timers.after(c.ActorSystem().Root, c.Self(), emptyLogRecheck, emptyLogCheckMsg{next: l.Next})
+		r.timers.after(c.ActorSystem().Root, c.Self(), logRecheck, logGrowthCheckMsg{first: l.First, next: l.Next})
 	}
 }
 
-// emptyLogRecheck is how often a local log that was empty (and behind the remote tier) at
-// resolution is looked at for data.
-const emptyLogRecheck = time.Second
+// logRecheck is how often a local log that could not yet be compared with the remote tier
+// (empty and behind it at resolution, or a prefix of it) is looked at for growth.
+const logRecheck = time.Second
 
-// emptyLogCheckMsg asks the reader to look at a local log that was empty at resolution and
-// ended at next, below the remote tier's next offset.
-type emptyLogCheckMsg struct{ next uint64 }
+// logGrowthCheckMsg asks the reader to look at a local log that held [first, next) when
+// the core could not yet decide how it relates to the remote tier.
+type logGrowthCheckMsg struct{ first, next uint64 }
 
-// checkEmptyLog reinitializes once the log holds data, so that the resolution compares it
-// with the remote tier chunk by chunk (a wiped directory started again below the remote
-// next offset then stalls as diverged instead of being drained from the remote next offset
-// on, with what lies below never uploaded).
-func (r *reader) checkEmptyLog(c actor.Context, m emptyLogCheckMsg) {
+// checkLogGrowth reinitializes once the log changed, so that a new resolution compares it
+// with the remote tier chunk by chunk: a wiped log started again below the remote next
+// offset then stalls as diverged (instead of having its first offsets never drained), and
+// a log that was a prefix of the remote tier either matches it (caught up) or forks (and
+// the remote tier is truncated at the divergence point).
+func (r *reader) checkLogGrowth(c actor.Context, m logGrowthCheckMsg) {
 	lg := r.h.spec.Log
-	if lg.FirstOffset() == m.next && lg.NextOffset() == m.next {
-		r.timers.after(c.ActorSystem().Root, c.Self(), emptyLogRecheck, m)
+	if lg.FirstOffset() == m.first && lg.NextOffset() == m.next {
+		r.timers.after(c.ActorSystem().Root, c.Self(), logRecheck, m)
 		return
 	}
-	reason := fmt.Sprintf("the local log, empty at %d when resolved, now holds [%d,%d): comparing it with the remote tier", m.next, lg.FirstOffset(), lg.NextOffset())
-	r.log.Warn().Msg(reason)
+	reason := fmt.Sprintf("the local log, [%d,%d) when compared, now holds [%d,%d): comparing it with the remote tier again", m.first, m.next, lg.FirstOffset(), lg.NextOffset())
+	r.log.Info().Msg(reason)
 	panic(errReinitialize{reason: reason})
 }
 
@@ -347,6 +348,11 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.log.Warn().Str("reason", e.Reason.String()).Uint64("at", e.At).Uint64("old_next", e.OldNext).Uint64("drain_from", e.DrainFrom).
 			Int("dropped_objects", len(e.Dropped)).Int("expanded_groups", len(e.Alone)).Bool("prefix_copied", e.Copy).
 			Msg("the local log diverged from the remote tier: truncating the remote tier to the last chunk both hold")
+	case readercore.StalledBehind:
+		r.log.Warn().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
+			Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).
+			Msg("the local log is a prefix of the remote tier: nothing is uploaded or deleted until it reaches the remote next offset or writes chunks of its own")
+		r.timers.after(c.ActorSystem().Root, c.Self(), logRecheck, logGrowthCheckMsg{first: e.LocalFirst, next: e.LocalNext})
 	case readercore.StalledDiverged:
 		r.n.metrics.DivergedStalls.Add(1)
 		r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).

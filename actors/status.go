@@ -77,6 +77,9 @@ func (r *reader) status() StreamStatus {
 		st.Phase = st.Core.Phase
 		if st.Core.Diverged {
 			st.Phase = "diverged"
+			if st.Core.Behind {
+				st.Phase = "behind"
+			}
 		}
 		st.LagBytes, st.LagSeconds = lag(segs, st.Core.PersistedNext, st.LocalCommitted, time.Now())
 	}

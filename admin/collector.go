@@ -58,6 +58,7 @@ var (
 	descStreamStalled = desc("stream_stalled", "1 while a stream's upload pipeline is stalled at an offset.", "stream")
 	descStreamGaps    = desc("stream_gap_offsets", "Offsets of a stream's persisted root declared as gaps: lost from the local log before upload.", "stream")
 	descStreamDiverge = desc("stream_diverged", "1 while a stream's local log shares no chunk with its remote tier (waits for `node truncate`).", "stream")
+	descStreamBehind  = desc("stream_behind", "1 while a stream's local log is a prefix of its remote tier (waits for the log to catch up or fork).", "stream")
 	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving and once stopped for good.", "stream")
 
 	descS3Requests = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success).", "op", "class")
@@ -168,10 +169,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descStreamStalled, stalled, id)
 		gauge(descStreamGaps, float64(s.Remote.GapOffsets), id)
 		diverged := 0.0
-		if s.Remote.Diverged != nil {
+		if s.Remote.Diverged != nil && !s.Remote.Diverged.Behind {
 			diverged = 1
 		}
 		gauge(descStreamDiverge, diverged, id)
+		behind := 0.0
+		if s.Remote.Diverged != nil && s.Remote.Diverged.Behind {
+			behind = 1
+		}
+		gauge(descStreamBehind, behind, id)
 	}
 
 	for _, op := range in.S3 {

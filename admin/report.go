@@ -148,8 +148,10 @@ type RemoteReport struct {
 	Diverged *DivergedReport `json:"diverged,omitempty"`
 }
 
-// DivergedReport names the two ranges that share no chunk.
+// DivergedReport names the two ranges that share no chunk, or (Behind) the local log that is
+// a prefix of the remote tier and waits to catch up or fork.
 type DivergedReport struct {
+	Behind      bool   `json:"behind"`
 	RemoteFirst uint64 `json:"remote_first"`
 	RemoteNext  uint64 `json:"remote_next"`
 	LocalFirst  uint64 `json:"local_first"`
@@ -310,7 +312,7 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 		r.Remote.Fragments, r.Remote.GapEntries, r.Remote.GapOffsets = sum.Fragments, sum.GapEntries, sum.GapOffsets
 	}
 	if c.Diverged {
-		r.Remote.Diverged = &DivergedReport{RemoteFirst: c.RemoteFirst, RemoteNext: c.RemoteNext, LocalFirst: c.LocalFirst, LocalNext: c.LocalNext}
+		r.Remote.Diverged = &DivergedReport{Behind: c.Behind, RemoteFirst: c.RemoteFirst, RemoteNext: c.RemoteNext, LocalFirst: c.LocalFirst, LocalNext: c.LocalNext}
 	}
 	if in.Err != nil {
 		r.Error = in.Err.Error()

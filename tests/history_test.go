@@ -499,3 +499,73 @@ func TestEmptyLogBehindRemoteComparedWhenDataArrives(t *testing.T) {
 		t.Fatalf("the persisted manifest changed while diverged: %d objects referenced before, %d after", len(before), len(now))
 	}
 }
+
+// TestWipedLogRefilledWithSameChunksKeepsEverything restarts a tiered stream on a wiped log
+// that fills again with the very same chunks (a replica re-replicating; the demo's
+// deterministic load after its directory was deleted): while the log is a prefix of the
+// remote tier the stream waits behind and deletes nothing; once the log reaches the remote
+// next offset the comparison matches and tiering goes on from there. Before the behind
+// rule the first comparison took the short prefix for a lost tail and deleted everything
+// above it.
+func TestWipedLogRefilledWithSameChunksKeepsEverything(t *testing.T) {
+	e := newEnv(t, envOptions{node: smallFragments})
+	gen := loadgen.Config{Seed: 25, MinDataBytes: 2000, MaxDataBytes: 8000}
+	opts := segments.Options{MaxSegmentBytes: 256 << 10}
+	lg := genLog(t, t.TempDir(), gen, loadgen.Limit{Bytes: 1 << 20}, opts)
+	if err := e.node.AddStream(actors.StreamSpec{ID: "refill", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	forceTail(t, e, "refill", lg.NextOffset())
+	remoteNext := lg.NextOffset()
+	before := e.referencedKeys("refill")
+	e.stopNode()
+
+	g, err := loadgen.New(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refill, err := segments.Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { refill.Close() })
+	if _, err := loadgen.Write(context.Background(), refill, g, loadgen.Limit{Chunks: 10}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.startNode()
+	if err := e.node.AddStream(actors.StreamSpec{ID: "refill", Log: refill, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the stream to wait behind the remote tier", func() bool {
+		st, err := e.node.Status(context.Background(), "refill")
+		return err == nil && st.Phase == "behind"
+	})
+	for k := range before {
+		if !e.objectKeys("refill")[k] {
+			t.Fatalf("%s went while the log was behind", k)
+		}
+	}
+	// The log fills up with the same chunks, past the remote next offset.
+	more, err := loadgen.Write(context.Background(), refill, g, loadgen.Limit{Bytes: 1<<20 + 256<<10}, loadgen.WriteOptions{Commit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refill.NextOffset() <= remoteNext {
+		t.Fatalf("the refilled log ends at %d, not past the remote next offset %d", refill.NextOffset(), remoteNext)
+	}
+	forceTail(t, e, "refill", refill.NextOffset())
+	for k := range before {
+		if !e.objectKeys("refill")[k] && strings.Contains(k, "/data/") {
+			t.Fatalf("fragment %s, durable before the wipe, is gone", k)
+		}
+	}
+	if n := e.node.Metrics().Truncations.Load(); n != 0 {
+		t.Fatalf("%d truncations of a log that only caught up", n)
+	}
+	ref := genLog(t, t.TempDir(), gen, loadgen.Limit{Chunks: 10 + more.Chunks}, opts) // local retention trims refill
+	got, gaps, m := e.durableChunks("refill")
+	if len(gaps) != 0 || m.FirstOffset != 0 || m.NextOffset != refill.NextOffset() {
+		t.Fatalf("remote [%d,%d) gaps %v, want [0,%d)", m.FirstOffset, m.NextOffset, gaps, refill.NextOffset())
+	}
+	sameAsLog(t, got, ref, "remote tier after the refill")
+}

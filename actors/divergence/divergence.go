@@ -60,12 +60,18 @@ type Kind uint8
 // Verdicts. NotCompared: nothing to compare (empty local log, or the local log starts at or
 // above the remote next offset: the core's offset rules decide). Match: the remote tier's
 // last chunk is the same locally; resume at its next offset. Diverged: the two share a
-// prefix and part ways at At. NoCommon: no chunk is the same in both.
+// prefix and part ways at At, where the local log holds a chunk of its own (a fork: an
+// unclean failover, or a lost tail written over). Behind: the local log is a prefix of the
+// remote tier and simply ends (a lost unsynced tail not yet written over, a wiped log
+// filling again, a replica catching up): nothing proves the remote chunks above it belong
+// to another timeline, so nothing is truncated until the log either reaches them or forks.
+// NoCommon: no chunk is the same in both.
 const (
 	NotCompared Kind = iota
 	Match
 	Diverged
 	NoCommon
+	Behind
 )
 
 // String names the verdict for logs, status and scenarios.
@@ -79,6 +85,8 @@ func (k Kind) String() string {
 		return "diverged"
 	case NoCommon:
 		return "no-common-chunk"
+	case Behind:
+		return "behind"
 	}
 	return "kind(?)"
 }
@@ -116,7 +124,8 @@ type Result struct {
 	LocalFirst, LocalNext   uint64
 	// Truncation: for Diverged, the cut at the divergence point; for NoCommon, the cut an
 	// operator's truncate command makes (at the later of the two first offsets, rounded
-	// down to a fragment boundary, so nothing needs copying).
+	// down to a fragment boundary, so nothing needs copying). Nil otherwise (Behind: the
+	// log catches up or forks; nothing is cut).
 	Truncation *Truncation
 	Probes     int // chunk comparisons made
 }
@@ -255,6 +264,12 @@ func Find(m manifest.Manifest, localFirst, localNext uint64, remote Remote, loca
 	}
 	if ok && c.l.e == last.e && k == len(idx)-1 {
 		res.Kind = Match // reached only when the quick check could not run
+		return res, nil
+	}
+	if at >= localNext {
+		// The log holds nothing at or above the point where the two part: it is behind,
+		// not forked. Truncating would delete chunks of the same history.
+		res.Kind = Behind
 		return res, nil
 	}
 	t, err := s.truncate(at)

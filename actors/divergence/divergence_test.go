@@ -195,13 +195,16 @@ func (w *world) expected() (Kind, uint64) {
 		return NoCommon, 0
 	case last.Next == w.m.NextOffset:
 		return Match, 0
+	case last.Next >= w.ln:
+		return Behind, 0 // the local log ends where the two part: a prefix, not a fork
 	}
 	return Diverged, last.Next
 }
 
 // TestFindAgainstBruteForce checks Find's verdict and cut against a brute-force search over
 // random remote tiers (fragments, groups, retained prefixes) and local logs that share a
-// prefix with them and then diverge, end early, or share nothing.
+// prefix with them and then diverge (Diverged), end early (Behind: never cut), or share
+// nothing.
 func TestFindAgainstBruteForce(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := drawWorld(t)

@@ -89,6 +89,16 @@ type TruncateRemote struct {
 	Copy      bool // the straddling fragment's prefix is copied from its remote object
 }
 
+// StalledBehind reports that the local log is a prefix of the remote tier that simply
+// ends (a lost unsynced tail not yet written over, a wiped log filling again, a replica
+// catching up): nothing is deleted, drained or published; the shell compares again as the
+// log grows, until it reaches the remote next offset (a match) or writes a chunk of its own
+// where the remote tier holds another (a fork, truncated then).
+type StalledBehind struct {
+	RemoteFirst, RemoteNext uint64
+	LocalFirst, LocalNext   uint64
+}
+
 // StalledDiverged reports that the local log and the remote tier share no chunk: nothing is
 // deleted, nothing drained, until an operator truncates the remote tier (OperatorTruncate)
 // or restores the local log from it.
@@ -288,6 +298,7 @@ func (StartDrain) isEffect()             {}
 func (DeclareGap) isEffect()             {}
 func (TruncateRemote) isEffect()         {}
 func (StalledDiverged) isEffect()        {}
+func (StalledBehind) isEffect()          {}
 func (CopyPrefix) isEffect()             {}
 func (RegisterOffsetListener) isEffect() {}
 func (SubmitTransfer) isEffect()         {}
@@ -323,6 +334,10 @@ func (e DeclareGap) String() string {
 func (e TruncateRemote) String() string {
 	return fmt.Sprintf("truncate-remote reason=%s at=%d old-next=%d drain-from=%d copy=%t dropped=%s alone=%s",
 		e.Reason, e.At, e.OldNext, e.DrainFrom, e.Copy, FormatEntries(e.Dropped), FormatEntries(e.Alone))
+}
+
+func (e StalledBehind) String() string {
+	return fmt.Sprintf("stalled-behind remote=[%d,%d) local=[%d,%d)", e.RemoteFirst, e.RemoteNext, e.LocalFirst, e.LocalNext)
 }
 
 func (e StalledDiverged) String() string {

@@ -2,6 +2,7 @@ package readercore
 
 import (
 	"pgregory.net/rapid"
+	"streamtier/actors/divergence"
 
 	"streamtier/fragment"
 	"streamtier/manifest"
@@ -322,6 +323,12 @@ func (w *world) quiesce() {
 		switch {
 		case len(w.tasks) > 0:
 			w.runTask(0, t)
+		case w.c.phase == phaseRunning && w.c.diverged != nil && w.c.diverged.Kind == divergence.Behind:
+			// a log that is a prefix of the remote tier waits; the broker writes on in a new
+			// epoch (a fork), and the shell compares again
+			w.logEpoch++
+			w.commit()
+			w.recheckBehind()
 		case w.c.phase == phaseRunning && w.c.diverged != nil:
 			w.step(OperatorTruncate{})
 		case w.draining && w.drainPos != w.logNext:
@@ -412,4 +419,20 @@ func (w *world) checkDone() {
 			t.Fatalf("replica %s at seq %d disagrees with etcd", name, r.seq)
 		}
 	}
+}
+
+// recheckBehind is the shell's answer to a log that was a prefix of the remote tier: once
+// the log's bounds changed, the stream is resolved and compared again (a new core).
+func (w *world) recheckBehind() {
+	if w.stopped || w.c.phase != phaseRunning || w.c.diverged == nil || w.c.diverged.Kind != divergence.Behind {
+		return
+	}
+	if w.behindAt == [2]uint64{w.logFirst, w.logNext} {
+		return
+	}
+	modelStats["behind-recompared"]++
+	w.refBase = uint64(w.c.ref) + 1000
+	w.restarts++
+	w.waiters = map[WaiterID]uint64{}
+	w.startCore()
 }

@@ -72,6 +72,13 @@ func (w *world) execute(ev Event, e Effect) {
 		w.checkGap(e)
 	case TruncateRemote:
 		w.checkTruncate(ev, e)
+	case StalledBehind:
+		modelStats["stalled-behind"]++
+		if w.cmp.Kind != divergence.Behind || e.LocalFirst != w.logFirst || e.LocalNext != w.logNext {
+			t.Fatalf("%s: the comparison said %s, local [%d,%d)", e, w.cmp.Kind, w.logFirst, w.logNext)
+		}
+		w.draining = false
+		w.behindAt = [2]uint64{e.LocalFirst, e.LocalNext}
 	case StalledDiverged:
 		modelStats["stalled-diverged"]++
 		if w.cmp.Kind != divergence.NoCommon || e.RemoteFirst != w.stored.FirstOffset || e.RemoteNext != w.stored.NextOffset || e.LocalFirst != w.logFirst || e.LocalNext != w.logNext {

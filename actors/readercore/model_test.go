@@ -70,6 +70,7 @@ func TestModel(t *testing.T) {
 				pick -= a.weight
 			}
 			w.checkInvariants()
+			w.recheckBehind()
 		}
 		w.quiesce()
 		w.checkDeterministic()

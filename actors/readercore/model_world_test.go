@@ -116,9 +116,10 @@ type mTruncation struct {
 }
 
 type world struct {
-	t   *rapid.T
-	c   *Core
-	cfg Config
+	behindAt [2]uint64 // the local log bounds when the core stalled behind
+	t        *rapid.T
+	c        *Core
+	cfg      Config
 
 	// local log
 	chunks   map[uint64]mChunk

@@ -36,7 +36,7 @@ func (c *Core) onResolved(e Resolved) error {
 func checkComparison(m manifest.Manifest, cmp divergence.Result) error {
 	t := cmp.Truncation
 	switch cmp.Kind {
-	case divergence.NotCompared, divergence.Match:
+	case divergence.NotCompared, divergence.Match, divergence.Behind:
 		return nil
 	case divergence.Diverged, divergence.NoCommon:
 		if t == nil {
@@ -112,7 +112,7 @@ func (c *Core) start() error {
 		c.resolved, c.logInfo = nil, nil
 		return fmt.Errorf("stream %s: a match with the remote tier [%d,%d) claimed for a local log [%d,%d) that ends below it", c.cfg.StreamID, p.FirstOffset, p.NextOffset, l.First, l.Next)
 	}
-	if (cmp.Kind == divergence.Diverged || cmp.Kind == divergence.NoCommon) && (cmp.LocalFirst != l.First || cmp.LocalNext != l.Next) {
+	if (cmp.Kind == divergence.Diverged || cmp.Kind == divergence.NoCommon || cmp.Kind == divergence.Behind) && (cmp.LocalFirst != l.First || cmp.LocalNext != l.Next) {
 		c.resolved, c.logInfo = nil, nil
 		return fmt.Errorf("stream %s: comparison made against the local log [%d,%d), it holds [%d,%d)", c.cfg.StreamID, cmp.LocalFirst, cmp.LocalNext, l.First, l.Next)
 	}
@@ -137,6 +137,10 @@ func (c *Core) start() error {
 		c.diverged = &cmp
 		c.drainNext = p.NextOffset
 		c.emit(StalledDiverged{RemoteFirst: p.FirstOffset, RemoteNext: p.NextOffset, LocalFirst: l.First, LocalNext: l.Next})
+	case cmp.Kind == divergence.Behind:
+		c.diverged = &cmp // the same hold as a divergence: nothing changes remotely meanwhile
+		c.drainNext = p.NextOffset
+		c.emit(StalledBehind{RemoteFirst: p.FirstOffset, RemoteNext: p.NextOffset, LocalFirst: l.First, LocalNext: l.Next})
 	default:
 		c.resume()
 	}
@@ -266,6 +270,9 @@ func (c *Core) onOperatorTruncate() error {
 		return fmt.Errorf("stream %s: truncate refused: the local log and the remote tier are not known to share no chunk (%s)", c.cfg.StreamID, c.phase)
 	}
 	t := c.diverged.Truncation
+	if c.diverged.Kind == divergence.Behind {
+		return fmt.Errorf("stream %s: truncate refused: the local log [%d,%d) is a prefix of the remote tier [%d,%d), not another history; tiering resumes once the log reaches the remote next offset or writes chunks of its own", c.cfg.StreamID, c.diverged.LocalFirst, c.diverged.LocalNext, c.diverged.RemoteFirst, c.diverged.RemoteNext)
+	}
 	if t == nil {
 		return fmt.Errorf("stream %s: truncate refused: the resolution prepared no cut", c.cfg.StreamID)
 	}

@@ -2,6 +2,7 @@ package readercore
 
 import (
 	"fmt"
+	"streamtier/actors/divergence"
 	"strings"
 
 	"streamtier/manifest"
@@ -44,6 +45,7 @@ type Status struct {
 	// Diverged: the local log and the remote tier share no chunk; the stream waits for an
 	// operator to truncate the remote tier or restore the local log. Both ranges are named.
 	Diverged                bool
+	Behind                  bool // the hold is for a local log that is a prefix of the remote tier
 	RemoteFirst, RemoteNext uint64
 	LocalFirst, LocalNext   uint64
 
@@ -85,6 +87,7 @@ func (c *Core) Status() Status {
 	}
 	if d := c.diverged; d != nil {
 		s.Diverged = true
+		s.Behind = d.Kind == divergence.Behind
 		s.RemoteFirst, s.RemoteNext, s.LocalFirst, s.LocalNext = d.RemoteFirst, d.RemoteNext, d.LocalFirst, d.LocalNext
 	}
 	s.OldestUnpersistedTimestamp = -1
@@ -149,7 +152,9 @@ func (s Status) String() string {
 	if s.Stalled {
 		fmt.Fprintf(&b, "stalled at %d\n", s.StalledOffset)
 	}
-	if s.Diverged {
+	if s.Diverged && s.Behind {
+		fmt.Fprintf(&b, "behind: local=[%d,%d) is a prefix of remote=[%d,%d)\n", s.LocalFirst, s.LocalNext, s.RemoteFirst, s.RemoteNext)
+	} else if s.Diverged {
 		fmt.Fprintf(&b, "diverged: remote=[%d,%d) local=[%d,%d) share no chunk\n", s.RemoteFirst, s.RemoteNext, s.LocalFirst, s.LocalNext)
 	}
 	fmt.Fprintf(&b, "rebalancing=%t retention-busy=%t waiters=%d replicas=%d\n", s.Rebalancing, s.RetentionBusy, s.Waiters, s.Replicas)

@@ -178,7 +178,10 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 		if s.StopReason != "" {
 			fmt.Fprintf(out, "\n%s: stopped for good: %s\n", s.Stream, s.StopReason)
 		}
-		if d := s.Remote.Diverged; d != nil {
+		if d := s.Remote.Diverged; d != nil && d.Behind {
+			fmt.Fprintf(out, "\n%s: BEHIND: the local log [%d, %d) is a prefix of the remote tier [%d, %d); nothing is uploaded or deleted until it reaches %d (a match) or writes chunks of its own (a fork: the remote tier is then cut back to where they part).\n",
+				s.Stream, d.LocalFirst, d.LocalNext, d.RemoteFirst, d.RemoteNext, d.RemoteNext)
+		} else if d != nil {
 			fmt.Fprintf(out, "\n%s: DIVERGED: the local log [%d, %d) shares no chunk with the remote tier [%d, %d); nothing is uploaded or deleted.\n"+
 				"  Restore the local log from S3, or run `node truncate %s --yes` to cut the remote tier back below the local log and tier from there.\n",
 				s.Stream, d.LocalFirst, d.LocalNext, d.RemoteFirst, d.RemoteNext, s.Stream)
