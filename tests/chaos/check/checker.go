@@ -82,21 +82,26 @@ type truncation struct {
 type rng struct{ from, to uint64 }
 
 type streamState struct {
-	cfg         StreamConfig
-	ref         *Reference
-	ackedNext   uint64 // highest persisted next acknowledged, lowered only by a harness truncation
+	cfg       StreamConfig
+	ref       *Reference
+	ackedNext uint64 // highest persisted next acknowledged, lowered only by a harness truncation
+	// keepNext: acknowledged data below it must stay data (no gap may ever cover it); it
+	// falls only to the cut of a truncation the harness caused, never below.
+	keepNext    uint64
 	maxNext     uint64 // highest next offset ever seen
 	first       uint64 // persisted first offset last seen
 	seenFirst   bool
 	epoch       uint64
 	truncations []truncation
-	losses      []rng              // local ranges the harness deleted before they were persisted
-	policies    map[int][]Policy   // by cycle: policies set with `node retention`
-	etags       map[string]string  // key -> etag + size: objects are never overwritten
-	verified    map[string]bool    // fragment key+etag whose bytes were compared
-	referenced  map[string]bool    // keys the persisted manifest referenced at the last check
-	listed      []Object           // the last listing
-	lastValue   []byte // the last record value observed
+	losses      []rng             // local ranges the harness deleted before they were persisted
+	policies    map[int][]Policy  // by cycle: policies set with `node retention`
+	etags       map[string]string // key -> etag + size: objects are never overwritten
+	verified    map[string]bool   // fragment key+etag whose bytes were compared
+	referenced  map[string]bool   // keys the persisted manifest referenced at the last check
+	listed      []Object          // the last listing
+	lastValue   []byte            // the last record value observed
+	fragStarts  []uint64          // live fragments' first offsets at the last check
+	gapOffsets  uint64            // offsets in the live gaps at the last check
 }
 
 // Checker judges the remote tier against what was acknowledged. Observe, the harness's
@@ -172,7 +177,14 @@ func (c *Checker) Truncated(stream string, cut uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.streams[stream]
-	st.truncations = append(st.truncations, truncation{cut: cut})
+	// A cut at or above what was acknowledged explains nothing: the remote tier is not ahead.
+	st.truncations = append(st.truncations, truncation{cut: cut, used: cut >= st.ackedNext})
+}
+
+// expireTruncations forgets truncations the node did not act on while it ran: once the
+// broker has appended again (every cycle does), the log is no longer behind.
+func (st *streamState) expireTruncations() {
+	st.truncations = nil
 }
 
 // Lost notes that the harness deleted stream's local offsets [from, to) before the node
@@ -182,8 +194,8 @@ func (c *Checker) Lost(stream string, from, to uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.streams[stream]
-	if from < st.ackedNext {
-		from = st.ackedNext
+	if from < st.keepNext {
+		from = st.keepNext // acknowledged data may never become a gap
 	}
 	if from < to {
 		st.losses = append(st.losses, rng{from, to})
@@ -276,17 +288,25 @@ func (c *Checker) observe(stream string, value []byte) {
 	}
 	st.epoch = max(st.epoch, r.Epoch)
 	if r.NextOffset < st.ackedNext {
-		explained := false
+		explained, below := false, false
+		var cut uint64
 		for i := range st.truncations {
 			t := &st.truncations[i]
-			if !t.used && t.cut <= r.NextOffset {
-				t.used, explained = true, true
+			if !t.used && t.cut < st.ackedNext {
+				t.used, cut = true, t.cut
+				explained, below = t.cut <= r.NextOffset, t.cut > r.NextOffset
 				break
 			}
 		}
-		if !explained {
+		switch {
+		case below:
+			c.violate(stream, "truncated-below-divergence", "persisted next offset %d after %d was acknowledged: the harness cut the local log at %d, the chunks both hold end there, so only offsets from %d on may leave the remote tier, yet [%d,%d) left it too",
+				r.NextOffset, st.ackedNext, cut, cut, r.NextOffset, cut)
+			st.keepNext = min(st.keepNext, cut)
+		case !explained:
 			c.violate(stream, "next-regressed", "persisted next offset %d after %d was acknowledged, and no truncation the harness caused explains it", r.NextOffset, st.ackedNext)
-		} else {
+		default:
+			st.keepNext = min(st.keepNext, cut)
 			c.stats.Truncations++
 			if h := c.cfg.History; h != nil {
 				h.Add(c.cycle, "truncation-seen", stream, false, "persisted next %d -> %d (a lost tail the harness caused)", st.ackedNext, r.NextOffset)
@@ -295,6 +315,9 @@ func (c *Checker) observe(stream string, value []byte) {
 		st.ackedNext = r.NextOffset
 	}
 	st.ackedNext = max(st.ackedNext, r.NextOffset)
+	if r.NextOffset > st.keepNext && !st.inLoss(st.keepNext, r.NextOffset) {
+		st.keepNext = r.NextOffset
+	}
 	st.maxNext = max(st.maxNext, r.NextOffset)
 	if st.seenFirst && r.FirstOffset < st.first {
 		c.violate(stream, "first-regressed", "persisted first offset %d after %d", r.FirstOffset, st.first)
@@ -348,6 +371,16 @@ func (st *streamState) lossCovering(off uint64) (rng, bool) {
 		}
 	}
 	return rng{}, false
+}
+
+// inLoss reports whether [from, to) lies wholly in one loss range (a gap being declared).
+func (st *streamState) inLoss(from, to uint64) bool {
+	for _, l := range st.losses {
+		if from >= l.from && to <= l.to {
+			return true
+		}
+	}
+	return false
 }
 
 // gapAllowed reports whether [from, to) lies within ranges the harness deleted locally.

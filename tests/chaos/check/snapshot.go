@@ -46,9 +46,14 @@ func (c *Checker) Check(ctx context.Context, full bool) error {
 		sctx, cancel := context.WithTimeout(ctx, checkTimeout)
 		err := c.checkStream(sctx, c.streams[id], full)
 		cancel()
+		c.streams[id].expireTruncations()
 		if err != nil {
 			return fmt.Errorf("check stream %s: %w", id, err)
 		}
+	}
+	c.stats.GapOffsets = 0
+	for _, st := range c.streams {
+		c.stats.GapOffsets += st.gapOffsets
 	}
 	return nil
 }
@@ -268,6 +273,8 @@ func (c *Checker) checkLeaves(ctx context.Context, sn *snapshot, root Root, leav
 	}
 	var total uint64
 	var gapOffsets uint64
+	var starts []uint64
+	defer func() { st.fragStarts = starts }()
 	seenFrag := false
 	for _, l := range live {
 		if l.Kind == KindGap {
@@ -284,6 +291,7 @@ func (c *Checker) checkLeaves(ctx context.Context, sn *snapshot, root Root, leav
 			}
 		}
 		total += l.Size
+		starts = append(starts, l.First)
 		if err := c.checkFragment(ctx, sn, l, full); err != nil {
 			return err
 		}
@@ -294,7 +302,7 @@ func (c *Checker) checkLeaves(ctx context.Context, sn *snapshot, root Root, leav
 	if total != root.Total {
 		c.violate(id, "total-size", "live fragments add up to %d bytes, the root says %d", total, root.Total)
 	}
-	c.stats.GapOffsets = gapOffsets
+	st.gapOffsets = gapOffsets
 	return nil
 }
 
@@ -393,6 +401,14 @@ func (c *Checker) Referenced(stream string) (map[string]bool, []Object) {
 		out[k] = true
 	}
 	return out, append([]Object(nil), st.listed...)
+}
+
+// FragmentStarts are the first offsets of the live fragments of stream's persisted
+// manifest at the last check.
+func (c *Checker) FragmentStarts(stream string) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]uint64(nil), c.streams[stream].fragStarts...)
 }
 
 // Report records a violation found outside the checker (the harness's comparison with
