@@ -121,7 +121,7 @@ func (w *world) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, d := range []string{"node-logs", "logs", "s3", "etcd", "node"} {
+	for _, d := range []string{"node-logs", "logs", "s3", "etcd", "node", "bin"} {
 		if err := os.MkdirAll(filepath.Join(w.dir, d), 0o755); err != nil {
 			return err
 		}
@@ -129,7 +129,7 @@ func (w *world) setup(ctx context.Context) error {
 	if w.nodeBin = w.cfg.NodeBin; w.nodeBin == "" {
 		bctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 		defer cancel()
-		if w.nodeBin, err = BuildNode(bctx, w.dir); err != nil {
+		if w.nodeBin, err = BuildNode(bctx, filepath.Join(w.dir, "bin")); err != nil {
 			return err
 		}
 	}
