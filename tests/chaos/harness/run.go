@@ -36,12 +36,19 @@ type Report struct {
 	Events         int               `json:"events"`
 }
 
-// Run runs a soak as cfg says. Violations are in the report; the error is for a harness
-// that could not run (a server that would not start, a context that ended).
-func Run(ctx context.Context, cfg Config) (Report, error) {
+// newWorld is a world for cfg, not set up yet.
+func newWorld(cfg Config) *world {
 	cfg.defaults()
 	w := &world{cfg: cfg, start: time.Now(), counts: map[string]int{}, skipped: map[string]int{}, rules: map[int][]s3test.Rule{}}
 	w.hist = history.New(w.start, cfg.Live, "persisted", "append")
+	return w
+}
+
+// Run runs a soak as cfg says. Violations are in the report; the error is for a harness
+// that could not run (a server that would not start, a context that ended).
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	w := newWorld(cfg)
+	cfg = w.cfg
 	rep := Report{Seed: cfg.Seed, Duration: cfg.Duration, Streams: cfg.Streams}
 	defer w.teardown()
 	if err := w.setup(ctx); err != nil {
