@@ -50,7 +50,7 @@ func (w *world) appendLogs(appends []int64) error {
 // persisted reads stream's persisted [first, next) from etcd (linearizable), with retries
 // while etcd recovers.
 func (w *world) persisted(ctx context.Context, stream string) (first, next uint64, found bool, err error) {
-	for attempt := 0; attempt < 30; attempt++ {
+	for attempt := 0; attempt < 10; attempt++ {
 		gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		resp, gerr := w.cli.Get(gctx, etcdPrefix+"/streams/"+stream+"/manifest")
 		cancel()
