@@ -11,7 +11,7 @@ import (
 )
 
 // soakSeed is the CI soak's fixed seed: the same fault schedule on every run.
-const soakSeed = 20261201
+const soakSeed = 20261425
 
 // TestSoak is the short soak CI runs: about two minutes of the seeded fault schedule on
 // the real node binary (built without the race detector, so that it runs at speed),
