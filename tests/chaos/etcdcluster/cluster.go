@@ -187,15 +187,25 @@ func (c *Cluster) await(ctx context.Context, m *member, e *embed.Etcd) error {
 }
 
 // StartMember starts member i again (on its data directory and ports) and waits until it
-// is ready; a running member is left alone.
+// is ready; a running member is left alone. While too few members run for a quorum, it
+// does not wait: the member becomes ready once enough others are back (StartAll waits).
 func (c *Cluster) StartMember(ctx context.Context, i int) error {
 	c.mu.Lock()
 	m := c.members[i]
 	err := c.launch(m)
 	e := m.etcd
+	running := 0
+	for _, o := range c.members {
+		if o.etcd != nil {
+			running++
+		}
+	}
 	c.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if 2*running <= len(c.members) {
+		return nil
 	}
 	return c.await(ctx, m, e)
 }

@@ -42,7 +42,16 @@ func TestKillAndRestart(t *testing.T) {
 	if err := c.StartMember(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
+	// A member started while the others are down cannot be ready: StartMember does not
+	// wait for it, StartAll does.
+	c.KillMember(1)
 	c.StopAll()
+	if err := c.StartMember(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Running(); !r[1] || r[0] || r[2] {
+		t.Fatalf("running after starting member 1 alone: %v", r)
+	}
 	if err := c.StartAll(ctx); err != nil {
 		t.Fatal(err)
 	}
