@@ -104,13 +104,14 @@ type rule struct {
 // Injector is a reverse proxy in front of a Server that injects faults by rule. Requests
 // that match no rule pass through unchanged (the Host header is kept, so signatures hold).
 type Injector struct {
-	t         testing.TB
+	t         testing.TB // nil for a proxy from NewProxy
 	srv       *Server
 	front     *httptest.Server
 	proxy     *httputil.ReverseProxy
 	transport *http.Transport
 	upstream  *url.URL
-	done      chan struct{} // closed on cleanup: held requests let go
+	done      chan struct{} // closed on Close: held requests let go
+	closeOnce sync.Once
 
 	mu    sync.Mutex
 	rules []*rule
@@ -121,11 +122,23 @@ type Injector struct {
 // it on t.Cleanup.
 func NewInjector(t testing.TB, srv *Server) *Injector {
 	t.Helper()
-	up, err := url.Parse(srv.Endpoint)
+	i, err := NewProxy(srv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := &Injector{t: t, srv: srv, upstream: up, done: make(chan struct{})}
+	i.t = t
+	t.Cleanup(i.Close)
+	return i
+}
+
+// NewProxy starts an injector in front of srv as NewInjector does, for programs that have
+// no testing.TB: the caller stops it with Close, and adds rules with AddRule.
+func NewProxy(srv *Server) (*Injector, error) {
+	up, err := url.Parse(srv.Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("s3test: server endpoint: %w", err)
+	}
+	i := &Injector{srv: srv, upstream: up, done: make(chan struct{})}
 	i.transport = &http.Transport{TLSClientConfig: srv.tlsConfig(), MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second}
 	quiet := log.New(io.Discard, "", 0)
 	i.proxy = &httputil.ReverseProxy{
@@ -145,13 +158,18 @@ func NewInjector(t testing.TB, srv *Server) *Injector {
 	} else {
 		i.front.Start()
 	}
-	t.Cleanup(func() {
+	return i, nil
+}
+
+// Close stops the proxy: held requests are let go and client connections closed. Calling
+// it again does nothing.
+func (i *Injector) Close() {
+	i.closeOnce.Do(func() {
 		close(i.done)
 		i.front.CloseClientConnections()
 		i.front.Close()
 		i.transport.CloseIdleConnections()
 	})
-	return i
 }
 
 // Endpoint is the proxy's base URL.
@@ -160,12 +178,25 @@ func (i *Injector) Endpoint() string { return i.front.URL }
 // Config is an s3io configuration for the server's bucket through the proxy.
 func (i *Injector) Config() s3io.Config { return i.srv.configFor(i.front.URL, i.srv.Bucket) }
 
-// Add appends a rule; rules are tried in order and the first live match applies.
+// Add appends a rule; rules are tried in order and the first live match applies. A bad key
+// pattern fails the test.
 func (i *Injector) Add(r Rule) {
-	i.t.Helper()
+	if i.t != nil {
+		i.t.Helper()
+	}
+	if err := i.AddRule(r); err != nil {
+		if i.t == nil {
+			panic(err) // a proxy from NewProxy: use AddRule
+		}
+		i.t.Fatal(err)
+	}
+}
+
+// AddRule appends a rule as Add does, returning a bad key pattern as an error.
+func (i *Injector) AddRule(r Rule) error {
 	re, err := regexp.Compile(r.KeyRegexp)
 	if err != nil {
-		i.t.Fatalf("s3test: rule key pattern %q: %v", r.KeyRegexp, err)
+		return fmt.Errorf("s3test: rule key pattern %q: %w", r.KeyRegexp, err)
 	}
 	left := r.Count
 	if left == 0 {
@@ -174,6 +205,7 @@ func (i *Injector) Add(r Rule) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.rules = append(i.rules, &rule{Rule: r, re: re, left: left})
+	return nil
 }
 
 // Clear removes every rule.

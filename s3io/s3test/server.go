@@ -57,22 +57,34 @@ type Server struct {
 // The executable is built once and cached (see Binary).
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	bin, err := Binary()
+	s, err := Launch(t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	t.Cleanup(s.Stop)
+	s.Bucket = s.newBucket(t)
+	return s
+}
+
+// Launch runs a versitygw server as Start does, for programs that have no testing.TB (a
+// soak harness): its files go under dir, which must exist and which the caller removes;
+// no bucket is created (see CreateBucket), and the caller stops the server with Stop.
+func Launch(dir string, opts Options) (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		AccessKey: "streamtier-test-" + randomHex(4),
 		SecretKey: randomHex(20),
 		DataDir:   filepath.Join(dir, "data"),
 	}
 	if err := os.Mkdir(s.DataDir, 0o755); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("s3test: %w", err)
 	}
 	if opts.TLS {
 		if s.ca, err = newTestCA(dir); err != nil {
-			t.Fatalf("s3test: TLS certificates: %v", err)
+			return nil, fmt.Errorf("s3test: TLS certificates: %w", err)
 		}
 		s.CAFile = s.ca.CAFile
 	}
@@ -84,11 +96,9 @@ func Start(t testing.TB, opts Options) *Server {
 		}
 	}
 	if err != nil {
-		t.Fatalf("s3test: start versitygw: %v", err)
+		return nil, fmt.Errorf("s3test: start versitygw: %w", err)
 	}
-	t.Cleanup(s.Stop)
-	s.Bucket = s.newBucket(t)
-	return s
+	return s, nil
 }
 
 func (s *Server) launch(bin string) error {
@@ -191,17 +201,26 @@ func (s *Server) NewBucket(t testing.TB) s3io.Config {
 
 func (s *Server) newBucket(t testing.TB) string {
 	t.Helper()
-	bucket := "test-" + randomHex(6)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	st, err := s3io.NewStore(ctx, s.configFor(s.Endpoint, bucket))
+	bucket, err := s.CreateBucket(ctx)
 	if err != nil {
-		t.Fatalf("s3test: %v", err)
-	}
-	if err := st.EnsureBucket(ctx); err != nil {
-		t.Fatalf("s3test: create bucket %s: %v\n%s", bucket, err, s.output.String())
+		t.Fatal(err)
 	}
 	return bucket
+}
+
+// CreateBucket creates a fresh bucket with a random name on the server and returns it.
+func (s *Server) CreateBucket(ctx context.Context) (string, error) {
+	bucket := "test-" + randomHex(6)
+	st, err := s3io.NewStore(ctx, s.configFor(s.Endpoint, bucket))
+	if err != nil {
+		return "", fmt.Errorf("s3test: %w", err)
+	}
+	if err := st.EnsureBucket(ctx); err != nil {
+		return "", fmt.Errorf("s3test: create bucket %s: %w\n%s", bucket, err, s.output.String())
+	}
+	return bucket, nil
 }
 
 // Stop stops the server (SIGTERM, then SIGKILL after a grace period) and waits for it.

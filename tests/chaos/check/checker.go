@@ -1,0 +1,400 @@
+package check
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"streamtier/segments/loadgen"
+	"streamtier/tests/chaos/history"
+)
+
+// Policy is a remote retention policy (0: no limit).
+type Policy struct {
+	MaxBytes uint64
+	MaxAge   time.Duration
+}
+
+// String formats the policy as `node retention` takes it.
+func (p Policy) String() string {
+	return fmt.Sprintf("max-bytes %d, max-age %v", p.MaxBytes, p.MaxAge)
+}
+
+// StreamConfig is one stream the checker watches.
+type StreamConfig struct {
+	ID     string
+	Load   loadgen.Config // the deterministic load its local log is written with
+	Policy Policy         // the retention policy of the node's configuration
+}
+
+// Config says what the checker looks at.
+type Config struct {
+	Bucket     *Bucket
+	Etcd       *clientv3.Client
+	EtcdPrefix string
+	KeyPrefix  string
+	Streams    []StreamConfig
+	// RetentionSlack bounds how far a fragment reaches past the chunk retention judged by:
+	// the fragment target size plus the largest chunk. Max-bytes retention removes a whole
+	// fragment while the total exceeds the limit, so a chunk may go when the bytes from it
+	// to the highest next offset seen, plus this slack, exceed the limit.
+	RetentionSlack uint64
+	History        *history.History
+}
+
+// Violation is a broken promise, with the history that led to it.
+type Violation struct {
+	Cycle  int             `json:"cycle"`
+	Stream string          `json:"stream"`
+	Rule   string          `json:"rule"`
+	Detail string          `json:"detail"`
+	Seq    int             `json:"seq"` // history event of the violation
+	Slice  []history.Event `json:"history"`
+}
+
+// Stats are the checker's figures.
+type Stats struct {
+	Checks          int    `json:"checks"`
+	Acks            int    `json:"acks"`             // manifest records observed in etcd
+	OffsetsChecked  uint64 `json:"offsets_checked"`  // acknowledged offsets found in S3 and compared, summed over checks
+	ChunksCompared  uint64 `json:"chunks_compared"`  // chunks compared byte for byte with the load
+	BytesCompared   uint64 `json:"bytes_compared"`   // their bytes
+	FragmentsRead   int    `json:"fragments_read"`   // fragment objects downloaded and decoded
+	GroupsRead      int    `json:"groups_read"`      // group objects downloaded and decoded
+	RootsRead       int    `json:"roots_read"`       // root objects
+	GapOffsets      uint64 `json:"gap_offsets"`      // offsets in declared gaps at the last check
+	Truncations     int    `json:"truncations"`      // next-offset regressions explained by a harness truncation
+	RetainedOffsets uint64 `json:"retained_offsets"` // offsets removed by remote retention, each judged
+}
+
+// truncation is a lost local tail the harness caused: the log ends at cut.
+type truncation struct {
+	cut  uint64
+	used bool
+}
+
+// rng is a half-open offset range.
+type rng struct{ from, to uint64 }
+
+type streamState struct {
+	cfg       StreamConfig
+	ref       *Reference
+	ackedNext uint64 // highest persisted next acknowledged, lowered only by a harness truncation
+	// keepNext: acknowledged data below it must stay data (no gap may ever cover it); it
+	// falls only to the cut of a truncation the harness caused, never below.
+	keepNext    uint64
+	maxNext     uint64 // highest next offset ever seen
+	first       uint64 // persisted first offset last seen
+	seenFirst   bool
+	epoch       uint64
+	truncations []truncation
+	losses      []rng             // local ranges the harness deleted before they were persisted
+	policies    map[int][]Policy  // by cycle: policies set with `node retention`
+	etags       map[string]string // key -> etag + size: objects are never overwritten
+	verified    map[string]bool   // fragment key+etag whose bytes were compared
+	referenced  map[string]bool   // keys the persisted manifest referenced at the last check
+	listed      []Object          // the last listing
+	lastValue   []byte            // the last record value observed
+	fragStarts  []uint64          // live fragments' first offsets at the last check
+	gapOffsets  uint64            // offsets in the live gaps at the last check
+}
+
+// Checker judges the remote tier against what was acknowledged. Observe, the harness's
+// notes (Truncated, Lost, PolicySet) and Check may be called from different goroutines.
+type Checker struct {
+	mu         sync.Mutex
+	cfg        Config
+	streams    map[string]*streamState
+	order      []string
+	cycle      int
+	violations []Violation
+	stats      Stats
+}
+
+// New returns a checker for cfg.
+func New(cfg Config) (*Checker, error) {
+	c := &Checker{cfg: cfg, streams: map[string]*streamState{}}
+	for _, sc := range cfg.Streams {
+		ref, err := NewReference(sc.Load)
+		if err != nil {
+			return nil, fmt.Errorf("check: stream %s: %w", sc.ID, err)
+		}
+		c.streams[sc.ID] = &streamState{cfg: sc, ref: ref, policies: map[int][]Policy{}, etags: map[string]string{},
+			verified: map[string]bool{}, referenced: map[string]bool{}}
+		c.order = append(c.order, sc.ID)
+	}
+	return c, nil
+}
+
+// SetCycle tells the checker which cycle the soak is in (for policies and violations).
+func (c *Checker) SetCycle(cycle int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cycle = cycle
+}
+
+// violate records a violation (c.mu held).
+func (c *Checker) violate(stream, rule, format string, args ...any) {
+	detail := fmt.Sprintf(format, args...)
+	v := Violation{Cycle: c.cycle, Stream: stream, Rule: rule, Detail: detail, Seq: -1}
+	if h := c.cfg.History; h != nil {
+		e := h.Add(c.cycle, "VIOLATION", stream, false, "%s: %s", rule, detail)
+		v.Seq = e.Seq
+		v.Slice = h.Slice(e.Seq, stream, 40)
+	}
+	c.violations = append(c.violations, v)
+}
+
+// Violations is every violation found so far.
+func (c *Checker) Violations() []Violation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Violation(nil), c.violations...)
+}
+
+// Stats are the figures so far.
+func (c *Checker) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// AckedNext is the highest persisted next offset acknowledged for stream.
+func (c *Checker) AckedNext(stream string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.streams[stream].ackedNext
+}
+
+// Truncated notes that the harness cut stream's local log back to end at cut (a lost
+// unsynced tail): the remote tier may give up the chunks from cut on, once.
+func (c *Checker) Truncated(stream string, cut uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.streams[stream]
+	// A cut at or above what was acknowledged explains nothing: the remote tier is not ahead.
+	st.truncations = append(st.truncations, truncation{cut: cut, used: cut >= st.ackedNext})
+}
+
+// expireTruncations forgets truncations the node did not act on while it ran: once the
+// broker has appended again (every cycle does), the log is no longer behind.
+func (st *streamState) expireTruncations() {
+	st.truncations = nil
+}
+
+// Lost notes that the harness deleted stream's local offsets [from, to) before the node
+// persisted them (the broker's retention outran the upload): a declared gap may cover them.
+// from must be the persisted next offset acknowledged when they were deleted (or above).
+func (c *Checker) Lost(stream string, from, to uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.streams[stream]
+	if from < st.keepNext {
+		from = st.keepNext // acknowledged data may never become a gap
+	}
+	if from < to {
+		st.losses = append(st.losses, rng{from, to})
+	}
+}
+
+// PolicySet notes that the harness set stream's retention policy to p in the current cycle.
+func (c *Checker) PolicySet(stream string, p Policy) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.streams[stream]
+	st.policies[c.cycle] = append(st.policies[c.cycle], p)
+}
+
+// candidates are the policies that may have been in force lately: the configuration's and
+// those set in this cycle and the one before (a `node retention` policy lasts until the
+// node restarts; every cycle restarts it).
+func (c *Checker) candidates(st *streamState) []Policy {
+	out := []Policy{st.cfg.Policy}
+	out = append(out, st.policies[c.cycle]...)
+	out = append(out, st.policies[c.cycle-1]...)
+	return out
+}
+
+// Record is the manifest record in etcd (docs/metadata.md), decoded strictly.
+type Record struct {
+	Version        int    `json:"version"`
+	Epoch          uint64 `json:"epoch"`
+	RootUID        string `json:"rootUid"`
+	FirstOffset    uint64 `json:"firstOffset"`
+	NextOffset     uint64 `json:"nextOffset"`
+	TotalSize      uint64 `json:"totalSize"`
+	FirstTimestamp int64  `json:"firstTimestamp"`
+}
+
+// DecodeRecord decodes a manifest record: every field present, nothing else.
+func DecodeRecord(b []byte) (Record, uint64, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return Record{}, 0, fmt.Errorf("manifest record: %w", err)
+	}
+	for _, f := range []string{"version", "epoch", "rootUid", "firstOffset", "nextOffset", "totalSize", "firstTimestamp"} {
+		if _, ok := fields[f]; !ok {
+			return Record{}, 0, fmt.Errorf("manifest record: field %s missing", f)
+		}
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	var r Record
+	if err := d.Decode(&r); err != nil {
+		return Record{}, 0, fmt.Errorf("manifest record: %w", err)
+	}
+	var uid uint64
+	if len(r.RootUID) != 16 {
+		return Record{}, 0, fmt.Errorf("manifest record: root uid %q is not 16 hex digits", r.RootUID)
+	}
+	if _, err := fmt.Sscanf(r.RootUID, "%016x", &uid); err != nil {
+		return Record{}, 0, fmt.Errorf("manifest record: root uid %q: %w", r.RootUID, err)
+	}
+	if r.Version != 1 || r.FirstOffset > r.NextOffset || r.FirstTimestamp < -1 {
+		return Record{}, 0, fmt.Errorf("manifest record: version %d, offsets [%d,%d), first timestamp %d", r.Version, r.FirstOffset, r.NextOffset, r.FirstTimestamp)
+	}
+	return r, uid, nil
+}
+
+// Observe judges one persisted manifest record of stream, as etcd holds it (seen by a watch
+// or a read): next offset never regresses except by a harness truncation, first offset
+// never falls and rises only as far as a retention policy in force allows, the epoch never
+// falls.
+func (c *Checker) Observe(stream string, value []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.observe(stream, value)
+}
+
+func (c *Checker) observe(stream string, value []byte) {
+	st, ok := c.streams[stream]
+	if !ok || bytes.Equal(value, st.lastValue) {
+		return
+	}
+	st.lastValue = append([]byte(nil), value...)
+	r, _, err := DecodeRecord(value)
+	if err != nil {
+		c.violate(stream, "corrupt-record", "%v: %q", err, value)
+		return
+	}
+	c.stats.Acks++
+	if r.Epoch < st.epoch {
+		c.violate(stream, "epoch-regressed", "record at epoch %d after epoch %d", r.Epoch, st.epoch)
+	}
+	st.epoch = max(st.epoch, r.Epoch)
+	if r.NextOffset < st.ackedNext {
+		explained, below := false, false
+		var cut uint64
+		for i := range st.truncations {
+			t := &st.truncations[i]
+			if !t.used && t.cut < st.ackedNext {
+				t.used, cut = true, t.cut
+				explained, below = t.cut <= r.NextOffset, t.cut > r.NextOffset
+				break
+			}
+		}
+		switch {
+		case below:
+			c.violate(stream, "truncated-below-divergence", "persisted next offset %d after %d was acknowledged: the harness cut the local log at %d, the chunks both hold end there, so only offsets from %d on may leave the remote tier, yet [%d,%d) left it too",
+				r.NextOffset, st.ackedNext, cut, cut, r.NextOffset, cut)
+			st.keepNext = min(st.keepNext, cut)
+		case !explained:
+			c.violate(stream, "next-regressed", "persisted next offset %d after %d was acknowledged, and no truncation the harness caused explains it", r.NextOffset, st.ackedNext)
+		default:
+			st.keepNext = min(st.keepNext, cut)
+			c.stats.Truncations++
+			if h := c.cfg.History; h != nil {
+				h.Add(c.cycle, "truncation-seen", stream, false, "persisted next %d -> %d (a lost tail the harness caused)", st.ackedNext, r.NextOffset)
+			}
+		}
+		st.ackedNext = r.NextOffset
+	}
+	st.ackedNext = max(st.ackedNext, r.NextOffset)
+	if r.NextOffset > st.keepNext && !st.inLoss(st.keepNext, r.NextOffset) {
+		st.keepNext = r.NextOffset
+	}
+	st.maxNext = max(st.maxNext, r.NextOffset)
+	if st.seenFirst && r.FirstOffset < st.first {
+		c.violate(stream, "first-regressed", "persisted first offset %d after %d", r.FirstOffset, st.first)
+	}
+	if st.seenFirst && r.FirstOffset > st.first {
+		c.judgeRetention(st, st.first, r.FirstOffset)
+	}
+	if !st.seenFirst || r.FirstOffset > st.first {
+		st.first = r.FirstOffset
+	}
+	st.seenFirst = true
+}
+
+// judgeRetention checks that offsets [from, to) leaving the remote tier at its head were
+// allowed to go: each chunk either lies in a range the local log lost (a gap) or a policy
+// that may have been in force allows its removal.
+func (c *Checker) judgeRetention(st *streamState, from, to uint64) {
+	pols := c.candidates(st)
+	now := time.Now().UnixMilli()
+	off := from
+	for off < to {
+		if l, ok := st.lossCovering(off); ok {
+			off = min(l.to, to)
+			continue
+		}
+		ch := st.ref.ChunkCovering(off)
+		allowed := false
+		for _, p := range pols {
+			if p.MaxBytes > 0 && st.ref.BytesBetween(ch.Offset, st.maxNext)+c.cfg.RetentionSlack > p.MaxBytes {
+				allowed = true
+			}
+			if p.MaxAge > 0 && ch.TS < now-p.MaxAge.Milliseconds() {
+				allowed = true
+			}
+		}
+		if !allowed {
+			c.violate(st.cfg.ID, "retention-not-allowed", "offsets [%d,%d) left the remote tier (first offset %d -> %d), but no policy in force (%v) allows chunk %d (timestamp %d, %d bytes up to next %d)",
+				from, to, from, to, pols, ch.Offset, ch.TS, st.ref.BytesBetween(ch.Offset, st.maxNext), st.maxNext)
+			return
+		}
+		c.stats.RetainedOffsets += min(ch.End(), to) - off
+		off = ch.End()
+	}
+}
+
+// lossCovering is the loss range that holds off.
+func (st *streamState) lossCovering(off uint64) (rng, bool) {
+	for _, l := range st.losses {
+		if off >= l.from && off < l.to {
+			return l, true
+		}
+	}
+	return rng{}, false
+}
+
+// inLoss reports whether [from, to) lies wholly in one loss range (a gap being declared).
+func (st *streamState) inLoss(from, to uint64) bool {
+	for _, l := range st.losses {
+		if from >= l.from && to <= l.to {
+			return true
+		}
+	}
+	return false
+}
+
+// gapAllowed reports whether [from, to) lies within ranges the harness deleted locally.
+func (st *streamState) gapAllowed(from, to uint64) bool {
+	ls := append([]rng(nil), st.losses...)
+	sort.Slice(ls, func(i, j int) bool { return ls[i].from < ls[j].from })
+	off := from
+	for _, l := range ls {
+		if l.from <= off && l.to > off {
+			off = l.to
+		}
+		if off >= to {
+			return true
+		}
+	}
+	return off >= to
+}

@@ -1,0 +1,287 @@
+// Package faults draws the chaos soak's fault schedule from a seed: for each cycle, how
+// much each stream's log grows, how long the node runs, which faults strike when, and how
+// the cycle ends. A cycle's plan depends only on the seed, the cycle's index and the
+// options, never on what the system did, so the same seed replays the same schedule.
+package faults
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Kind is a kind of fault.
+type Kind string
+
+// The faults the soak injects.
+const (
+	// NodeKill sends SIGKILL to the node, lets the broker append, and starts it again.
+	NodeKill Kind = "node-kill"
+	// S3Storm makes the fault injector fail S3 requests for a while.
+	S3Storm Kind = "s3-storm"
+	// EtcdMemberKill stops one etcd member abruptly and starts it again later.
+	EtcdMemberKill Kind = "etcd-member-kill"
+	// EtcdClusterRestart stops every etcd member and starts them again (same data).
+	EtcdClusterRestart Kind = "etcd-cluster-restart"
+	// GCDelete runs `node gc --delete` while the node tiers.
+	GCDelete Kind = "gc-delete"
+	// Retention changes a stream's remote retention policy with `node retention`.
+	Retention Kind = "retention-change"
+	// LocalAhead blocks a stream's fragment uploads, kills the node and deletes the oldest
+	// local segments past the persisted next offset, as a broker's retention outrunning
+	// the upload would: the node must declare a gap.
+	LocalAhead Kind = "local-ahead"
+	// LostTail cuts a stream's local log back at a chunk boundary before the node starts
+	// (an unsynced tail lost in a crash): the remote tier is ahead and must be truncated.
+	LostTail Kind = "lost-tail"
+	// Cut forces a fragment cut with `node cut`.
+	Cut Kind = "cut"
+)
+
+// Kinds lists every kind, in a fixed order.
+var Kinds = []Kind{NodeKill, S3Storm, EtcdMemberKill, EtcdClusterRestart, GCDelete, Retention, LocalAhead, LostTail, Cut}
+
+// Storm is what an S3 storm does to the requests it hits.
+type Storm string
+
+// The storms.
+const (
+	Storm503          Storm = "503"
+	Storm500          Storm = "500"
+	StormResetRequest Storm = "reset-mid-request"
+	StormResetReply   Storm = "reset-mid-response"
+	StormDrop         Storm = "dropped-response"
+	Storm403          Storm = "403-window"
+	StormSlow         Storm = "slow"
+	StormCorrupt      Storm = "corrupt-body"
+)
+
+// Storms lists the storms in a fixed order.
+var Storms = []Storm{Storm503, Storm500, StormResetRequest, StormResetReply, StormDrop, Storm403, StormSlow, StormCorrupt}
+
+// Policy is a remote retention policy (0: no limit).
+type Policy struct {
+	MaxBytes uint64
+	MaxAge   time.Duration
+}
+
+// Fault is one fault of a cycle.
+type Fault struct {
+	Kind   Kind
+	At     time.Duration // after the node's start in the cycle
+	For    time.Duration // how long a window lasts (storms, etcd outages, a local-ahead block)
+	Stream int           // the stream it concerns; -1 for all
+	// S3 storms.
+	Storm  Storm
+	Method string // "PUT", "GET" or "" (any)
+	Target string // "data" (fragments), "meta" (roots and groups) or "" (any key)
+	Count  int    // requests hit at most (0: all in the window)
+	Delay  time.Duration
+	// EtcdMemberKill.
+	Member int
+	// Retention.
+	Policy Policy
+	// LostTail: where in the range it may cut, 0 to 1.
+	Fraction float64
+	// NodeKill and LocalAhead: bytes each stream's log grows by before the restart.
+	Appends []int64
+}
+
+// String describes the fault canonically.
+func (f Fault) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s@%v", f.Kind, f.At.Round(time.Millisecond))
+	if f.For > 0 {
+		fmt.Fprintf(&b, " for %v", f.For.Round(time.Millisecond))
+	}
+	if f.Stream >= 0 {
+		fmt.Fprintf(&b, " stream %d", f.Stream)
+	}
+	switch f.Kind {
+	case S3Storm:
+		fmt.Fprintf(&b, " %s method=%q target=%q count=%d", f.Storm, f.Method, f.Target, f.Count)
+		if f.Delay > 0 {
+			fmt.Fprintf(&b, " delay=%v", f.Delay)
+		}
+	case EtcdMemberKill:
+		fmt.Fprintf(&b, " member %d", f.Member)
+	case Retention:
+		fmt.Fprintf(&b, " max-bytes=%d max-age=%v", f.Policy.MaxBytes, f.Policy.MaxAge)
+	case LostTail:
+		fmt.Fprintf(&b, " at %.3f", f.Fraction)
+	}
+	if len(f.Appends) > 0 {
+		fmt.Fprintf(&b, " appends=%v", f.Appends)
+	}
+	return b.String()
+}
+
+// Cycle is the plan of one cycle: the node starts, runs for Duration while Faults strike,
+// and stops; the checker then looks at everything.
+type Cycle struct {
+	Index    int
+	Duration time.Duration
+	Appends  []int64 // bytes each stream's log grows by before the node starts
+	LostTail *Fault  // applied to the log before the start; that stream appends nothing
+	Faults   []Fault // during the run, ordered by At
+	// CleanStop ends the cycle with SIGTERM (the node persists everything first); otherwise
+	// with SIGKILL at the end of Duration.
+	CleanStop bool
+}
+
+// String describes the cycle canonically (the schedule digest hashes it).
+func (c Cycle) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cycle %d: %v appends=%v clean=%t", c.Index, c.Duration.Round(time.Millisecond), c.Appends, c.CleanStop)
+	if c.LostTail != nil {
+		fmt.Fprintf(&b, "; before start: %s", c.LostTail)
+	}
+	for _, f := range c.Faults {
+		fmt.Fprintf(&b, "; %s", f)
+	}
+	return b.String()
+}
+
+// Options shape the schedule.
+type Options struct {
+	Streams          int
+	Members          int           // etcd members
+	MinCycle         time.Duration // node run per cycle
+	MaxCycle         time.Duration
+	MinAppend        int64 // bytes a stream's log grows by per cycle
+	MaxAppend        int64
+	SegmentBytes     int64        // local segment size: a local-ahead needs several segments
+	MaxFaults        int          // faults per cycle at most (at least 1)
+	Weights          map[Kind]int // relative frequency; a kind absent or 0 never happens
+	LostTailPercent  int          // chance a cycle starts with a lost tail
+	CleanStopPercent int          // chance a cycle ends with SIGTERM rather than SIGKILL
+}
+
+// DefaultWeights are the relative frequencies of the faults during a cycle.
+var DefaultWeights = map[Kind]int{NodeKill: 3, S3Storm: 6, EtcdMemberKill: 2, EtcdClusterRestart: 1, GCDelete: 2, Retention: 2, LocalAhead: 1, Cut: 3}
+
+// DefaultOptions is the soak's schedule for streams streams on a three-member etcd.
+func DefaultOptions(streams int) Options {
+	return Options{Streams: streams, Members: 3, MinCycle: 4 * time.Second, MaxCycle: 9 * time.Second,
+		MinAppend: 128 << 10, MaxAppend: 1536 << 10, SegmentBytes: 256 << 10, MaxFaults: 3,
+		Weights: DefaultWeights, LostTailPercent: 15, CleanStopPercent: 30}
+}
+
+// Plan is cycle index's plan under seed.
+func Plan(seed uint64, index int, o Options) Cycle {
+	r := rand.New(rand.NewPCG(seed, uint64(index)*0x9e3779b97f4a7c15+1))
+	dur := func(lo, hi time.Duration) time.Duration {
+		if hi <= lo {
+			return lo
+		}
+		return lo + time.Duration(r.Int64N(int64(hi-lo)))
+	}
+	bytesN := func() int64 { return o.MinAppend + r.Int64N(o.MaxAppend-o.MinAppend+1) }
+	c := Cycle{Index: index, Duration: dur(o.MinCycle, o.MaxCycle).Round(time.Millisecond)}
+	for range o.Streams {
+		c.Appends = append(c.Appends, bytesN())
+	}
+	if r.IntN(100) < o.LostTailPercent {
+		s := r.IntN(o.Streams)
+		c.LostTail = &Fault{Kind: LostTail, Stream: s, Fraction: float64(r.IntN(1000)) / 1000}
+		c.Appends[s] = 0
+	}
+	var kinds []Kind
+	total := 0
+	for _, k := range Kinds {
+		if w := o.Weights[k]; w > 0 {
+			kinds = append(kinds, k)
+			total += w
+		}
+	}
+	n := 1 + r.IntN(max(o.MaxFaults, 1))
+	localAhead := false
+	for range n {
+		if total == 0 {
+			break
+		}
+		pick := r.IntN(total)
+		var k Kind
+		for _, kk := range kinds {
+			if pick < o.Weights[kk] {
+				k = kk
+				break
+			}
+			pick -= o.Weights[kk]
+		}
+		if k == LocalAhead && (localAhead || (c.LostTail != nil && o.Streams < 2)) {
+			k = Cut
+		}
+		f := Fault{Kind: k, Stream: -1, At: dur(300*time.Millisecond, c.Duration-500*time.Millisecond).Round(time.Millisecond)}
+		switch k {
+		case NodeKill:
+			for range o.Streams {
+				f.Appends = append(f.Appends, bytesN()/2)
+			}
+		case S3Storm:
+			f.Storm = Storms[r.IntN(len(Storms))]
+			f.For = dur(500*time.Millisecond, 4*time.Second).Round(time.Millisecond)
+			f.Method = []string{"PUT", "PUT", "GET", ""}[r.IntN(4)]
+			f.Target = []string{"data", "meta", ""}[r.IntN(3)]
+			if r.IntN(3) == 0 {
+				f.Stream = r.IntN(o.Streams)
+			}
+			if r.IntN(2) == 0 {
+				f.Count = 1 + r.IntN(8)
+			}
+			if f.Storm == StormSlow {
+				f.Delay = dur(200*time.Millisecond, 8*time.Second).Round(time.Millisecond)
+			}
+		case EtcdMemberKill:
+			f.Member = r.IntN(max(o.Members, 1))
+			f.For = dur(500*time.Millisecond, 5*time.Second).Round(time.Millisecond)
+		case EtcdClusterRestart:
+			f.For = dur(300*time.Millisecond, 3*time.Second).Round(time.Millisecond)
+		case GCDelete, Cut:
+			if k == Cut || r.IntN(2) == 0 {
+				f.Stream = r.IntN(o.Streams)
+			}
+		case Retention:
+			f.Stream = r.IntN(o.Streams)
+			switch r.IntN(4) {
+			case 0: // no limit: the configuration's policy no longer applies until a restart
+			case 1:
+				f.Policy.MaxAge = dur(5*time.Second, 2*time.Minute).Round(time.Second)
+			default:
+				f.Policy.MaxBytes = uint64(1<<20 + r.Int64N(15<<20))
+			}
+		case LocalAhead:
+			localAhead = true
+			f.Stream = r.IntN(o.Streams)
+			if c.LostTail != nil && c.LostTail.Stream == f.Stream {
+				f.Stream = (f.Stream + 1) % o.Streams // that stream's log must not grow this cycle
+			}
+			f.At = max(f.At, 1500*time.Millisecond)
+			if f.At > c.Duration-200*time.Millisecond {
+				c.Duration = f.At + time.Second
+			}
+			// The log must grow by several segments the node will not upload.
+			c.Appends[f.Stream] = max(c.Appends[f.Stream], 4*o.SegmentBytes)
+			for range o.Streams {
+				f.Appends = append(f.Appends, bytesN()/4)
+			}
+		}
+		c.Faults = append(c.Faults, f)
+	}
+	sort.SliceStable(c.Faults, func(i, j int) bool { return c.Faults[i].At < c.Faults[j].At })
+	c.CleanStop = r.IntN(100) < o.CleanStopPercent
+	return c
+}
+
+// Digest is a short hash of the plans: two runs with the same seed print the same digest.
+func Digest(cycles []Cycle) string {
+	h := sha256.New()
+	for _, c := range cycles {
+		fmt.Fprintln(h, c.String())
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}

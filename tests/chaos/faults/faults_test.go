@@ -1,0 +1,53 @@
+package faults
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPlanReplays checks that a seed always yields the same schedule, that another seed
+// yields another, and that plans respect the options.
+func TestPlanReplays(t *testing.T) {
+	o := DefaultOptions(3)
+	var a, b, other []Cycle
+	for i := range 200 {
+		a = append(a, Plan(42, i, o))
+		b = append(b, Plan(42, i, o))
+		other = append(other, Plan(43, i, o))
+	}
+	if Digest(a) != Digest(b) {
+		t.Fatal("the same seed gave two schedules")
+	}
+	if Digest(a) == Digest(other) {
+		t.Fatal("two seeds gave the same schedule")
+	}
+	seen := map[Kind]int{}
+	for _, c := range a {
+		if c.Duration < o.MinCycle || len(c.Appends) != 3 || len(c.Faults) == 0 || len(c.Faults) > o.MaxFaults {
+			t.Fatalf("bad cycle: %s", c)
+		}
+		if c.LostTail != nil {
+			seen[LostTail]++
+			if c.Appends[c.LostTail.Stream] != 0 {
+				t.Fatalf("a lost tail's stream grows in its cycle: %s", c)
+			}
+		}
+		for i, f := range c.Faults {
+			seen[f.Kind]++
+			if i > 0 && f.At < c.Faults[i-1].At || f.At >= c.Duration {
+				t.Fatalf("faults out of order or past the cycle's end: %s", c)
+			}
+			if f.Kind == LocalAhead && c.Appends[f.Stream] < 4*o.SegmentBytes {
+				t.Fatalf("a local-ahead stream grows too little: %s", c)
+			}
+		}
+	}
+	for _, k := range Kinds {
+		if seen[k] == 0 {
+			t.Errorf("200 cycles never drew a %s", k)
+		}
+	}
+	if d := a[0].Duration; d > time.Minute {
+		t.Fatalf("cycle of %v", d)
+	}
+}

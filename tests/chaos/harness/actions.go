@@ -1,0 +1,239 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"streamtier/tests/chaos/check"
+	"streamtier/tests/chaos/faults"
+)
+
+// commandTimeout bounds one operator command.
+const commandTimeout = 30 * time.Second
+
+// gcGraceDuringTiering is the grace period of `node gc --delete` while a node tiers: above
+// the persist timeout (10 s), as docs/operations.md asks (a root uploaded by a persist in
+// flight is younger than that).
+const gcGraceDuringTiering = "25s"
+
+// direct are the flags that make a command talk to the S3 server itself, not through the
+// injector: the operator's tools are not under the storm.
+func (w *world) direct() []string {
+	return []string{"--config", w.nodeConfig, "--s3-endpoint", w.s3.Endpoint}
+}
+
+// restartNode kills the node, runs between (the node is down) and starts it again.
+func (w *world) restartNode(ctx context.Context, between func() error) error {
+	w.node.kill()
+	w.checkCrash(w.node)
+	if err := w.ensureEtcd(ctx); err != nil {
+		return err
+	}
+	if err := between(); err != nil {
+		return err
+	}
+	var err error
+	if w.node, err = w.startNode(ctx, nodeStartTimeout); err != nil {
+		return err
+	}
+	w.note("node-start", "", "run %d pid %d", w.runs, w.node.cmd.Process.Pid)
+	return nil
+}
+
+// ensureEtcd ends an etcd outage early when the harness needs etcd: to read the persisted
+// next offset, and because a node does not start without etcd. The actions of a cycle run
+// one after the other, so the outage's own end would otherwise come only after them.
+func (w *world) ensureEtcd(ctx context.Context) error {
+	running := 0
+	for _, r := range w.etcd.Running() {
+		if r {
+			running++
+		}
+	}
+	if 2*running > w.etcd.Members() {
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := w.etcd.StartAll(sctx); err != nil {
+		return err
+	}
+	w.note("etcd-outage-ended", "", "every member started early: the node is about to start")
+	return nil
+}
+
+func streamName(w *world, i int) string {
+	if i < 0 {
+		return ""
+	}
+	return w.streams[i]
+}
+
+// actions turns a fault into what the cycle does, and when.
+func (w *world) actions(f faults.Fault, plan faults.Cycle) []action {
+	id := streamName(w, f.Stream)
+	end := min(f.At+f.For, plan.Duration)
+	switch f.Kind {
+	case faults.NodeKill:
+		return []action{{f.At, "node kill", func(ctx context.Context) error {
+			w.countFault(string(f.Kind), "", "SIGKILL mid-cycle (run %d), then the broker appends %v and the node starts again", w.runs, f.Appends)
+			return w.restartNode(ctx, func() error { return w.appendLogs(f.Appends) })
+		}}}
+	case faults.S3Storm:
+		var rid int
+		return []action{
+			{f.At, "s3 storm", func(context.Context) error {
+				rid = w.addRules(w.stormRules(f))
+				w.countFault(string(f.Kind)+"/"+string(f.Storm), id, "%s", f)
+				return nil
+			}},
+			{end, "s3 storm end", func(context.Context) error {
+				w.dropRules(rid)
+				w.note("s3-storm-end", id, "%s over", f.Storm)
+				return nil
+			}},
+		}
+	case faults.EtcdMemberKill:
+		return []action{
+			{f.At, "etcd member kill", func(context.Context) error {
+				w.etcd.KillMember(f.Member)
+				w.countFault(string(f.Kind), "", "member m%d killed for %v", f.Member, f.For)
+				return nil
+			}},
+			{end, "etcd member restart", func(ctx context.Context) error {
+				sctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				if err := w.etcd.StartMember(sctx, f.Member); err != nil {
+					return err
+				}
+				w.note("etcd-member-start", "", "member m%d running again", f.Member)
+				return nil
+			}},
+		}
+	case faults.EtcdClusterRestart:
+		return []action{
+			{f.At, "etcd cluster stop", func(context.Context) error {
+				w.etcd.StopAll()
+				w.countFault(string(f.Kind), "", "every member stopped for %v", f.For)
+				return nil
+			}},
+			{end, "etcd cluster start", func(ctx context.Context) error {
+				sctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				if err := w.etcd.StartAll(sctx); err != nil {
+					return err
+				}
+				w.note("etcd-cluster-start", "", "every member running again")
+				return nil
+			}},
+		}
+	case faults.GCDelete:
+		return []action{{f.At, "gc --delete", func(ctx context.Context) error {
+			args := append([]string{"gc", "--delete", "--json", "--grace", gcGraceDuringTiering}, w.direct()...)
+			if id != "" {
+				args = append(args, id)
+			}
+			code, out, errOut, err := w.command(ctx, commandTimeout, args...)
+			if err != nil {
+				return err
+			}
+			var res gcResult
+			deleted := -1
+			if json.Unmarshal([]byte(out), &res) == nil && res.Delete != nil {
+				deleted = len(res.Delete.Deleted)
+			} else if json.Unmarshal([]byte(out), &res) == nil {
+				deleted = 0
+			}
+			w.countFault(string(f.Kind), id, "node gc --delete --grace %s: exit %d, %d orphans deleted, %d pending kept %s", gcGraceDuringTiering, code, deleted, len(res.Plan.Pending), oneLine(errOut))
+			return nil
+		}}}
+	case faults.Retention:
+		return []action{{f.At, "retention", func(ctx context.Context) error {
+			w.chk.PolicySet(id, check.Policy{MaxBytes: f.Policy.MaxBytes, MaxAge: f.Policy.MaxAge})
+			args := append([]string{"retention", id, "--max-bytes", strconv.FormatUint(f.Policy.MaxBytes, 10), "--max-age", f.Policy.MaxAge.String()}, w.direct()...)
+			code, _, errOut, err := w.command(ctx, commandTimeout, args...)
+			if err != nil {
+				return err
+			}
+			w.countFault(string(f.Kind), id, "node retention --max-bytes %d --max-age %v: exit %d %s", f.Policy.MaxBytes, f.Policy.MaxAge, code, oneLine(errOut))
+			return nil
+		}}}
+	case faults.Cut:
+		return []action{{f.At, "cut", func(ctx context.Context) error {
+			code, _, errOut, err := w.command(ctx, commandTimeout, append([]string{"cut", id}, w.direct()...)...)
+			if err != nil {
+				return err
+			}
+			w.countFault(string(f.Kind), id, "node cut: exit %d %s", code, oneLine(errOut))
+			return nil
+		}}}
+	case faults.LocalAhead:
+		return []action{{f.At, "local ahead", func(ctx context.Context) error {
+			return w.restartNode(ctx, func() error {
+				_, pNext, _, err := w.persisted(ctx, id)
+				if err != nil {
+					return err
+				}
+				pNext = max(pNext, w.chk.AckedNext(id))
+				from, to, err := w.logs[f.Stream].dropHead(pNext)
+				if err != nil {
+					return err
+				}
+				if to > from && to > pNext {
+					w.chk.Lost(id, pNext, to)
+					w.countFault(string(f.Kind), id, "node killed with uploads refused; the broker's retention deleted the local log's [%d,%d), persisted next %d: a gap [%d,%d) is due", from, to, pNext, pNext, to)
+				} else {
+					w.skip(string(f.Kind), id, "no segment to delete past persisted next %d (local first %d)", pNext, from)
+				}
+				if w.localAheadRule != 0 {
+					w.dropRules(w.localAheadRule)
+					w.localAheadRule = 0
+				}
+				return w.appendLogs(f.Appends)
+			})
+		}}}
+	}
+	panic(fmt.Sprintf("harness: fault kind %q has no action", f.Kind))
+}
+
+// gcResult is what the harness reads of `node gc --json`.
+type gcResult struct {
+	Plan struct {
+		Scanned    int        `json:"scanned"`
+		Referenced int        `json:"referenced"`
+		Orphans    []gcOrphan `json:"orphans"`
+		Young      []gcOrphan `json:"young"`
+		Pending    []gcOrphan `json:"pending"`
+		Undecided  []gcOrphan `json:"undecided"`
+		Foreign    []string   `json:"foreign"`
+	} `json:"plan"`
+	Delete *struct {
+		Deleted []string          `json:"deleted"`
+		Failed  map[string]string `json:"failed"`
+	} `json:"delete"`
+}
+
+type gcOrphan struct {
+	Key    string `json:"key"`
+	Stream string `json:"stream"`
+	Reason string `json:"reason"`
+}
+
+func oneLine(s string) string {
+	if s == "" {
+		return ""
+	}
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return "(" + string(b) + ")"
+}
