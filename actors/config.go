@@ -65,6 +65,7 @@ type faultHooks struct {
 	governor func(msg any)             // before the governor handles a message
 	reaper   func(msg any)             // before the reaper handles a message
 	drain    func(msg any)             // before a drain handles a message
+	batch    func(b *chunksDrained)    // in a drain, on each batch before it is sent (may alter it)
 	reader   func(msg any)             // before a reader handles a message (lifecycle ones too)
 	stream   func(msg any)             // before a stream supervisor handles a message
 	transfer func(sub *submitTransfer) // in a transfer task, before the upload
@@ -86,6 +87,12 @@ func (f *faultHooks) atReaper(msg any) {
 func (f *faultHooks) atDrain(msg any) {
 	if f != nil && f.drain != nil {
 		f.drain(msg)
+	}
+}
+
+func (f *faultHooks) atBatch(b *chunksDrained) {
+	if f != nil && f.batch != nil {
+		f.batch(b)
 	}
 }
 

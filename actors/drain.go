@@ -18,30 +18,43 @@ const drainBatch = 512
 // drainRetryDelay is the wait after an unexpected local read error before trying again.
 const drainRetryDelay = time.Second
 
-// drainStart (re)opens the data reader at From; Gen tags every batch read from it.
+// drainStart (re)opens the data reader at From; Gen tags every batch read from it. Budget,
+// here and in drainAck and drainListen, is how many chunk bytes the core would take now
+// (readercore.Core.DrainRoom): a batch ends once it holds that much, so that the drain reads
+// little past a pause.
 type drainStart struct {
-	From uint64
-	Gen  uint64
+	From   uint64
+	Gen    uint64
+	Budget uint64
 }
 
-// drainAck lets the drain read its next batch: one batch is in flight at a time, so the
-// drain never runs far ahead of the reader and memory stays bounded.
-type drainAck struct{ Gen uint64 }
+// drainAck lets the drain read its next batch (the core's ContinueDrain): one batch is in
+// flight at a time, so the drain never runs far ahead of the reader and memory stays
+// bounded. A core that paused at its bound, or disagrees with the drain's position, sends
+// none: the drain waits until it is reopened (drainStart).
+type drainAck struct {
+	Gen    uint64
+	Budget uint64
+}
 
 // drainListen registers the one-shot offset listener at Offset, then checks once more.
 type drainListen struct {
 	Offset uint64
 	Gen    uint64
+	Budget uint64
 }
 
 // drainWake is sent by the offset listener (or a retry timer): try to read again.
 type drainWake struct{ Gen uint64 }
 
 // chunksDrained carries a batch of committed chunk headers to the reader. End says the
-// reader reached the end of committed data; Gone says the next segment was deleted.
+// reader reached the end of committed data; Gone says the next segment was deleted. Next
+// is where the drain's data reader stands after the batch (the chunk id it reads next): the
+// core checks it against its own position.
 type chunksDrained struct {
 	Gen        uint64
 	Chunks     []readercore.ChunkDrained
+	Next       uint64
 	End        bool
 	Gone       bool
 	LocalFirst uint64
@@ -51,9 +64,10 @@ type chunksDrained struct {
 // local log and hands them up in batches. The reader supervises it: a drain that fails is
 // restarted fresh and reopened at the core's drain position (see reader.HandleFailure).
 type drain struct {
-	log    *segments.Log
-	logger zerolog.Logger
-	faults *faultHooks
+	log     *segments.Log
+	logger  zerolog.Logger
+	faults  *faultHooks
+	metrics *Metrics
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -61,8 +75,9 @@ type drain struct {
 
 	rd       *segments.Reader
 	gen      uint64
-	awaiting bool // a batch is with the parent, waiting for its ack
-	idle     bool // end of stream reached: wait for a wake
+	budget   uint64 // chunk bytes the core takes before it pauses, from its last word
+	awaiting bool   // a batch is with the parent, waiting for its ack
+	idle     bool   // end of stream reached: wait for a wake
 }
 
 func (d *drain) Receive(c actor.Context) {
@@ -84,7 +99,7 @@ func (d *drain) handle(c actor.Context, msg any) {
 	switch m := msg.(type) {
 	case drainStart:
 		d.closeReader()
-		d.gen, d.awaiting, d.idle = m.Gen, false, false
+		d.gen, d.awaiting, d.idle, d.budget = m.Gen, false, false, m.Budget
 		rd, err := d.log.NewReader(m.From)
 		if err != nil {
 			d.openFailed(c, m.From, err)
@@ -94,13 +109,14 @@ func (d *drain) handle(c actor.Context, msg any) {
 		d.read(c, false)
 	case drainAck:
 		if m.Gen == d.gen {
-			d.awaiting = false
+			d.awaiting, d.budget = false, m.Budget
 			d.read(c, false)
 		}
 	case drainListen:
 		if m.Gen != d.gen {
 			return
 		}
+		d.budget = m.Budget
 		ch := d.log.NotifyWhenCommittedPast(m.Offset)
 		pid, gen, root, ctx := c.Self(), d.gen, c.ActorSystem().Root, d.ctx
 		go func() {
@@ -127,7 +143,7 @@ func (d *drain) openFailed(c actor.Context, from uint64, err error) {
 		return
 	}
 	d.logger.Error().Err(err).Uint64("from", from).Msg("drain: cannot open the local log reader; retrying")
-	d.timers.after(c.ActorSystem().Root, c.Self(), drainRetryDelay, drainStart{From: from, Gen: d.gen})
+	d.timers.after(c.ActorSystem().Root, c.Self(), drainRetryDelay, drainStart{From: from, Gen: d.gen, Budget: d.budget})
 }
 
 // read sends the next batch of committed chunk headers, unless one is with the parent.
@@ -137,12 +153,14 @@ func (d *drain) read(c actor.Context, afterListen bool) {
 	if d.awaiting || d.idle || d.rd == nil {
 		return
 	}
+	d.metrics.DrainWakeups.Add(1)
 	batch := &chunksDrained{Gen: d.gen, Chunks: make([]readercore.ChunkDrained, 0, 16)}
 loop:
-	for len(batch.Chunks) < drainBatch {
+	for len(batch.Chunks) < drainBatch && (d.budget > 0 || len(batch.Chunks) == 0) {
 		h, loc, err := d.rd.Next()
 		if err == nil {
 			batch.Chunks = append(batch.Chunks, readercore.ChunkDrained{Header: h, Location: loc})
+			d.budget -= min(d.budget, uint64(loc.Size))
 			continue
 		}
 		switch {
@@ -168,9 +186,13 @@ loop:
 	if len(batch.Chunks) == 0 && !batch.Gone && (!batch.End || afterListen) {
 		return
 	}
+	if d.rd != nil {
+		batch.Next = d.rd.NextOffset()
+	}
 	// Wait for the parent's ack only when more may follow at once; after the end of the
 	// stream the listener wakes the drain, after a vanished segment a new drainStart does.
 	d.awaiting = !batch.End && !batch.Gone
+	d.faults.atBatch(batch)
 	c.Send(c.Parent(), batch)
 }
 

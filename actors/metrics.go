@@ -41,6 +41,17 @@ type Metrics struct {
 	ActorRestarts atomic.Int64
 	// TaskPanics counts tasks and transfer tasks that panicked (each reported as a failure).
 	TaskPanics atomic.Int64
+	// DrainWakeups counts the times a drain read its local log (a batch, an end of data, a
+	// re-check after a listener registration): bounded by the data and the core's retries,
+	// it shows a drain that spins.
+	DrainWakeups atomic.Int64
+	// DrainRepositions counts drains reopened at the core's position because their position
+	// disagreed with it (or to retry after such a stall); DrainStalls the stalls, when the
+	// disagreement came back right after a reposition; DrainPauses the pauses at the bound
+	// on bytes not yet durable.
+	DrainRepositions atomic.Int64
+	DrainStalls      atomic.Int64
+	DrainPauses      atomic.Int64
 	// TasksOverdue counts tasks whose result did not come by their deadline and a grace
 	// period: their owner went on with a failure instead.
 	TasksOverdue atomic.Int64

@@ -104,15 +104,17 @@ func (r *reader) Receive(c actor.Context) {
 			r.deliver(c, m)
 		}
 	case readercore.TransferResult:
-		r.shell.settled(m.Ref, m.Attempt)
+		r.shell.settled(&r.timers, m.Ref, m.Attempt)
 		if m.Outcome == readercore.SegmentGone {
 			m.LocalFirst = r.h.spec.Log.FirstOffset()
 		}
+		m.At = r.since()
+		r.step(c, m)
+	case readercore.RetryTimer:
+		m.At = r.since()
 		r.step(c, m)
 	case readercore.PersistTimer:
 		delete(r.persistTimers, m.Ref)
-		r.step(c, m)
-	case readercore.RetryTimer:
 		r.step(c, m)
 	case readercore.TransferDeadline:
 		r.step(c, m)
@@ -195,7 +197,7 @@ func (r *reader) start(c actor.Context) {
 	r.n.metrics.StreamsRunning.Add(1)
 	log := r.h.spec.Log
 	r.drain = c.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &drain{log: log, logger: r.log, faults: r.n.cfg.faults}
+		return &drain{log: log, logger: r.log, faults: r.n.cfg.faults, metrics: r.n.metrics}
 	}))
 	r.persistDeps = persistDeps{
 		store: r.n.store, meta: r.n.meta, keyPrefix: r.n.cfg.KeyPrefix, timeout: r.n.cfg.PersistTimeout,
@@ -291,27 +293,6 @@ func (r *reader) retryResolve(c actor.Context, err error) {
 	r.timers.after(c.ActorSystem().Root, c.Self(), delay, resolveRetryMsg{})
 }
 
-func (r *reader) onChunks(c actor.Context, m *chunksDrained) {
-	if m.Gen != r.drainGen {
-		return // from a reader opened before the last reset
-	}
-	for _, ch := range m.Chunks {
-		r.step(c, ch)
-	}
-	switch {
-	case m.Gone:
-		if err := r.step(c, readercore.DrainSegmentGone{LocalFirst: m.LocalFirst}); err != nil {
-			// The chunk the core expects is still held locally: read on from there rather
-			// than leave the drain waiting for a restart that will not come.
-			r.startDrain(c, r.core.Status().DrainNext)
-		}
-	case m.End:
-		r.step(c, readercore.EndOfStream{})
-	default:
-		c.Send(r.drain, drainAck{Gen: m.Gen})
-	}
-}
-
 // step feeds one event to the core and executes the effects it returns. An event the core
 // refuses (a broken contract: a bug) is logged, counted and returned; nothing changed.
 func (r *reader) step(c actor.Context, ev readercore.Event) error {
@@ -332,8 +313,9 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 	stream := r.h.spec.ID
 	root := c.ActorSystem().Root
 	switch e := e.(type) {
-	case readercore.StartDrain:
-		r.startDrain(c, e.From)
+	case readercore.StartDrain, readercore.ContinueDrain, readercore.DrainStalled, readercore.DrainUnstalled,
+		readercore.PauseDrain, readercore.ResumeDrain, readercore.ArmRetryTimer, readercore.CancelRetryTimer, readercore.RetryDrainAfter:
+		r.executeFlow(c, e)
 	case readercore.DeclareGap:
 		r.n.metrics.Gaps.Add(1)
 		r.n.metrics.GapOffsets.Add(int64(e.To - e.From))
@@ -359,15 +341,13 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 			Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).
 			Msg("the local log shares no chunk with the remote tier: nothing is deleted or uploaded until an operator runs 'node truncate' (or restores the local log)")
 	case readercore.RegisterOffsetListener:
-		c.Send(r.drain, drainListen{Offset: e.Offset, Gen: r.drainGen})
+		c.Send(r.drain, drainListen{Offset: e.Offset, Gen: r.drainGen, Budget: r.core.DrainRoom()})
 	case readercore.SubmitTransfer:
 		r.submit(c, e.Ref, e.Attempt, e.Fragment, e.Size)
 	case readercore.ResubmitTransfer:
 		r.submit(c, e.Ref, e.Attempt, e.Fragment, e.Size)
 	case readercore.ArmTransferDeadline:
 		r.armTransferDeadline(c, e) // held until the governor admits the attempt
-	case readercore.ResubmitTransferAfter:
-		r.timers.after(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref, Attempt: e.Attempt})
 	case readercore.RetryGroupUploadAfter:
 		r.timers.after(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref, Attempt: e.Attempt})
 	case readercore.Stalled:
@@ -428,11 +408,6 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.n.metrics.CoreErrors.Add(1)
 		r.log.Error().Str("op", e.Op).Err(e.Err).Msg("core gave up an operation")
 	}
-}
-
-func (r *reader) startDrain(c actor.Context, from uint64) {
-	r.drainGen++
-	c.Send(r.drain, drainStart{From: from, Gen: r.drainGen})
 }
 
 func (r *reader) submit(c actor.Context, ref readercore.Ref, attempt int, f *fragment.Description, size int64) {

@@ -3,6 +3,7 @@ package actors
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -22,6 +23,22 @@ type readerShell struct {
 	tasks   taskSet
 	held    map[readercore.Ref]*heldSubmit
 	backoff restartBackoff
+	born    time.Time // the origin of the core's retry clock (TransferResult.At, RetryTimer.At)
+	// deadlines are the armed transfer deadline timers, one per transfer: the latest
+	// attempt's, cancelled when it answers (the core ignores a stale deadline anyway; this
+	// keeps the timers of a long outage from piling up).
+	deadlines map[readercore.Ref]armedDeadline
+	// retryTimer is the stream's one transfer retry timer (ArmRetryTimer), by its core ref.
+	retryTimer struct {
+		ref readercore.Ref
+		id  uint64
+	}
+}
+
+// armedDeadline is the deadline timer of one attempt.
+type armedDeadline struct {
+	attempt int
+	id      uint64
 }
 
 // heldSubmit is an attempt submitted to the governor and not yet admitted.
@@ -36,19 +53,36 @@ func (s *readerShell) submitted(sub *submitTransfer) {
 	s.held[sub.Ref] = &heldSubmit{sub: sub}
 }
 
-// settled forgets an attempt whose result came before its admission was seen.
-func (s *readerShell) settled(ref readercore.Ref, attempt int) {
+// settled forgets an attempt that answered: held if its admission was not seen yet, and
+// its deadline timer.
+func (s *readerShell) settled(t *timers, ref readercore.Ref, attempt int) {
 	if h := s.held[ref]; h != nil && h.sub.Attempt == attempt {
 		delete(s.held, ref)
 	}
+	if d, ok := s.deadlines[ref]; ok && d.attempt <= attempt {
+		t.cancel(d.id)
+		delete(s.deadlines, ref)
+	}
+}
+
+// armDeadline arms the deadline of one attempt, replacing the timer of an earlier attempt
+// of the same transfer (superseded: the core would ignore it).
+func (s *readerShell) armDeadline(t *timers, root *actor.RootContext, e readercore.ArmTransferDeadline) {
+	if d, ok := s.deadlines[e.Ref]; ok {
+		t.cancel(d.id)
+	}
+	id := t.after(root, s.self, e.After, readercore.TransferDeadline{Ref: e.Ref, Attempt: e.Attempt})
+	s.deadlines[e.Ref] = armedDeadline{attempt: e.Attempt, id: id}
 }
 
 func (r *reader) initShell(c actor.Context) {
 	r.timers.clock = r.n.cfg.clock
 	r.shell = readerShell{
 		owner: r.n.owners.Add(1), self: c.Self(),
-		tasks: taskSet{log: r.log, metrics: r.n.metrics, faults: r.n.cfg.faults},
-		held:  make(map[readercore.Ref]*heldSubmit),
+		tasks:     taskSet{log: r.log, metrics: r.n.metrics, faults: r.n.cfg.faults},
+		held:      make(map[readercore.Ref]*heldSubmit),
+		born:      r.n.cfg.clock.Now(),
+		deadlines: make(map[readercore.Ref]armedDeadline),
 	}
 }
 
@@ -66,7 +100,7 @@ func (r *reader) armTransferDeadline(c actor.Context, e readercore.ArmTransferDe
 		h.deadline = &e
 		return
 	}
-	r.timers.after(c.ActorSystem().Root, c.Self(), e.After, readercore.TransferDeadline{Ref: e.Ref, Attempt: e.Attempt})
+	r.shell.armDeadline(&r.timers, c.ActorSystem().Root, e)
 }
 
 func (r *reader) onShellMsg(c actor.Context, msg any) {
@@ -88,7 +122,7 @@ func (r *reader) onShellMsg(c actor.Context, msg any) {
 		}
 		delete(r.shell.held, m.Ref)
 		if e := h.deadline; e != nil {
-			r.timers.after(c.ActorSystem().Root, c.Self(), e.After, readercore.TransferDeadline{Ref: e.Ref, Attempt: e.Attempt})
+			r.shell.armDeadline(&r.timers, c.ActorSystem().Root, *e)
 		}
 	case governorRestarted:
 		// The governor's queue is gone: submit again, in cut order, what it had not admitted.

@@ -22,6 +22,10 @@ type StreamStatus struct {
 
 	Core     readercore.Status // remote tier (persisted and in memory) and pipeline
 	Restarts uint64
+	// Timers is how many timers the reader has armed: at most one retry timer, one persist
+	// timer, one deadline per transfer in flight and a few housekeeping ones, however long
+	// an outage lasts.
+	Timers int
 	// ResolveError is the last failure to resolve the manifest while the phase is
 	// "resolving" (etcd or S3 unreachable, a missing or corrupt root): retried with backoff.
 	ResolveError string
@@ -72,6 +76,7 @@ func (h *streamHandle) stoppedStatus() (StreamStatus, bool) {
 func (r *reader) status() StreamStatus {
 	st, segs := r.h.localStatus()
 	st.ResolveError = r.resolveErr
+	st.Timers = r.timers.count()
 	if r.running {
 		st.Core = r.core.Status()
 		st.Phase = st.Core.Phase

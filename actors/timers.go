@@ -66,3 +66,10 @@ func (t *timers) stopAll() {
 		delete(t.live, id)
 	}
 }
+
+// count is the number of timers armed and not yet fired or cancelled.
+func (t *timers) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.live)
+}

@@ -56,6 +56,7 @@ var (
 	descStreamLagS    = desc("stream_lag_seconds", "Age of the oldest committed byte of a stream not yet persisted.", "stream")
 	descStreamPersist = desc("stream_last_persist_age_seconds", "Time since a stream's last successful persist (-1 before the first).", "stream")
 	descStreamStalled = desc("stream_stalled", "1 while a stream's upload pipeline is stalled at an offset.", "stream")
+	descStreamPaused  = desc("stream_drain_paused", "1 while a stream's drain is paused at max_unpersisted_bytes (waiting for a persist).", "stream")
 	descStreamGaps    = desc("stream_gap_offsets", "Offsets of a stream's persisted root declared as gaps: lost from the local log before upload.", "stream")
 	descStreamDiverge = desc("stream_diverged", "1 while a stream's local log shares no chunk with its remote tier (waits for `node truncate`).", "stream")
 	descStreamBehind  = desc("stream_behind", "1 while a stream's local log is a prefix of its remote tier (waits for the log to catch up or fork).", "stream")
@@ -101,6 +102,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		{"remote_retention_run", m.RemoteRetentionRuns.Load()}, {"local_segment_deleted", m.LocalSegmentsDeleted.Load()},
 		{"actor_restart", m.ActorRestarts.Load()}, {"task_panic", m.TaskPanics.Load()}, {"task_overdue", m.TasksOverdue.Load()},
 		{"broadcast_dropped", m.BroadcastsDropped.Load()}, {"stray_message", m.StrayMessages.Load()},
+		{"drain_wakeup", m.DrainWakeups.Load()}, {"drain_reposition", m.DrainRepositions.Load()},
+		{"drain_stall", m.DrainStalls.Load()}, {"drain_pause", m.DrainPauses.Load()},
 	} {
 		counter(descEvents, float64(e.v), e.name)
 	}
@@ -167,6 +170,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			stalled = 1
 		}
 		gauge(descStreamStalled, stalled, id)
+		paused := 0.0
+		if s.Pipeline.Paused {
+			paused = 1
+		}
+		gauge(descStreamPaused, paused, id)
+		gauge(descStreamBytes, float64(s.Pipeline.HeldBytes), id, "held")
 		gauge(descStreamGaps, float64(s.Remote.GapOffsets), id)
 		diverged := 0.0
 		if s.Remote.Diverged != nil && !s.Remote.Diverged.Behind {

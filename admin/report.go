@@ -173,9 +173,20 @@ type PipelineReport struct {
 	LastPersistError      string  `json:"last_persist_error,omitempty"`
 	Stalled               bool    `json:"stalled"`
 	StalledOffset         uint64  `json:"stalled_offset"`
-	Waiters               int     `json:"waiters"`
-	Rebalancing           bool    `json:"rebalancing"`
-	RetentionBusy         bool    `json:"retention_busy"`
+	// HeldBytes are the bytes drained and not yet persisted (assembly, transfers,
+	// uploaded-not-persisted), bounded by HeldBound (max_unpersisted_bytes); Paused says
+	// the bound was reached and the drain waits for a persist.
+	HeldBytes uint64 `json:"held_bytes"`
+	HeldBound uint64 `json:"held_bound"`
+	Paused    bool   `json:"paused"`
+	// DrainStall, when set, says why the drain cannot get past DrainStalledOffset (its
+	// position disagrees with the core's: a chunk the core keeps refusing); retried.
+	DrainStall         string `json:"drain_stall,omitempty"`
+	DrainStalledOffset uint64 `json:"drain_stalled_offset,omitempty"`
+	Timers             int    `json:"timers"` // timers the reader has armed
+	Waiters            int    `json:"waiters"`
+	Rebalancing        bool   `json:"rebalancing"`
+	RetentionBusy      bool   `json:"retention_busy"`
 }
 
 // AssemblyReport is the fragment being assembled.
@@ -290,6 +301,8 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 			UnpersistedBytes: c.UnpersistedBytes, LastPersistAtMillis: c.LastPersistAt, LastPersistAgeSeconds: -1,
 			LastPersistError: c.LastPersistError, Stalled: c.Stalled, StalledOffset: c.StalledOffset, Waiters: c.Waiters,
 			Rebalancing: c.Rebalancing, RetentionBusy: c.RetentionBusy,
+			HeldBytes: c.HeldBytes, HeldBound: c.HeldBound, Paused: c.Paused, DrainStall: c.DrainStallReason, DrainStalledOffset: c.DrainStalledOffset,
+			Timers: s.Timers,
 		},
 		Fragment: AssemblyReport{First: c.AssemblyFirst, Next: c.AssemblyNext, Bytes: c.AssemblyBytes, Chunks: c.AssemblyChunks},
 		Lag:      LagReport{Bytes: s.LagBytes, Seconds: s.LagSeconds},
@@ -302,6 +315,9 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 			"truncations": int64(c.Counters.Truncations), "truncated_offsets": int64(c.Counters.TruncatedOffsets),
 			"reinitializations": int64(c.Counters.Reinitializations), "rebalances": int64(c.Counters.Rebalances),
 			"retention_runs": int64(c.Counters.RetentionRuns), "retention_failures": int64(c.Counters.RetentionFailures),
+			"retry_timers": int64(c.Counters.RetryTimers), "drain_repositions": int64(c.Counters.DrainRepositions),
+			"drain_stalls": int64(c.Counters.DrainStalls), "drain_pauses": int64(c.Counters.DrainPauses),
+			"deferred_chunks": int64(c.Counters.DeferredChunks),
 		},
 	}
 	if c.LastPersistAt > 0 {

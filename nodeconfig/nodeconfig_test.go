@@ -31,7 +31,8 @@ func TestDefaultsFollowTheOperationsSpec(t *testing.T) {
 		s.TransientBackoffBase != 10*time.Millisecond || s.TransientBackoffMax != 5*time.Second ||
 		s.TransferDeadline != 0 || s.EffectiveTransferDeadline() != 20*time.Minute || s.RetentionTaskTimeout != 60*time.Second ||
 		s.PersistTimeout != 30*time.Second || s.GroupUploadTimeout != 60*time.Second || s.ResolveTimeout != 30*time.Second ||
-		s.LocalHotWindowBytes != 0 || s.RetentionMaxBytes != 0 || s.RetentionMaxAge != 0 || s.GCGracePeriod != time.Hour {
+		s.LocalHotWindowBytes != 0 || s.RetentionMaxBytes != 0 || s.RetentionMaxAge != 0 || s.GCGracePeriod != time.Hour ||
+		s.MaxUnpersistedBytes != 0 {
 		t.Fatalf("defaults differ from operations.md: %+v", s)
 	}
 	if s.Demo || !s.EmbeddedEtcd() || !s.EmbeddedS3() || s.DataDir != "/work/streamtier-data" || s.KeyPrefix != "streams" || s.EtcdPrefix != "/streamtier" {
@@ -93,6 +94,7 @@ func TestBadValuesNameTheSetting(t *testing.T) {
 		{Sources{Flags: map[string]string{"transfer_deadline": "-1s"}}, []string{"transfer_deadline", "positive"}},
 		{Sources{Flags: map[string]string{"transfer_deadline": "180s"}}, []string{"transfer_deadline", "s3_transfer_timeout"}},
 		{Sources{Flags: map[string]string{"persist_timeout": "0s"}}, []string{"persist_timeout", "positive"}},
+		{Sources{Flags: map[string]string{"max_unpersisted_bytes": "1MiB"}}, []string{"max_unpersisted_bytes", "fragment_target_size"}},
 		{Sources{Flags: map[string]string{"demo_stream": "../etc"}}, []string{"demo_stream", "invalid stream id"}},
 		{Sources{File: []byte("streams:\n  - id: a\n  - id: a\n"), FileName: "n.yaml"}, []string{"streams[1]", "declared twice"}},
 		{Sources{File: []byte("streams:\n  - log_dir: /x\n"), FileName: "n.yaml"}, []string{"streams[0]", "id is required"}},
@@ -247,5 +249,18 @@ func TestTaskDeadlinesReachTheNode(t *testing.T) {
 	s = resolve(t, ModeRun, Sources{Flags: map[string]string{"transfer_deadline": "30m"}})
 	if c := s.NodeConfig(zerolog.Nop()); c.Stream.TransferDeadline != 30*time.Minute {
 		t.Fatalf("explicit transfer deadline: %v", c.Stream.TransferDeadline)
+	}
+}
+
+// TestMaxUnpersistedBytesReachesTheNode: the bound on bytes not yet durable is passed to the
+// stream readers; 0 leaves it to the core (four fragment target sizes, per stream).
+func TestMaxUnpersistedBytesReachesTheNode(t *testing.T) {
+	s := resolve(t, ModeRun, Sources{Flags: map[string]string{"max_unpersisted_bytes": "512MiB"}})
+	if c := s.NodeConfig(zerolog.Nop()); c.Stream.MaxUnpersistedBytes != 512<<20 {
+		t.Fatalf("node config: max unpersisted bytes %d", c.Stream.MaxUnpersistedBytes)
+	}
+	s = resolve(t, ModeRun, Sources{})
+	if c := s.NodeConfig(zerolog.Nop()); c.Stream.MaxUnpersistedBytes != 0 {
+		t.Fatalf("default max unpersisted bytes %d, want 0 (the core's four fragment target sizes)", c.Stream.MaxUnpersistedBytes)
 	}
 }

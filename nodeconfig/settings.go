@@ -66,6 +66,7 @@ type Settings struct {
 	TransientBackoffBase   time.Duration
 	TransientBackoffMax    time.Duration
 	TransferDeadline       time.Duration // 0: four times S3TransferTimeout
+	MaxUnpersistedBytes    uint64        // 0: four times the fragment target size (per stream)
 	RetentionTaskTimeout   time.Duration
 	PersistTimeout         time.Duration
 	GroupUploadTimeout     time.Duration
@@ -276,6 +277,8 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.TransientBackoffMax })},
 	{name: "transfer_deadline", def: "0", help: "resubmit a transfer whose result never came, counted from its admission by the governor; 0 means four times s3_transfer_timeout",
 		apply: duration(func(s *Settings) *time.Duration { return &s.TransferDeadline })},
+	{name: "max_unpersisted_bytes", def: "0", help: "per stream, most bytes drained and not yet persisted (assembly, transfers, uploaded-not-persisted); at it the drain pauses until a persist; 0 means four times fragment_target_size",
+		apply: size(func(s *Settings) *uint64 { return &s.MaxUnpersistedBytes })},
 	{name: "retention_task_timeout", def: "60s", help: "bound on a group download during remote retention",
 		apply: duration(func(s *Settings) *time.Duration { return &s.RetentionTaskTimeout })},
 	{name: "persist_timeout", def: "30s", help: "bound on one persist (root PUT and etcd transaction); a persist past it fails and is retried",

@@ -154,6 +154,9 @@ func (s Settings) Validate() error {
 	switch {
 	case s.TransferDeadline < 0:
 		return bad("transfer_deadline", "%v: must be positive (or 0: four times s3_transfer_timeout)", s.TransferDeadline)
+	case s.MaxUnpersistedBytes != 0 && s.MaxUnpersistedBytes < s.FragmentTargetSize:
+		return bad("max_unpersisted_bytes", "%d is below fragment_target_size %d: the drain would pause before a fragment could be cut (0 means four times fragment_target_size)",
+			s.MaxUnpersistedBytes, s.FragmentTargetSize)
 	case s.TransferDeadline > 0 && s.TransferDeadline <= s.S3TransferTimeout:
 		return bad("transfer_deadline", "%v is not above s3_transfer_timeout %v: an upload still running would be submitted again (0 means four times s3_transfer_timeout)",
 			s.TransferDeadline, s.S3TransferTimeout)
@@ -214,6 +217,7 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 			TransientBackoffMax:  s.TransientBackoffMax,
 			TransferDeadline:     s.EffectiveTransferDeadline(),
 			RetentionTimeout:     s.RetentionTaskTimeout,
+			MaxUnpersistedBytes:  s.MaxUnpersistedBytes,
 		},
 		LocalHotWindowBytes: s.LocalHotWindowBytes,
 		LocalHotWindowAge:   s.LocalHotWindowAge,

@@ -181,9 +181,7 @@ func Find(m manifest.Manifest, localFirst, localNext uint64, remote Remote, loca
 		if same, err := s.same(last.e, idx, len(idx)-1, last.end); err != nil {
 			return res, err
 		} else if same {
-			res.Kind = Match
-			res.Probes = s.probes
-			return res, nil
+			return s.matched(res, last)
 		}
 	}
 
@@ -263,8 +261,7 @@ func Find(m manifest.Manifest, localFirst, localNext uint64, remote Remote, loca
 		at = idx[k+1].ID
 	}
 	if ok && c.l.e == last.e && k == len(idx)-1 {
-		res.Kind = Match // reached only when the quick check could not run
-		return res, nil
+		return s.matched(res, last) // reached only when the quick check could not run
 	}
 	if at >= localNext {
 		// The log holds nothing at or above the point where the two part: it is behind,
@@ -280,6 +277,29 @@ func Find(m manifest.Manifest, localFirst, localNext uint64, remote Remote, loca
 		t.Prefix = append([]IndexEntry(nil), idx[:k+1]...)
 		t.PrefixBytes = uint64(idx[k+1].Position) - fragmentHeaderSize
 		t.PrefixLastTimestamp = idx[k].Timestamp
+	}
+	res.Kind = Diverged
+	res.Truncation = t
+	return res, nil
+}
+
+// matched answers when the remote tier's last fragment, last, ends with a chunk the local
+// log holds: a match, unless gaps follow that fragment and the first of them is sealed in
+// a group object. The old writer lost those offsets; this log holds everything below them
+// and may hold or append them, which keeping the gaps would hide: the last chunk both hold
+// ends where the gaps start, the divergence point. A gap that is a root entry is left to
+// the caller, which sees it (the replica reader cuts at its start); one inside a group
+// only the comparison can see.
+func (s *searcher) matched(res Result, last leaf) (Result, error) {
+	res.Probes = s.probes
+	n := len(s.m.Entries)
+	if last.end == s.m.NextOffset || s.m.Entries[n-1].IsGap() && s.m.Entries[n-1].FirstOffset == last.end {
+		res.Kind = Match
+		return res, nil
+	}
+	t, err := s.truncate(last.end)
+	if err != nil {
+		return res, err
 	}
 	res.Kind = Diverged
 	res.Truncation = t
@@ -377,13 +397,15 @@ func (s *searcher) leaves(lo, hi uint64) ([]leaf, error) {
 	return out, walk(s.m.Entries, s.m.NextOffset, 0)
 }
 
-// lastLeaf is the remote tier's newest fragment (a trailing gap is skipped).
+// lastLeaf is the remote tier's newest fragment (a trailing gap is skipped). Nothing below
+// the manifest's first offset is read: retention may have deleted it from a group that
+// still lists it.
 func (s *searcher) lastLeaf() (leaf, bool, error) {
 	for i := len(s.m.Entries) - 1; i >= 0; i-- {
 		if s.m.Entries[i].IsGap() {
 			continue
 		}
-		ls, err := s.leaves(s.m.Entries[i].FirstOffset, s.m.EntryEnd(i))
+		ls, err := s.leaves(max(s.m.Entries[i].FirstOffset, s.m.FirstOffset), s.m.EntryEnd(i))
 		if err != nil {
 			return leaf{}, false, err
 		}

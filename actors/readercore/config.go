@@ -20,6 +20,10 @@ const (
 	DefaultTransientBackoffMax  = 5 * time.Second
 	DefaultTransferDeadline     = 20 * time.Minute // four times s3io's default transfer timeout (5 min)
 	DefaultRetentionTimeout     = 60 * time.Second
+	// DefaultUnpersistedFragments is how many fragment target sizes a stream may hold cut or
+	// assembled and not yet persisted when MaxUnpersistedBytes is zero: 256 MiB at the
+	// default 64 MiB target.
+	DefaultUnpersistedFragments = 4
 )
 
 // Config is what a core needs to decide: the stream, the writer's epoch, the cut and
@@ -40,6 +44,14 @@ type Config struct {
 	TransientBackoffMax  time.Duration // the transient delay doubles up to this
 	TransferDeadline     time.Duration // resubmit a transfer whose result never came (the shell arms it at admission)
 	RetentionTimeout     time.Duration // bound on a group download for remote retention
+
+	// MaxUnpersistedBytes bounds the chunk bytes a stream holds drained and not yet durable:
+	// the fragment being assembled, every cut fragment not yet applied (in flight, waiting
+	// for a retry, uploaded out of order) and the uploaded fragments not yet persisted. At
+	// the bound the core takes no more chunks (the drain pauses; the local log grows on) and
+	// resumes by itself once a persist makes bytes durable. Zero means four fragment target
+	// sizes; it may not be below the fragment target size (a fragment could never be cut).
+	MaxUnpersistedBytes uint64
 
 	Retention manifest.Policy // remote retention; zero means keep everything
 
@@ -87,6 +99,9 @@ func (c Config) withDefaults() Config {
 	if c.RetentionTimeout == 0 {
 		c.RetentionTimeout = DefaultRetentionTimeout
 	}
+	if c.MaxUnpersistedBytes == 0 {
+		c.MaxUnpersistedBytes = DefaultUnpersistedFragments * c.FragmentTargetSize
+	}
 	return c
 }
 
@@ -119,6 +134,8 @@ func (c Config) validate() error {
 		return bad("transfer_deadline", c.TransferDeadline, "must be positive")
 	case c.RetentionTimeout < 0:
 		return bad("retention_task_timeout", c.RetentionTimeout, "must be positive")
+	case c.MaxUnpersistedBytes < c.FragmentTargetSize:
+		return bad("max_unpersisted_bytes", c.MaxUnpersistedBytes, fmt.Sprintf("below fragment_target_size %d: the drain would pause before a fragment could be cut", c.FragmentTargetSize))
 	}
 	return nil
 }

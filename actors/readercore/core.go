@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"time"
 
 	"streamtier/actors/divergence"
 	"streamtier/fragment"
@@ -54,6 +55,7 @@ type transfer struct {
 	desc         fragment.Description
 	attempt      int
 	state        transferState
+	due          time.Duration // transferWaiting: when its retry is due (the clock of TransferResult.At)
 	uid          uint64
 	transient    int // retriable failures so far
 	nonTransient int // non-transient failures so far
@@ -140,6 +142,16 @@ type Core struct {
 	asm       *fragment.Assembly
 	transfers []*transfer // cut order
 
+	// Flow control (flow.go): the drain's disagreement with drainNext, its retry timer, the
+	// pause at the bound on bytes not yet durable, and the stream's one retry timer.
+	drainMiss  *drainMismatch
+	drainRetry Ref           // the armed drain retry timer, 0 when none
+	paused     bool          // at the bound: no chunk is taken until bytes become durable
+	cutBytes   uint64        // chunk bytes of the transfers and of the unpersisted appends
+	clock      time.Duration // the latest At a result or timer brought
+	retryTimer Ref           // the armed transfer retry timer, 0 when none
+	retryAt    time.Duration // when it fires
+
 	inflight        *persistOp
 	timer           Ref // the armed persist timer, 0 when none
 	persistDue      bool
@@ -170,6 +182,7 @@ type Counters struct {
 	NonTransientRetries uint64
 	DeadlineResubmits   uint64
 	IgnoredResults      uint64 // late, duplicate or previous-generation results
+	RetryTimers         uint64 // times the stream's one transfer retry timer was armed
 	Persists            uint64
 	PersistFailures     uint64
 	Gaps                uint64 // gaps declared (local ahead at resolution, segment gone mid-stream)
@@ -181,6 +194,10 @@ type Counters struct {
 	RebalancesGivenUp   uint64
 	RetentionRuns       uint64
 	RetentionFailures   uint64
+	DrainRepositions    uint64 // the drain's position disagreed with the core's: reopened there
+	DrainStalls         uint64 // ... and again right after: stalled, retried after a delay
+	DrainPauses         uint64 // the bound on bytes not yet durable was reached
+	DeferredChunks      uint64 // chunks drained while paused: not taken, read again at the resume
 }
 
 // New returns a core waiting for Resolved and LogOpened. Zero Config fields take the spec's
@@ -228,9 +245,9 @@ func (c *Core) Step(ev Event) ([]Effect, error) {
 	case DrainSegmentGone:
 		err = c.onDrainSegmentGone(e)
 	case EndOfStream:
-		if c.phase == phaseRunning {
-			c.emit(RegisterOffsetListener{Offset: c.drainNext})
-		}
+		c.onDrainReport(e.Next, true, e.Refused)
+	case BatchDrained:
+		c.onDrainReport(e.Next, false, e.Refused)
 	case ForceCut:
 		if c.phase == phaseRunning {
 			c.cut()
@@ -308,6 +325,7 @@ func (c *Core) afterChange() {
 	}
 	c.maybePersist()
 	c.maybeArmTimer()
+	c.maybeResume()
 }
 
 // dropAll forgets everything in progress: transfers, the assembly, the persist, the
@@ -318,6 +336,10 @@ func (c *Core) dropAll() {
 	}
 	c.timer = 0
 	c.transfers = nil
+	c.armRetry()
+	c.drainMiss = nil
+	c.drainRetry = 0
+	c.paused = false
 	c.asm.Discard()
 	c.inflight = nil
 	c.rebalance = nil
@@ -330,6 +352,7 @@ func (c *Core) dropAll() {
 	c.persistDue = false
 	c.persistBackoff = false
 	c.persistFailures = 0
+	c.recountHeld()
 }
 
 // reinitialize answers a conflict: another writer persisted, so everything this core holds

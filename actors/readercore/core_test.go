@@ -26,6 +26,7 @@ func TestNewFillsDefaults(t *testing.T) {
 		TransientBackoffMax:  5 * time.Second,
 		TransferDeadline:     20 * time.Minute,
 		RetentionTimeout:     60 * time.Second,
+		MaxUnpersistedBytes:  256 << 20,
 	}
 	if c.cfg != want {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c.cfg, want)
@@ -47,6 +48,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{Config{StreamID: "s", TransferDeadline: -1}, "transfer_deadline"},
 		{Config{StreamID: "s", RetentionTimeout: -1}, "retention_task_timeout"},
 		{Config{StreamID: "s", FragmentTargetSize: 1 << 40}, "fragment_target_size"},
+		{Config{StreamID: "s", FragmentTargetSize: 1000, MaxUnpersistedBytes: 999}, "max_unpersisted_bytes"},
 	}
 	for _, tc := range cases {
 		_, err := New(tc.cfg)

@@ -8,10 +8,19 @@ import (
 	"streamtier/manifest"
 )
 
-// onChunk feeds one drained chunk to the assembly and cuts when it says so.
+// onChunk feeds one drained chunk to the assembly and cuts when it says so. At the bound on
+// bytes not yet durable the core pauses: it takes no chunk until bytes become durable, and
+// the chunks the drain still delivers are read again at the resume.
 func (c *Core) onChunk(e ChunkDrained) error {
 	if c.phase != phaseRunning {
 		return fmt.Errorf("stream %s: chunk %d drained before the reader started", c.cfg.StreamID, e.Header.ChunkID)
+	}
+	if !c.paused && c.held() >= c.cfg.MaxUnpersistedBytes {
+		c.pause()
+	}
+	if c.paused {
+		c.stats.DeferredChunks++
+		return nil
 	}
 	if e.Header.ChunkID != c.drainNext {
 		return fmt.Errorf("stream %s: chunk %d drained, expected chunk %d", c.cfg.StreamID, e.Header.ChunkID, c.drainNext)
@@ -21,8 +30,14 @@ func (c *Core) onChunk(e ChunkDrained) error {
 		return fmt.Errorf("stream %s: %w", c.cfg.StreamID, err)
 	}
 	c.drainNext = e.Header.NextID()
+	if c.drainMiss != nil || c.drainRetry != 0 {
+		c.drainMoved()
+	}
 	if cut {
 		c.cut()
+	}
+	if c.held() >= c.cfg.MaxUnpersistedBytes {
+		c.pause()
 	}
 	return nil
 }
@@ -49,6 +64,7 @@ func (c *Core) cut() {
 	}
 	t := &transfer{ref: c.newRef(), desc: d, attempt: 1}
 	c.transfers = append(c.transfers, t)
+	c.cutBytes += d.Size
 	c.stats.Cuts++
 	c.emit(SubmitTransfer{Ref: t.ref, Attempt: 1, Fragment: &t.desc, Size: d.ObjectSize()})
 	c.emit(ArmTransferDeadline{Ref: t.ref, Attempt: 1, After: c.cfg.TransferDeadline})
@@ -73,6 +89,7 @@ func (c *Core) onTransferResult(e TransferResult) error {
 	if e.Outcome > SegmentGone {
 		return fmt.Errorf("stream %s: transfer result ref %d: unknown outcome %d", c.cfg.StreamID, e.Ref, e.Outcome)
 	}
+	c.observe(e.At)
 	if c.phase != phaseRunning {
 		c.ignored()
 		return nil
@@ -84,11 +101,15 @@ func (c *Core) onTransferResult(e TransferResult) error {
 	}
 	switch e.Outcome {
 	case OK:
+		waited := t.state == transferWaiting
 		t.state = transferDone
 		t.uid = e.UID
 		if t.stalled {
 			t.stalled = false
 			c.emit(Unstalled{Offset: t.desc.FirstOffset, Ref: t.ref})
+		}
+		if waited {
+			c.armRetry() // an older attempt succeeded: its retry is no longer due
 		}
 		c.applyCompletions()
 	case Retriable:
@@ -102,8 +123,7 @@ func (c *Core) onTransferResult(e TransferResult) error {
 			c.resubmit(t)
 			return nil
 		}
-		t.state = transferWaiting
-		c.emit(ResubmitTransferAfter{Ref: t.ref, Attempt: t.attempt, Delay: c.transientDelay(t.transient, e.Jitter)})
+		c.waitRetry(t, c.transientDelay(t.transient, e.Jitter))
 	case NonTransient:
 		if t.state != transferInFlight || e.Attempt != t.attempt {
 			c.ignored()
@@ -139,10 +159,9 @@ func (c *Core) nonTransientFailure(t *transfer, reason string) {
 	}
 	t.nonTransient++
 	c.stats.NonTransientRetries++
-	t.state = transferWaiting
 	t.stalled = true
 	c.emit(Stalled{Offset: t.desc.FirstOffset, Ref: t.ref, Failures: t.nonTransient, Reason: reason})
-	c.emit(ResubmitTransferAfter{Ref: t.ref, Attempt: t.attempt, Delay: c.uploadRetryDelay(t.nonTransient)})
+	c.waitRetry(t, c.uploadRetryDelay(t.nonTransient))
 }
 
 // resubmit starts the next attempt of t now, under the same ref, with a fresh deadline.
@@ -167,14 +186,26 @@ func (c *Core) onDeadline(e TransferDeadline) {
 	c.resubmit(t)
 }
 
-// onRetryTimer starts the delayed retry of a transfer or a group upload.
+// onRetryTimer starts the delayed retries that are due: the waiting transfers (the stream's
+// retry timer), the drain (its retry timer) or a group upload.
 func (c *Core) onRetryTimer(e RetryTimer) {
-	if c.phase != phaseRunning {
+	c.observe(e.At)
+	if c.phase != phaseRunning || e.Ref == 0 {
 		return
 	}
-	if t := c.findTransfer(e.Ref); t != nil {
-		if t.state == transferWaiting && t.attempt == e.Attempt {
-			c.resubmit(t)
+	switch e.Ref {
+	case c.retryTimer:
+		c.retryTimer = 0
+		c.resubmitDue()
+		return
+	case c.drainRetry:
+		c.drainRetry = 0
+		if c.diverged == nil && !c.paused {
+			reason := "retry after the drain stalled"
+			if m := c.drainMiss; m != nil {
+				reason += ": " + m.reason
+			}
+			c.emit(StartDrain{From: c.drainNext, Reason: reason})
 		}
 		return
 	}

@@ -40,8 +40,14 @@ func (r GapReason) String() string {
 	return "gap(?)"
 }
 
-// StartDrain tells the shell to open the data reader at From and drain.
-type StartDrain struct{ From uint64 }
+// StartDrain tells the shell to (re)open the data reader at From and drain. Reason is empty
+// at a start, a gap or a truncation (their own effects say why); otherwise the drain is
+// repositioned because its position disagreed with the core's, or retried after such a
+// stall, and Reason says so (for the shell's log).
+type StartDrain struct {
+	From   uint64
+	Reason string
+}
 
 // DeclareGap tells the shell the core gave up [From, To), which the local log no longer
 // holds, and declared it as a gap entry in the manifest: everything already remote stays.
@@ -145,14 +151,6 @@ type ArmTransferDeadline struct {
 	Ref     Ref
 	Attempt int
 	After   time.Duration
-}
-
-// ResubmitTransferAfter schedules a delayed retry: after Delay the shell delivers
-// RetryTimer{Ref, Attempt} and the core resubmits (if the fragment still needs it).
-type ResubmitTransferAfter struct {
-	Ref     Ref
-	Attempt int // the attempt that failed
-	Delay   time.Duration
 }
 
 // Stalled reports that the upload pipeline cannot advance past Offset: the fragment there
@@ -304,7 +302,6 @@ func (RegisterOffsetListener) isEffect() {}
 func (SubmitTransfer) isEffect()         {}
 func (ResubmitTransfer) isEffect()       {}
 func (ArmTransferDeadline) isEffect()    {}
-func (ResubmitTransferAfter) isEffect()  {}
 func (Stalled) isEffect()                {}
 func (Unstalled) isEffect()              {}
 func (StartPersist) isEffect()           {}
@@ -324,7 +321,12 @@ func (Reinitialize) isEffect()           {}
 func (Stop) isEffect()                   {}
 func (Problem) isEffect()                {}
 
-func (e StartDrain) String() string { return fmt.Sprintf("start-drain from=%d", e.From) }
+func (e StartDrain) String() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("start-drain from=%d reason=%q", e.From, e.Reason)
+	}
+	return fmt.Sprintf("start-drain from=%d", e.From)
+}
 
 func (e DeclareGap) String() string {
 	return fmt.Sprintf("declare-gap reason=%s gap=[%d,%d) dropped-transfers=%d dropped-chunks=%d",
@@ -360,10 +362,6 @@ func (e ResubmitTransfer) String() string {
 
 func (e ArmTransferDeadline) String() string {
 	return fmt.Sprintf("arm-deadline ref=%d attempt=%d after=%s", e.Ref, e.Attempt, e.After)
-}
-
-func (e ResubmitTransferAfter) String() string {
-	return fmt.Sprintf("resubmit-after ref=%d attempt=%d delay=%s", e.Ref, e.Attempt, e.Delay)
 }
 
 func (e Stalled) String() string {

@@ -1,6 +1,8 @@
 package readercore
 
 import (
+	"time"
+
 	"streamtier/actors/divergence"
 	"streamtier/chunk"
 	"streamtier/manifest"
@@ -60,8 +62,22 @@ type ChunkDrained struct {
 // drains on from there.
 type DrainSegmentGone struct{ LocalFirst uint64 }
 
-// EndOfStream says the data reader has no further committed chunk for now.
-type EndOfStream struct{}
+// EndOfStream says the data reader has no further committed chunk for now. Next is where
+// the drain's reader stands (the chunk id it would read next): the core compares it with
+// its own drain position. Refused, when set, is why the core refused a chunk of the batch
+// this ends (the shell fed none after it), for the stall's reason.
+type EndOfStream struct {
+	Next    uint64
+	Refused string
+}
+
+// BatchDrained closes a batch of drained chunks that did not reach the end of committed
+// data: the drain waits for ContinueDrain before reading more. Next and Refused are as in
+// EndOfStream.
+type BatchDrained struct {
+	Next    uint64
+	Refused string
+}
 
 // ForceCut asks for the fragment being assembled to be cut now (operator command, tests).
 type ForceCut struct{}
@@ -104,6 +120,9 @@ type TransferResult struct {
 	LocalFirst uint64
 	Reason     string  // failures: what went wrong, for logs and the stalled report
 	Jitter     float64 // a random draw in [0, 1) for the transient backoff; keeps the core deterministic
+	// At is when the shell received the result, on its monotonic clock (any fixed origin:
+	// only differences count). A failure's retry is due at At plus its backoff.
+	At time.Duration
 }
 
 // TransferDeadline fires when an attempt's deadline (ArmTransferDeadline) passed.
@@ -112,10 +131,13 @@ type TransferDeadline struct {
 	Attempt int
 }
 
-// RetryTimer fires when a delayed retry (ResubmitTransferAfter, RetryGroupUploadAfter) is due.
+// RetryTimer fires when a delayed retry is due: the stream's one transfer retry timer
+// (ArmRetryTimer: every waiting transfer due by At is resubmitted), the drain's
+// (RetryDrainAfter) or a group upload's (RetryGroupUploadAfter).
 type RetryTimer struct {
 	Ref     Ref
-	Attempt int // the attempt that failed
+	Attempt int           // a group upload's: the attempt that failed
+	At      time.Duration // when it fired, on the clock of TransferResult.At
 }
 
 // PersistTimer fires when an ArmPersistTimer's delay passed.
@@ -228,6 +250,7 @@ func (Resolved) isEvent()               {}
 func (LogOpened) isEvent()              {}
 func (ChunkDrained) isEvent()           {}
 func (EndOfStream) isEvent()            {}
+func (BatchDrained) isEvent()           {}
 func (DrainSegmentGone) isEvent()       {}
 func (ForceCut) isEvent()               {}
 func (TransferResult) isEvent()         {}

@@ -1,12 +1,13 @@
 package readercore
 
 import (
+	"fmt"
 	"sort"
+	"time"
 
 	"pgregory.net/rapid"
 
 	"streamtier/manifest"
-	"streamtier/segments"
 )
 
 // The model's actions: what can happen next in the world, drawn at random by TestModel.
@@ -18,36 +19,9 @@ func (w *world) actCommit(t *rapid.T) {
 }
 
 func (w *world) actTick(t *rapid.T) {
-	w.clock += int64(rapid.IntRange(1, 200).Draw(t, "ms"))
-}
-
-// actDrain delivers the next committed chunks at the drain position, or reports the segment
-// gone when the stream's retention deleted it.
-func (w *world) actDrain(t *rapid.T) {
-	for i, n := 0, rapid.IntRange(1, 6).Draw(t, "n"); i < n && w.draining && !w.stopped; i++ {
-		if !w.drainOne() {
-			return
-		}
-	}
-}
-
-// drainOne feeds what the data reader finds at the drain position; false at the log's end.
-func (w *world) drainOne() bool {
-	if w.drainPos < w.logFirst {
-		w.step(DrainSegmentGone{LocalFirst: w.logFirst})
-		return true
-	}
-	c, ok := w.chunks[w.drainPos]
-	if !ok {
-		if w.drainPos >= w.logNext {
-			w.step(EndOfStream{})
-			return false
-		}
-		w.t.Fatalf("drain position %d is not a chunk of the log [%d,%d)", w.drainPos, w.logFirst, w.logNext)
-	}
-	w.drainPos = c.next()
-	w.step(ChunkDrained{Header: w.header(c), Location: segments.Location{Segment: c.seg, Position: c.pos, Size: c.size}})
-	return true
+	ms := rapid.IntRange(1, 200).Draw(t, "ms")
+	w.clock += int64(ms)
+	w.mono += time.Duration(ms) * time.Millisecond
 }
 
 func (w *world) actAwait(t *rapid.T) {
@@ -286,7 +260,7 @@ func (w *world) deliverStale(k *mTask) {
 	before := w.c.stats.IgnoredResults
 	switch k.kind {
 	case taskTransfer:
-		w.step(TransferResult{Ref: k.ref, Attempt: k.attempt, Outcome: OK, UID: w.newUID()})
+		w.step(TransferResult{Ref: k.ref, Attempt: k.attempt, Outcome: OK, UID: w.newUID(), At: w.mono})
 	case taskPersist:
 		w.step(PersistResult{Ref: k.ref, Outcome: PersistFailed, Now: w.clock})
 	case taskGroup:
@@ -302,22 +276,26 @@ func (w *world) deliverStale(k *mTask) {
 }
 
 func (w *world) runTransfer(k *mTask, t *rapid.T) {
+	modelStats[fmt.Sprint("transfer-results-faults=", w.faults)]++
 	d := k.desc
 	for _, s := range d.Spans {
 		if w.segDeleted(s.Segment) {
-			w.step(TransferResult{Ref: k.ref, Attempt: k.attempt, Outcome: SegmentGone, LocalFirst: w.logFirst, Reason: "enoent"})
+			w.step(TransferResult{Ref: k.ref, Attempt: k.attempt, Outcome: SegmentGone, LocalFirst: w.logFirst, Reason: "enoent", At: w.mono})
 			return
 		}
 	}
 	roll := 0
 	if w.faults {
 		roll = rapid.IntRange(0, 19).Draw(t, "transfer-fault")
+		if w.flakyS3 && roll < 6 {
+			roll = 13 + roll%5 // a flaky S3: many transfers wait for retries at once
+		}
 	}
 	switch {
-	case roll >= 15 && roll < 17:
-		w.step(TransferResult{Ref: k.ref, Attempt: k.attempt, Outcome: Retriable, Reason: "503", Jitter: rapid.Float64Range(0, 0.99).Draw(t, "jitter")})
+	case roll >= 13 && roll < 17:
+		w.step(TransferResult{Ref: k.ref, Attempt: k.attempt, Outcome: Retriable, Reason: "503", Jitter: rapid.Float64Range(0, 0.99).Draw(t, "jitter"), At: w.mono})
 	case roll == 17:
-		w.step(TransferResult{Ref: k.ref, Attempt: k.attempt, Outcome: NonTransient, Reason: "403"})
+		w.step(TransferResult{Ref: k.ref, Attempt: k.attempt, Outcome: NonTransient, Reason: "403", At: w.mono})
 	case roll == 18:
 		// the result is lost (task killed): the object may even exist; the deadline resubmits
 		if rapid.Bool().Draw(t, "put-anyway") {
@@ -325,7 +303,7 @@ func (w *world) runTransfer(k *mTask, t *rapid.T) {
 		}
 	case roll == 19:
 		// the first result wins; a duplicate of it arrives later
-		ev := TransferResult{Ref: k.ref, Attempt: k.attempt, Outcome: OK, UID: w.putFragment(d)}
+		ev := TransferResult{Ref: k.ref, Attempt: k.attempt, Outcome: OK, UID: w.putFragment(d), At: w.mono}
 		w.step(ev)
 		before := w.c.stats.IgnoredResults
 		w.step(ev)
@@ -333,7 +311,7 @@ func (w *world) runTransfer(k *mTask, t *rapid.T) {
 			t.Fatalf("duplicate transfer result was not ignored")
 		}
 	default:
-		w.step(TransferResult{Ref: k.ref, Attempt: k.attempt, Outcome: OK, UID: w.putFragment(d)})
+		w.step(TransferResult{Ref: k.ref, Attempt: k.attempt, Outcome: OK, UID: w.putFragment(d), At: w.mono})
 	}
 }
 
@@ -444,13 +422,46 @@ func (w *world) actFireTimer(t *rapid.T) {
 	if len(w.timers) == 0 {
 		return
 	}
-	i := rapid.IntRange(0, len(w.timers)-1).Draw(t, "timer")
+	w.fireTimer(rapid.IntRange(0, len(w.timers)-1).Draw(t, "timer"))
+}
+
+// actTimePasses lets the shell's clock run to the earliest retry timer (the stream's, the
+// drain's or a group upload's), which fires.
+func (w *world) actTimePasses(t *rapid.T) {
+	first := -1
+	for i, tm := range w.timers {
+		if tm.timed && tm.core == w.c && (first < 0 || tm.due < w.timers[first].due) {
+			first = i
+		}
+	}
+	if first >= 0 {
+		w.fireTimer(first)
+	}
+}
+
+// fireTimer fires the i-th timer: a retry timer when it is due (the clock moves there), the
+// others at once. A timer of a crashed reader died with it.
+func (w *world) fireTimer(i int) {
 	tm := w.timers[i]
 	w.timers = append(w.timers[:i], w.timers[i+1:]...)
 	if tm.core != w.c {
-		return // the timer died with its reader
+		return
 	}
-	w.step(tm.ev)
+	ev := tm.ev
+	if tm.timed {
+		w.mono = max(w.mono, tm.due)
+		r := ev.(RetryTimer)
+		r.At = w.mono
+		ev = r
+		if tm.stale {
+			modelStats["stale-retry-timers-fired"]++
+		}
+		if tm.retry && !tm.stale {
+			w.armedRetry, w.firing = 0, r.Ref
+		}
+	}
+	w.step(ev)
+	w.firing = 0
 }
 
 // reference remembers every object a persisted manifest references.

@@ -254,6 +254,7 @@ func (w *world) checkInvariants() {
 			t.Fatalf("offset %d was acknowledged in chunk %+v; the persisted manifest %s now gives %+v (%t)", o, a.chunk, FormatManifest(w.stored), got, ok)
 		}
 	}
+	w.checkFlow()
 	if c.phase != phaseRunning {
 		return
 	}
@@ -316,6 +317,7 @@ func btoi(b bool) int {
 func (w *world) quiesce() {
 	t := w.t
 	w.faults = false
+	clear(w.misread)
 	for i := 0; i < 20000; i++ {
 		if w.stopped {
 			return
@@ -331,18 +333,16 @@ func (w *world) quiesce() {
 			w.recheckBehind()
 		case w.c.phase == phaseRunning && w.c.diverged != nil:
 			w.step(OperatorTruncate{})
-		case w.draining && w.drainPos != w.logNext:
-			for w.draining && w.drainPos != w.logNext && w.drainOne() {
-			}
+		case w.batch != nil:
+			w.deliverBatch()
+		case w.canRead():
+			w.readBatch(t)
+			w.deliverBatch()
 		case w.c.phase == phaseRunning && !w.c.asm.Empty():
 			w.step(ForceCut{})
 		case w.firePersistOrRetryTimer():
 		case len(w.timers) > 0:
-			tm := w.timers[0]
-			w.timers = w.timers[1:]
-			if tm.core == w.c {
-				w.step(tm.ev)
-			}
+			w.fireTimer(0)
 		default:
 			w.checkInvariants()
 			w.checkDone()
@@ -350,7 +350,7 @@ func (w *world) quiesce() {
 		}
 		w.checkInvariants()
 	}
-	t.Fatalf("no quiescence: tasks=%d timers=%d status:\n%s", len(w.tasks), len(w.timers), w.c.Status())
+	t.Fatalf("no quiescence: tasks=%d timers=%d drain=%d status:\n%s", len(w.tasks), len(w.timers), w.drain, w.c.Status())
 }
 
 // firePersistOrRetryTimer fires a persist or retry timer first: deadlines only matter for
@@ -359,10 +359,7 @@ func (w *world) firePersistOrRetryTimer() bool {
 	for i, tm := range w.timers {
 		switch tm.ev.(type) {
 		case PersistTimer, RetryTimer:
-			w.timers = append(w.timers[:i], w.timers[i+1:]...)
-			if tm.core == w.c {
-				w.step(tm.ev)
-			}
+			w.fireTimer(i)
 			return true
 		}
 	}
@@ -377,10 +374,10 @@ func (w *world) checkDeterministic() {
 		w.t.Fatal(err)
 	}
 	var outs []string
-	for _, ev := range w.fed {
-		effs, err := c.Step(ev)
-		if err != nil {
-			w.t.Fatalf("replay: %v", err)
+	for _, f := range w.fed {
+		effs, err := c.Step(f.ev)
+		if (err != nil) != f.refused {
+			w.t.Fatalf("replay of %T%+v: %v (refused in the run: %t)", f.ev, f.ev, err, f.refused)
 		}
 		for _, e := range effs {
 			outs = append(outs, e.String())
@@ -407,6 +404,10 @@ func (w *world) checkDone() {
 	}
 	if len(c.transfers) != 0 || len(c.pending) != 0 || c.reset != nil || c.inflight != nil {
 		t.Fatalf("liveness: work left: %s", c.Status())
+	}
+	// the drain waits at the end for the log to grow: not paused, not stalled, nothing held
+	if st := c.Status(); st.Paused || st.DrainStalled || st.HeldBytes != 0 || w.armedRetry != 0 || w.drain != drainListening || w.listenAt != w.logNext {
+		t.Fatalf("liveness: the drain is not listening at the end %d (state %d at %d), retry timer %d:\n%s", w.logNext, w.drain, w.listenAt, w.armedRetry, st)
 	}
 	for id, o := range w.waiters {
 		if o < w.logNext {

@@ -8,21 +8,32 @@ import (
 	"streamtier/manifest"
 )
 
-// step feeds one event and executes its effects as the shell would, checking each on the
-// way.
+// step feeds one event the core must take and executes its effects as the shell would,
+// checking each on the way.
 func (w *world) step(ev Event) {
+	if err := w.feed(ev); err != nil {
+		w.t.Fatalf("step %T%+v: %v", ev, ev, err)
+	}
+}
+
+// feed feeds one event and executes its effects; an event the core refuses changes nothing
+// and is returned to the caller (a misread chunk).
+func (w *world) feed(ev Event) error {
 	if w.stopped {
 		if _, ok := ev.(AwaitOffset); !ok {
-			return
+			return nil
 		}
 	}
 	memNext := w.c.mem.NextOffset
+	ignored := w.c.stats.IgnoredResults
 	effs, err := w.c.Step(ev)
 	if err != nil {
-		w.t.Fatalf("step %T%+v: %v", ev, ev, err)
+		w.fed = append(w.fed, fedEvent{ev: ev, refused: true})
+		w.t.Logf("> %T%+v refused: %v", ev, ev, err)
+		return err
 	}
 	effs = append([]Effect(nil), effs...)
-	w.fed = append(w.fed, ev)
+	w.fed = append(w.fed, fedEvent{ev: ev})
 	for _, e := range effs {
 		w.outs = append(w.outs, e.String())
 	}
@@ -37,8 +48,20 @@ func (w *world) step(ev Event) {
 			truncated = true
 		}
 	}
+	counted := w.c.stats.IgnoredResults == ignored
+	if r, ok := ev.(TransferResult); ok {
+		w.noteResult(r, counted)
+	}
+	w.resubmitted = w.resubmitted[:0]
 	for _, e := range effs {
-		w.execute(ev, e)
+		if !w.executeFlow(ev, e) {
+			w.execute(ev, e)
+		}
+	}
+	w.afterFlowStep(ev, counted)
+	if w.c.drainNext != w.lastDrainNext || w.c.phase != phaseRunning {
+		w.drainMoved()
+		w.lastDrainNext = w.c.drainNext
 	}
 	// invariant 3: the in-memory next offset never goes down, but by a truncation (or at a
 	// start, which takes the persisted manifest again)
@@ -49,6 +72,7 @@ func (w *world) step(ev Event) {
 			w.t.Fatalf("in-memory next offset went down from %d to %d on %T without a truncation", memNext, w.c.mem.NextOffset, ev)
 		}
 	}
+	return nil
 }
 
 // gated says whether ev is an event after which the persisted manifest may be published:
@@ -66,10 +90,9 @@ func gated(ev Event) bool {
 func (w *world) execute(ev Event, e Effect) {
 	t := w.t
 	switch e := e.(type) {
-	case StartDrain:
-		w.draining, w.drainPos = true, e.From
 	case DeclareGap:
 		w.checkGap(e)
+		w.xfers = map[Ref]*mXfer{} // every transfer not applied is dropped
 	case TruncateRemote:
 		w.checkTruncate(ev, e)
 	case StalledBehind:
@@ -77,18 +100,14 @@ func (w *world) execute(ev Event, e Effect) {
 		if w.cmp.Kind != divergence.Behind || e.LocalFirst != w.logFirst || e.LocalNext != w.logNext {
 			t.Fatalf("%s: the comparison said %s, local [%d,%d)", e, w.cmp.Kind, w.logFirst, w.logNext)
 		}
-		w.draining = false
+		w.closeDrain()
 		w.behindAt = [2]uint64{e.LocalFirst, e.LocalNext}
 	case StalledDiverged:
 		modelStats["stalled-diverged"]++
 		if w.cmp.Kind != divergence.NoCommon || e.RemoteFirst != w.stored.FirstOffset || e.RemoteNext != w.stored.NextOffset || e.LocalFirst != w.logFirst || e.LocalNext != w.logNext {
 			t.Fatalf("%s: the comparison said %s, remote [%d,%d), local [%d,%d)", e, w.cmp.Kind, w.stored.FirstOffset, w.stored.NextOffset, w.logFirst, w.logNext)
 		}
-		w.draining = false
-	case RegisterOffsetListener:
-		if e.Offset != w.drainPos {
-			t.Fatalf("listener at %d, drain position %d", e.Offset, w.drainPos)
-		}
+		w.closeDrain()
 	case SubmitTransfer:
 		w.checkFragment(e.Fragment, e.Size)
 		if e.Fragment.Size < w.cfg.FragmentTargetSize {
@@ -108,13 +127,11 @@ func (w *world) execute(ev Event, e Effect) {
 			t.Fatalf("deadline %s", e.After)
 		}
 		w.timers = append(w.timers, mTimer{ev: TransferDeadline{Ref: e.Ref, Attempt: e.Attempt}, core: w.c})
-	case ResubmitTransferAfter:
-		if e.Delay < DefaultTransientBackoffBase/2 || e.Delay > DefaultUploadRetryMaxDelay {
-			t.Fatalf("retry delay %s out of range", e.Delay)
-		}
-		w.timers = append(w.timers, mTimer{ev: RetryTimer{Ref: e.Ref, Attempt: e.Attempt}, core: w.c})
 	case RetryGroupUploadAfter:
-		w.timers = append(w.timers, mTimer{ev: RetryTimer{Ref: e.Ref, Attempt: e.Attempt}, core: w.c})
+		if e.Delay < DefaultTransientBackoffBase/2 || e.Delay > DefaultTransientBackoffMax {
+			t.Fatalf("%s: delay out of range", e)
+		}
+		w.timers = append(w.timers, mTimer{ev: RetryTimer{Ref: e.Ref, Attempt: e.Attempt}, core: w.c, timed: true, due: w.mono + e.Delay})
 	case Stalled, Unstalled:
 	case RemoteRetention:
 		modelStats["retention-edits"]++
@@ -196,7 +213,9 @@ func (w *world) execute(ev Event, e Effect) {
 		if pr, ok := ev.(PersistResult); !ok || pr.Outcome != PersistConflict {
 			t.Fatalf("reinitialize on %T", ev)
 		}
-		w.draining = false
+		w.closeDrain()
+		w.paused = false // everything in flight is dropped, the pause with it
+		w.xfers = map[Ref]*mXfer{}
 		w.truncation = nil
 		w.tasks = append(w.tasks, &mTask{kind: taskResolve, core: w.c})
 	case Stop:
@@ -204,7 +223,8 @@ func (w *world) execute(ev Event, e Effect) {
 			t.Fatalf("stop while the stream exists: %s", e.Reason)
 		}
 		w.stopped = true
-		w.draining = false
+		w.closeDrain()
+		w.xfers = map[Ref]*mXfer{}
 		if len(w.waiters) > 0 {
 			t.Fatalf("stopped with %d waiters unanswered", len(w.waiters))
 		}

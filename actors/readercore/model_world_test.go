@@ -3,6 +3,7 @@ package readercore
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -89,9 +90,17 @@ type mTask struct {
 	core    *Core // the core that started it (a restart makes the old one's results stale)
 }
 
+// mTimer is a timer the shell armed. A timed one (a retry timer) fires at due on the shell's
+// monotonic clock, which then moves there, and carries that time (RetryTimer.At); the others
+// (persist timer, transfer deadline) fire at any time. retry marks the stream's transfer
+// retry timer; stale, one cancelled after it had already fired (delivered anyway).
 type mTimer struct {
-	ev   Event
-	core *Core
+	ev    Event
+	core  *Core
+	timed bool
+	due   time.Duration
+	retry bool
+	stale bool
 }
 
 type mReplica struct {
@@ -131,13 +140,38 @@ type world struct {
 	gen      uint32 // bumps whenever the log's tail is rewritten, so new content gets new CRCs
 	clock    int64
 	segLimit int
-	drainPos uint64
-	draining bool
+
+	// the drain and the flow (model_flow_test.go)
+	drain    drainState
+	drainPos uint64 // where the drain's data reader stands
+	drainGen uint64
+	budget   uint64 // the core's DrainRoom at its last word to the drain
+	listenAt uint64
+	batch    *mBatch
+	misread  map[uint64]int // chunk ids the data reader misreads, and how many more times
+	paused   bool           // the core said PauseDrain, and nothing has ended the pause since
+	maxChunk uint64         // the largest chunk fed
+	// the drain's disagreement with the core at repositionAt: repositioned once, then
+	// drainStalls stalls, until the core's position moves (lastDrainNext)
+	repositioned  bool
+	repositionAt  uint64
+	drainStalls   int
+	lastDrainNext uint64
+
+	// the shell's monotonic clock (TransferResult.At, RetryTimer.At), the stream's retry
+	// timer and what the model knows of the transfers' backoff
+	mono        time.Duration
+	xfers       map[Ref]*mXfer
+	armedRetry  Ref
+	retryDue    time.Duration
+	firing      Ref      // the stream's armed retry timer, while its firing is fed
+	resubmitted []uint64 // first offsets of the fragments resubmitted in this step
 
 	refBase  uint64
 	restarts int
 	stopped  bool
 	faults   bool
+	flakyS3  bool // in some runs uploads fail half the time
 
 	// S3
 	objs  map[uint64]*mObject
@@ -171,8 +205,14 @@ type world struct {
 
 	persistsInFlight int // persist tasks of the current core
 	coreCfg          Config
-	fed              []Event  // every event fed to the current core, for the replay check
-	outs             []string // and the effects it answered with
+	fed              []fedEvent // every event fed to the current core, for the replay check
+	outs             []string   // and the effects it answered with
+}
+
+// fedEvent is an event fed to the core, and whether it refused it.
+type fedEvent struct {
+	ev      Event
+	refused bool
 }
 
 // modelStats counts what the runs exercised, so that a run that never reaches the
@@ -194,11 +234,13 @@ func newWorld(t *rapid.T) *world {
 		acked:    map[uint64]mAck{},
 		copies:   map[uint64]manifest.Entry{},
 		cutEnds:  map[uint64]bool{},
+		misread:  map[uint64]int{},
 		faults:   true,
 		clock:    1000,
 		epoch:    1,
 		logEpoch: 1,
 		segLimit: rapid.IntRange(2, 8).Draw(t, "seg-chunks"),
+		flakyS3:  rapid.IntRange(0, 2).Draw(t, "flaky-s3") == 0,
 	}
 	w.cfg = Config{
 		StreamID:           "model",
@@ -206,6 +248,14 @@ func newWorld(t *rapid.T) *world {
 		FragmentTargetSize: uint64(rapid.IntRange(100, 1500).Draw(t, "target")),
 		PersistThreshold:   rapid.IntRange(1, 5).Draw(t, "threshold"),
 		RebalanceThreshold: rapid.IntRange(2, 4).Draw(t, "rebalance"),
+	}
+	// the bound on bytes not yet durable: mostly tight, so that the drain pauses
+	switch rapid.IntRange(0, 3).Draw(t, "bound") {
+	case 0: // the default, four targets
+	case 3:
+		w.cfg.MaxUnpersistedBytes = 1 << 30 // never reached
+	default:
+		w.cfg.MaxUnpersistedBytes = w.cfg.FragmentTargetSize + uint64(rapid.IntRange(0, int(w.cfg.FragmentTargetSize)).Draw(t, "bound-slack"))
 	}
 	if rapid.Bool().Draw(t, "initial-policy") {
 		w.cfg.Retention = w.drawPolicy()
@@ -251,7 +301,10 @@ func (w *world) startCore() {
 	w.coreCfg = cfg
 	w.fed, w.outs = nil, nil
 	w.persistsInFlight = 0
-	w.draining = false
+	w.closeDrain()
+	w.paused = false
+	w.xfers = map[Ref]*mXfer{}
+	w.armedRetry = 0
 	w.truncation = nil
 	w.resolve()
 }
@@ -397,4 +450,8 @@ func (w *world) chunkIDs() []uint64 {
 
 func (w *world) header(c mChunk) segments.Header {
 	return segments.Header{Records: c.records, Timestamp: c.ts, Epoch: c.epoch, ChunkID: c.id, DataCRC: c.crc, DataLen: uint32(c.size - segments.HeaderSize)}
+}
+
+func (w *world) location(c mChunk) segments.Location {
+	return segments.Location{Segment: c.seg, Position: c.pos, Size: c.size}
 }

@@ -24,7 +24,9 @@ func (c *Core) maybePersist() {
 		c.persistDue = false
 		return
 	}
-	due := c.persistDue || (!c.persistBackoff && (c.reset != nil || len(c.pending) >= c.cfg.PersistThreshold))
+	// Paused at the bound on bytes not yet durable, only a persist frees the budget: the
+	// uploaded appends are persisted now rather than at the threshold or the timer.
+	due := c.persistDue || (!c.persistBackoff && (c.reset != nil || len(c.pending) >= c.cfg.PersistThreshold || c.paused))
 	if due {
 		c.startPersist()
 	}
@@ -173,6 +175,7 @@ func (c *Core) persistSucceeded(op *persistOp, e PersistResult) {
 	c.rebalanceHeld = false
 	c.stats.Persists++
 	c.pending = append([]pendingEdit(nil), c.pending[len(op.edits):]...)
+	c.recountHeld() // what this persist made durable no longer counts against the bound
 	c.nonAppend = 0
 	for _, p := range c.pending {
 		if !p.append {

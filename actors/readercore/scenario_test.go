@@ -47,6 +47,20 @@ type harness struct {
 	pos       int64
 	uidSeq    uint64
 	groupUIDs uint64
+	// where each drained chunk sat, so that a drain reopened mid-segment (a reposition, a
+	// resume) reads on from there
+	placed map[uint64]placement
+	// the clock results carry (TransferResult.At), and the armed retry timers
+	now        time.Duration
+	retry      Ref
+	retryDue   time.Duration
+	drainRetry Ref
+	maxChunk   uint64 // the largest chunk drained, for the bound check
+}
+
+type placement struct {
+	seg string
+	pos int64
 }
 
 func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
@@ -94,12 +108,17 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		return b.String()
 	case "eos":
-		evs = append(evs, EndOfStream{})
+		evs = append(evs, EndOfStream{Next: argU(t, d, "next", h.nextID), Refused: argS(d, "refused", strings.TrimSpace(d.Input))})
+	case "batch":
+		evs = append(evs, BatchDrained{Next: argU(t, d, "next", h.nextID), Refused: argS(d, "refused", strings.TrimSpace(d.Input))})
+	case "advance":
+		h.now += argD(t, d, "by")
+		return fmt.Sprintf("now %s\n", h.now)
 	case "force-cut":
 		evs = append(evs, ForceCut{})
 	case "result":
 		ref := h.fragRef(t, d)
-		e := TransferResult{Ref: ref, Attempt: int(argU(t, d, "attempt", uint64(h.attempts[ref]))), Reason: argS(d, "reason", strings.TrimSpace(d.Input))}
+		e := TransferResult{Ref: ref, Attempt: int(argU(t, d, "attempt", uint64(h.attempts[ref]))), Reason: argS(d, "reason", strings.TrimSpace(d.Input)), At: h.now}
 		switch {
 		case d.HasArg("ok"):
 			h.uidSeq++
@@ -119,8 +138,21 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		ref := h.fragRef(t, d)
 		evs = append(evs, TransferDeadline{Ref: ref, Attempt: int(argU(t, d, "attempt", uint64(h.attempts[ref])))})
 	case "retry":
-		ref := h.refArg(t, d)
-		evs = append(evs, RetryTimer{Ref: ref, Attempt: int(argU(t, d, "attempt", uint64(h.attempts[ref])))})
+		switch {
+		case d.HasArg("group"):
+			evs = append(evs, RetryTimer{Ref: h.group, Attempt: int(argU(t, d, "attempt", uint64(h.attempts[h.group]))), At: h.now})
+		case d.HasArg("drain"):
+			evs = append(evs, RetryTimer{Ref: h.drainRetry, At: h.now})
+		default:
+			// the stream's retry timer (the last one armed, even if cancelled since) fires
+			// when it is due, or at=<duration>; the clock moves there
+			at := h.retryDue
+			if d.HasArg("at") {
+				at = argD(t, d, "at")
+			}
+			h.now = max(h.now, at)
+			evs = append(evs, RetryTimer{Ref: Ref(argU(t, d, "ref", uint64(h.retry))), At: at})
+		}
 	case "persist-timer":
 		evs = append(evs, PersistTimer{Ref: Ref(argU(t, d, "ref", uint64(h.timer)))})
 	case "persist-result":
@@ -207,6 +239,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			b.WriteString(e.String())
 			b.WriteByte('\n')
 		}
+		if ch, ok := ev.(ChunkDrained); ok {
+			h.maxChunk = max(h.maxChunk, uint64(ch.Location.Size))
+		}
+		h.checkHeld(t, d)
 	}
 	if b.Len() == 0 {
 		return "(no effects)\n"
@@ -214,11 +250,35 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	return b.String()
 }
 
+// checkHeld checks, after every event of every scenario, that the bytes the core holds are
+// what its pipeline stages hold, and never more than the bound plus one chunk.
+func (h *harness) checkHeld(t *testing.T, d *datadriven.TestData) {
+	st := h.c.Status()
+	if sum := st.AssemblyBytes + st.InFlightBytes + st.UnpersistedBytes; st.HeldBytes != sum {
+		t.Fatalf("%s: held %d bytes, the assembly, transfers and unpersisted appends hold %d", d.Pos, st.HeldBytes, sum)
+	}
+	if st.HeldBytes > st.HeldBound+h.maxChunk {
+		t.Fatalf("%s: held %d bytes, above the bound %d plus one chunk (%d)", d.Pos, st.HeldBytes, st.HeldBound, h.maxChunk)
+	}
+}
+
 // observe remembers the references effects hand out and where draining goes on.
 func (h *harness) observe(e Effect) {
 	switch e := e.(type) {
 	case StartDrain:
 		h.nextID, h.seg, h.pos = e.From, fmt.Sprintf("s%d", e.From), 8
+		if p, ok := h.placed[e.From]; ok && e.Reason != "" {
+			h.seg, h.pos = p.seg, p.pos
+		}
+	case ResumeDrain:
+		h.nextID, h.seg, h.pos = e.From, fmt.Sprintf("s%d", e.From), 8
+		if p, ok := h.placed[e.From]; ok {
+			h.seg, h.pos = p.seg, p.pos
+		}
+	case ArmRetryTimer:
+		h.retry, h.retryDue = e.Ref, h.now+e.After
+	case RetryDrainAfter:
+		h.drainRetry = e.Ref
 	case SubmitTransfer:
 		h.frags = append(h.frags, e.Ref)
 		h.attempts[e.Ref] = e.Attempt
@@ -249,6 +309,8 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) error {
 		TransferDeadline:   argD(t, d, "deadline"),
 		Retention:          manifest.Policy{MaxBytes: argU(t, d, "max-bytes", 0), MaxAgeMillis: int64(argU(t, d, "max-age", 0))},
 		RefBase:            argU(t, d, "ref-base", 0),
+		// bound=<bytes>; the scenarios written before the bound existed never reach 1 GiB
+		MaxUnpersistedBytes: argU(t, d, "bound", 1<<30),
 	}
 	if cfg.TransferDeadline == 0 {
 		cfg.TransferDeadline = 3 * time.Minute // the scenarios were written with this deadline
@@ -262,7 +324,7 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) error {
 	if err != nil {
 		return err
 	}
-	*h = harness{c: c, cfg: cfg, attempts: map[Ref]int{}, descs: map[Ref]*fragment.Description{}}
+	*h = harness{c: c, cfg: cfg, attempts: map[Ref]int{}, descs: map[Ref]*fragment.Description{}, placed: map[uint64]placement{}}
 	return nil
 }
 
@@ -320,6 +382,7 @@ func (h *harness) chunk(t *testing.T, d *datadriven.TestData) Event {
 		ts = int64(argU(t, d, "ts", 0))
 	}
 	hd := segments.Header{Records: uint32(argU(t, d, "records", 1)), Timestamp: ts, Epoch: 1, ChunkID: id, DataLen: uint32(size - segments.HeaderSize)}
+	h.placed[id] = placement{seg, pos}
 	h.nextID, h.seg, h.pos = hd.NextID(), seg, pos+size
 	return ChunkDrained{Header: hd, Location: segments.Location{Segment: seg, Position: pos, Size: size}}
 }
@@ -334,14 +397,6 @@ func (h *harness) fragRef(t *testing.T, d *datadriven.TestData) Ref {
 		return h.frags[n-1]
 	}
 	return Ref(argU(t, d, "ref", 0))
-}
-
-// refArg resolves frag=N, group (the last group upload) or ref=R.
-func (h *harness) refArg(t *testing.T, d *datadriven.TestData) Ref {
-	if d.HasArg("group") {
-		return h.group
-	}
-	return h.fragRef(t, d)
 }
 
 // parseEntries reads entry lines: "<kind> <first> size=<n> uid=<u> [ts=<a>..<b>]", kind one

@@ -217,7 +217,9 @@ func (c *Core) declareGap(reason GapReason, to uint64) {
 	c.stats.Gaps++
 	c.stats.GapOffsets += to - from
 	c.emit(DeclareGap{Reason: reason, From: from, To: to, DroppedTransfers: dropped, DroppedChunks: chunks})
-	c.emit(StartDrain{From: to})
+	c.armRetry() // the waiting transfers were dropped
+	c.recountHeld()
+	c.restartDrain(to)
 }
 
 // truncate cuts the remote tier back to the divergence point (or where an operator's
@@ -259,8 +261,8 @@ func (c *Core) truncate(reason TruncateReason, t *divergence.Truncation) {
 		c.declareGap(GapLocalAhead, l.First)
 		return
 	}
-	c.drainNext = drainFrom
-	c.emit(StartDrain{From: drainFrom})
+	c.recountHeld()
+	c.restartDrain(drainFrom)
 }
 
 // onOperatorTruncate carries out an operator's truncate of a remote tier that shares no

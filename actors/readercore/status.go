@@ -51,10 +51,25 @@ type Status struct {
 
 	Stalled       bool
 	StalledOffset uint64
-	Rebalancing   bool
-	RetentionBusy bool
-	Waiters       int
-	Replicas      int
+
+	// HeldBytes is the chunk bytes drained and not yet durable (AssemblyBytes +
+	// InFlightBytes + UnpersistedBytes), bounded by HeldBound (Config.MaxUnpersistedBytes)
+	// plus one chunk. Paused says the bound was reached: the drain waits for a persist.
+	HeldBytes uint64
+	HeldBound uint64
+	Paused    bool
+	// RetryArmed says the stream's one transfer retry timer is armed.
+	RetryArmed bool
+	// DrainStalled: the drain's position disagreed with the core's again right after a
+	// reposition (a chunk the core keeps refusing); it is retried after a delay.
+	DrainStalled       bool
+	DrainStalledOffset uint64
+	DrainStallFailures int
+	DrainStallReason   string
+	Rebalancing        bool
+	RetentionBusy      bool
+	Waiters            int
+	Replicas           int
 
 	Counters Counters
 }
@@ -84,6 +99,13 @@ func (c *Core) Status() Status {
 		Waiters:          len(c.waiters),
 		Replicas:         len(c.replicas),
 		Counters:         c.stats,
+		HeldBytes:        c.held(),
+		HeldBound:        c.cfg.MaxUnpersistedBytes,
+		Paused:           c.paused,
+		RetryArmed:       c.retryTimer != 0,
+	}
+	if m := c.drainMiss; m != nil && m.failures > 0 {
+		s.DrainStalled, s.DrainStalledOffset, s.DrainStallFailures, s.DrainStallReason = true, m.at, m.failures, m.reason
 	}
 	if d := c.diverged; d != nil {
 		s.Diverged = true
@@ -152,6 +174,12 @@ func (s Status) String() string {
 	if s.Stalled {
 		fmt.Fprintf(&b, "stalled at %d\n", s.StalledOffset)
 	}
+	if s.Paused {
+		fmt.Fprintf(&b, "paused: %d bytes awaiting upload (bound %d)\n", s.HeldBytes, s.HeldBound)
+	}
+	if s.DrainStalled {
+		fmt.Fprintf(&b, "drain stalled at %d (failures=%d): %s\n", s.DrainStalledOffset, s.DrainStallFailures, s.DrainStallReason)
+	}
 	if s.Diverged && s.Behind {
 		fmt.Fprintf(&b, "behind: local=[%d,%d) is a prefix of remote=[%d,%d)\n", s.LocalFirst, s.LocalNext, s.RemoteFirst, s.RemoteNext)
 	} else if s.Diverged {
@@ -162,6 +190,10 @@ func (s Status) String() string {
 	fmt.Fprintf(&b, "counters: cuts=%d completions=%d transient=%d non-transient=%d deadlines=%d ignored=%d persists=%d persist-failures=%d gaps=%d gap-offsets=%d truncations=%d truncated-offsets=%d reinits=%d rebalances=%d rebalances-given-up=%d retention-runs=%d retention-failures=%d",
 		k.Cuts, k.Completions, k.TransientRetries, k.NonTransientRetries, k.DeadlineResubmits, k.IgnoredResults, k.Persists, k.PersistFailures,
 		k.Gaps, k.GapOffsets, k.Truncations, k.TruncatedOffsets, k.Reinitializations, k.Rebalances, k.RebalancesGivenUp, k.RetentionRuns, k.RetentionFailures)
+	if k.RetryTimers+k.DrainRepositions+k.DrainStalls+k.DrainPauses+k.DeferredChunks > 0 || s.RetryArmed {
+		fmt.Fprintf(&b, "\nflow: held=%d/%d retry-armed=%t retry-timers=%d drain-repositions=%d drain-stalls=%d pauses=%d deferred-chunks=%d",
+			s.HeldBytes, s.HeldBound, s.RetryArmed, k.RetryTimers, k.DrainRepositions, k.DrainStalls, k.DrainPauses, k.DeferredChunks)
+	}
 	return b.String()
 }
 

@@ -155,6 +155,9 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 		if s.Pipeline.Stalled {
 			persist += fmt.Sprintf(" STALLED@%d", s.Pipeline.StalledOffset)
 		}
+		if s.Pipeline.Paused {
+			persist += " PAUSED"
+		}
 		lastAge := "-"
 		if s.Pipeline.LastPersistAgeSeconds >= 0 {
 			lastAge = ago(s.Pipeline.LastPersistAgeSeconds) + " ago"
@@ -171,6 +174,13 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 	for _, s := range rep.Streams {
 		if s.Pipeline.LastPersistError != "" {
 			fmt.Fprintf(out, "\n%s: last persist error: %s\n", s.Stream, s.Pipeline.LastPersistError)
+		}
+		if s.Pipeline.Paused {
+			fmt.Fprintf(out, "\n%s: paused: %d bytes awaiting upload (max_unpersisted_bytes %d); the local log grows on, the drain resumes after a persist\n",
+				s.Stream, s.Pipeline.HeldBytes, s.Pipeline.HeldBound)
+		}
+		if s.Pipeline.DrainStall != "" {
+			fmt.Fprintf(out, "\n%s: drain stalled at %d: %s (retried)\n", s.Stream, s.Pipeline.DrainStalledOffset, s.Pipeline.DrainStall)
 		}
 		if s.Error != "" {
 			fmt.Fprintf(out, "\n%s: %s\n", s.Stream, s.Error)

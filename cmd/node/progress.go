@@ -165,6 +165,12 @@ func (p *process) logProgress(prev, cur sample) {
 		if c.Stalled {
 			ev = ev.Uint64("stalled_at", c.StalledOffset)
 		}
+		if c.Paused {
+			ev = ev.Uint64("paused_bytes_awaiting_upload", c.HeldBytes)
+		}
+		if c.DrainStalled {
+			ev = ev.Uint64("drain_stalled_at", c.DrainStalledOffset).Str("drain_stall", c.DrainStallReason)
+		}
 		if s.StopReason != "" {
 			ev = ev.Str("stopped", s.StopReason)
 		}
@@ -195,6 +201,12 @@ func renderProgress(prev, cur sample, adminURL string, m *actors.Metrics) []stri
 		stalled := ""
 		if c.Stalled {
 			stalled = fmt.Sprintf(" · STALLED at %d", c.StalledOffset)
+		}
+		if c.Paused {
+			stalled += fmt.Sprintf(" · paused: %s awaiting upload", human(float64(c.HeldBytes)))
+		}
+		if c.DrainStalled {
+			stalled += fmt.Sprintf(" · DRAIN STALLED at %d", c.DrainStalledOffset)
 		}
 		if s.StopReason != "" {
 			out = append(out, fmt.Sprintf("  %s [%s] %s", s.Stream, s.Phase, s.StopReason))

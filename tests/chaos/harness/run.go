@@ -112,6 +112,15 @@ func (w *world) final(ctx context.Context, rep *Report) error {
 	if err := w.healAll(ctx); err != nil {
 		return err
 	}
+	// The broker writes on: a stream whose log lost its tail waits behind the remote tier
+	// until its log writes past the loss (a fork, truncated then) or catches up.
+	more := make([]int64, len(w.logs))
+	for i := range more {
+		more[i] = 32 << 10
+	}
+	if err := w.appendLogs(more); err != nil {
+		return err
+	}
 	ends := map[string]uint64{}
 	for i, l := range w.logs {
 		_, next, _, err := l.bounds()
