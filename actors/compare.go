@@ -18,15 +18,30 @@ import (
 var errLocalMoved = errors.New("the local log moved while it was compared with the remote tier")
 
 // remoteChunks reads the remote tier for a comparison: group objects, fragment indexes and
-// single chunk headers, each by a GET of just the bytes needed.
+// single chunk headers, each by a GET of just the bytes needed. Entries carry no epoch, so
+// an object's key is found by a listing, once per object (keys).
 type remoteChunks struct {
 	ctx    context.Context
 	n      *Node
 	stream string
+	keys   map[manifest.Entry]string
+}
+
+// locate finds the key of the object e names, listing only the first time.
+func (r remoteChunks) locate(e manifest.Entry) (string, error) {
+	if k, ok := r.keys[e]; ok {
+		return k, nil
+	}
+	k, err := r.n.store.LocateEntry(r.ctx, r.n.cfg.KeyPrefix, r.stream, e)
+	if err != nil {
+		return "", err
+	}
+	r.keys[e] = k
+	return k, nil
 }
 
 func (r remoteChunks) Children(g manifest.Entry) ([]manifest.Entry, error) {
-	key, err := r.n.locate(r.ctx, r.stream, g)
+	key, err := r.locate(g)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +57,7 @@ func (r remoteChunks) Children(g manifest.Entry) ([]manifest.Entry, error) {
 }
 
 func (r remoteChunks) Index(f manifest.Entry) ([]divergence.IndexEntry, error) {
-	key, err := r.n.locate(r.ctx, r.stream, f)
+	key, err := r.locate(f)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +85,7 @@ func (r remoteChunks) Index(f manifest.Entry) ([]divergence.IndexEntry, error) {
 }
 
 func (r remoteChunks) Chunk(f manifest.Entry, pos uint32) (divergence.Chunk, error) {
-	key, err := r.n.locate(r.ctx, r.stream, f)
+	key, err := r.locate(f)
 	if err != nil {
 		return divergence.Chunk{}, err
 	}
@@ -112,12 +127,13 @@ func (l localChunks) Chunk(id uint64) (divergence.Chunk, bool, error) {
 // is deleted, in which the log's own retention could take those chunks before they were
 // uploaded again, and they would become a gap below the divergence point.
 func compareWithLocal(ctx context.Context, n *Node, stream string, epoch uint64, lg *segments.Log, m manifest.Manifest, first, next uint64) (divergence.Result, error) {
-	res, err := divergence.Find(m, first, next, remoteChunks{ctx, n, stream}, localChunks{lg})
+	remote := remoteChunks{ctx: ctx, n: n, stream: stream, keys: map[manifest.Entry]string{}}
+	res, err := divergence.Find(m, first, next, remote, localChunks{lg})
 	if err != nil {
 		return res, fmt.Errorf("compare the remote tier [%d,%d) with the local log [%d,%d): %w", m.FirstOffset, m.NextOffset, first, next, err)
 	}
 	if t := res.Truncation; res.Kind == divergence.Diverged && t.Straddle != nil {
-		repl, err := copyPrefix(ctx, n, stream, epoch, t)
+		repl, err := copyPrefix(ctx, n, remote, stream, epoch, t)
 		if err != nil {
 			return res, fmt.Errorf("copy the prefix [%d,%d) of the fragment at %d: %w", t.Straddle.FirstOffset, t.At, t.Straddle.FirstOffset, err)
 		}
@@ -129,8 +145,8 @@ func compareWithLocal(ctx context.Context, n *Node, stream string, epoch uint64,
 // copyPrefix writes a fragment object holding the chunks of t.Straddle below t.At: its
 // chunk region is the first PrefixBytes of the old object's (positions unchanged), followed
 // by the index records of those chunks.
-func copyPrefix(ctx context.Context, n *Node, stream string, epoch uint64, t *divergence.Truncation) (manifest.Entry, error) {
-	src, err := n.locate(ctx, stream, *t.Straddle)
+func copyPrefix(ctx context.Context, n *Node, remote remoteChunks, stream string, epoch uint64, t *divergence.Truncation) (manifest.Entry, error) {
+	src, err := remote.locate(*t.Straddle)
 	if err != nil {
 		return manifest.Entry{}, err
 	}
@@ -150,7 +166,7 @@ func copyPrefix(ctx context.Context, n *Node, stream string, epoch uint64, t *di
 		FirstOffset: t.Straddle.FirstOffset, FirstTimestamp: t.Prefix[0].Timestamp, LastTimestamp: t.PrefixLastTimestamp,
 		Size: t.PrefixBytes, UID: rand.Uint64(), Kind: manifest.KindFragment,
 	}
-	key := n.newObjectKey(stream, e, epoch)
+	key := manifest.FragmentKey(n.cfg.KeyPrefix, stream, e.FirstOffset, epoch, e.UID)
 	if err := n.store.PutObject(ctx, key, obj); err != nil {
 		return manifest.Entry{}, fmt.Errorf("put %s: %w", key, err)
 	}
