@@ -36,7 +36,8 @@ const (
 	// the upload would: the node must declare a gap.
 	LocalAhead Kind = "local-ahead"
 	// LostTail cuts a stream's local log back at a chunk boundary before the node starts
-	// (an unsynced tail lost in a crash): the remote tier is ahead and must be truncated.
+	// (an unsynced tail lost in a crash): the remote tier is ahead; the node waits behind
+	// until the log refills (a match) or forks (a truncation at the divergence point).
 	LostTail Kind = "lost-tail"
 	// Cut forces a fragment cut with `node cut`.
 	Cut Kind = "cut"
