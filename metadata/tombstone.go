@@ -30,6 +30,9 @@ type Tombstone struct {
 	Revision   int64     // the manifest record's last Version (0: never persisted)
 	Epoch      uint64    // the last stored epoch (0: none)
 	NextOffset uint64    // the last record's next offset (0: none)
+	// Pending marks a deletion that has fenced the stream but not yet removed its records
+	// (the fields above are then provisional); the next DeleteStream completes it.
+	Pending bool
 }
 
 type tombstoneJSON struct {
@@ -39,6 +42,7 @@ type tombstoneJSON struct {
 	Revision   *int64  `json:"revision"`
 	Epoch      *uint64 `json:"epoch"`
 	NextOffset *uint64 `json:"nextOffset"`
+	Pending    bool    `json:"pending,omitempty"`
 }
 
 // encodeTombstone renders t as stored: the deletion time as RFC 3339 with milliseconds, so
@@ -46,7 +50,7 @@ type tombstoneJSON struct {
 func encodeTombstone(t Tombstone) ([]byte, error) {
 	v := TombstoneVersion
 	at := t.DeletedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")
-	return json.Marshal(tombstoneJSON{Version: &v, Stream: &t.Stream, DeletedAt: &at, Revision: &t.Revision, Epoch: &t.Epoch, NextOffset: &t.NextOffset})
+	return json.Marshal(tombstoneJSON{Version: &v, Stream: &t.Stream, DeletedAt: &at, Revision: &t.Revision, Epoch: &t.Epoch, NextOffset: &t.NextOffset, Pending: t.Pending})
 }
 
 // decodeTombstone decodes the value stored under key for stream, strictly (every field, no
@@ -78,7 +82,7 @@ func decodeTombstone(key, stream string, value []byte) (Tombstone, error) {
 	if err != nil {
 		return fail(err)
 	}
-	return Tombstone{Stream: stream, DeletedAt: at.UTC(), Revision: *doc.Revision, Epoch: *doc.Epoch, NextOffset: *doc.NextOffset}, nil
+	return Tombstone{Stream: stream, DeletedAt: at.UTC(), Revision: *doc.Revision, Epoch: *doc.Epoch, NextOffset: *doc.NextOffset, Pending: doc.Pending}, nil
 }
 
 // DeletedError is the error of an operation on a deleted stream (one with a tombstone). It
@@ -93,6 +97,10 @@ func (e *DeletedError) Error() string {
 	t := e.Tombstone
 	if e.Unreadable != nil {
 		return fmt.Sprintf("stream %s was deleted (its tombstone does not decode: %v)", t.Stream, e.Unreadable)
+	}
+	if t.Pending {
+		return fmt.Sprintf("stream %s is being deleted since %s (fenced; run the deletion again if it was interrupted)",
+			t.Stream, t.DeletedAt.Format(time.RFC3339))
 	}
 	return fmt.Sprintf("stream %s was deleted at %s (last revision %d, epoch %d, next offset %d)",
 		t.Stream, t.DeletedAt.Format(time.RFC3339), t.Revision, t.Epoch, t.NextOffset)
@@ -163,78 +171,103 @@ func (s *Store) ReadForResolution(ctx context.Context, stream string) (rec Manif
 	return rec, kvs[0].Version, true, nil
 }
 
-// maxDeleteAttempts bounds DeleteStream's compare-and-swap when persists keep landing.
-const maxDeleteAttempts = 16
+// maxDeleteAttempts bounds DeleteStream's completion step. Once the tombstone fences the
+// stream no persist can change its records, so only another deleter racing this one can make
+// an attempt fail; two attempts suffice in practice and the bound only guards a bug.
+const maxDeleteAttempts = 8
 
 // DeleteStream deletes every record of the stream (anchor, manifest, epoch) and its
-// placement, and writes its tombstone, in one transaction. The tombstone records what the
-// deleted records said; it is compared-and-swapped against them, so it is exact. A writer's
-// next persist then reports PersistDeleted, its next anchor or resolution ErrStreamDeleted.
+// placement and leaves its tombstone, in two steps so that a writer persisting as fast as it
+// can never starves the deletion. First a pending tombstone fences the stream: from then on
+// a writer's persist reports PersistDeleted, its anchor or resolution ErrStreamDeleted. Then,
+// against records that can no longer change, one transaction deletes them and completes the
+// tombstone with exactly what they said. A deletion interrupted between the steps leaves the
+// stream fenced (deleted to every reader) and is completed by the next DeleteStream.
 // Deleting a deleted stream again keeps the first tombstone.
 func (s *Store) DeleteStream(ctx context.Context, stream string) error {
 	if err := manifest.ValidateStreamID(stream); err != nil {
 		return fmt.Errorf("delete stream: %w", err)
 	}
-	mKey, eKey := manifest.EtcdManifestKey(s.prefix, stream), manifest.EtcdEpochKey(s.prefix, stream)
 	tKey := TombstoneKey(s.prefix, stream)
-	for attempt := 1; ; attempt++ {
-		read, err := s.cli.Txn(ctx).Then(clientv3.OpGet(mKey), clientv3.OpGet(eKey), clientv3.OpGet(tKey)).Commit()
-		if err != nil {
-			return fmt.Errorf("delete stream %s: read records: %w", stream, err)
-		}
-		if len(read.Responses) != 3 {
-			return fmt.Errorf("delete stream %s: etcd answered %d reads, want 3", stream, len(read.Responses))
-		}
-		kv := func(i int) *mvccpb.KeyValue {
-			if kvs := read.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
-				return kvs[0]
-			}
-			return nil
-		}
-		m, e, ts := kv(0), kv(1), kv(2)
-		modRev := func(kv *mvccpb.KeyValue) int64 {
-			if kv == nil {
-				return 0
-			}
-			return kv.ModRevision
-		}
-		cmps := []clientv3.Cmp{
-			clientv3.Compare(clientv3.ModRevision(mKey), "=", modRev(m)),
-			clientv3.Compare(clientv3.ModRevision(eKey), "=", modRev(e)),
-			clientv3.Compare(clientv3.ModRevision(tKey), "=", modRev(ts)),
-		}
-		ops := []clientv3.Op{
-			clientv3.OpDelete(manifest.EtcdStreamPrefix(s.prefix, stream), clientv3.WithPrefix()),
-			clientv3.OpDelete(PlacementKey(s.prefix, stream)),
-		}
-		if ts == nil {
-			// What the records said, as far as they decode: a corrupt record must not keep
-			// a stream from being deleted.
-			t := Tombstone{Stream: stream, DeletedAt: time.Now().UTC().Truncate(time.Millisecond)}
-			if m != nil {
-				t.Revision = m.Version
-				if rec, err := DecodeManifestRecord(mKey, m.Value); err == nil {
-					t.NextOffset = rec.NextOffset
-				}
-			}
-			if e != nil {
-				t.Epoch, _ = ParseEpoch(eKey, e.Value)
-			}
-			value, err := encodeTombstone(t)
-			if err != nil {
-				return fmt.Errorf("delete stream %s: encode tombstone: %w", stream, err)
-			}
-			ops = append(ops, clientv3.OpPut(tKey, string(value)))
-		}
-		resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-		if err != nil {
-			return fmt.Errorf("delete stream %s: %w", stream, err)
-		}
-		if resp.Succeeded {
-			return nil
-		}
-		if attempt == maxDeleteAttempts {
-			return fmt.Errorf("delete stream %s: its records changed under each of %d attempts (a writer persisting fast?); try again", stream, attempt)
+	fence := Tombstone{Stream: stream, DeletedAt: time.Now().UTC().Truncate(time.Millisecond), Pending: true}
+	value, err := encodeTombstone(fence)
+	if err != nil {
+		return fmt.Errorf("delete stream %s: encode tombstone: %w", stream, err)
+	}
+	if _, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(tKey), "=", 0)).
+		Then(clientv3.OpPut(tKey, string(value))).Commit(); err != nil {
+		return fmt.Errorf("delete stream %s: fence with a tombstone: %w", stream, err)
+	}
+	for attempt := 1; attempt <= maxDeleteAttempts; attempt++ {
+		done, err := s.completeDeletion(ctx, stream)
+		if err != nil || done {
+			return err
 		}
 	}
+	return fmt.Errorf("delete stream %s: its records changed under each of %d attempts after the tombstone fenced it (another deleter?); the stream is fenced, run the deletion again", stream, maxDeleteAttempts)
+}
+
+// completeDeletion deletes the fenced stream's records and placement and, when its tombstone
+// is still pending, completes it with what the records said; done is false when a record or
+// the tombstone changed between the read and the write.
+func (s *Store) completeDeletion(ctx context.Context, stream string) (done bool, err error) {
+	mKey, eKey := manifest.EtcdManifestKey(s.prefix, stream), manifest.EtcdEpochKey(s.prefix, stream)
+	tKey := TombstoneKey(s.prefix, stream)
+	read, err := s.cli.Txn(ctx).Then(clientv3.OpGet(mKey), clientv3.OpGet(eKey), clientv3.OpGet(tKey)).Commit()
+	if err != nil {
+		return false, fmt.Errorf("delete stream %s: read records: %w", stream, err)
+	}
+	if len(read.Responses) != 3 {
+		return false, fmt.Errorf("delete stream %s: etcd answered %d reads, want 3", stream, len(read.Responses))
+	}
+	kv := func(i int) *mvccpb.KeyValue {
+		if kvs := read.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			return kvs[0]
+		}
+		return nil
+	}
+	m, e, ts := kv(0), kv(1), kv(2)
+	if ts == nil {
+		return false, fmt.Errorf("delete stream %s: the tombstone written a moment ago is gone (was %s deleted by hand?)", stream, tKey)
+	}
+	modRev := func(kv *mvccpb.KeyValue) int64 {
+		if kv == nil {
+			return 0
+		}
+		return kv.ModRevision
+	}
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(mKey), "=", modRev(m)),
+		clientv3.Compare(clientv3.ModRevision(eKey), "=", modRev(e)),
+		clientv3.Compare(clientv3.ModRevision(tKey), "=", ts.ModRevision),
+	}
+	ops := []clientv3.Op{
+		clientv3.OpDelete(manifest.EtcdStreamPrefix(s.prefix, stream), clientv3.WithPrefix()),
+		clientv3.OpDelete(PlacementKey(s.prefix, stream)),
+	}
+	// A tombstone that does not decode still fences the stream; it is kept as it is.
+	if t, err := decodeTombstone(tKey, stream, ts.Value); err == nil && t.Pending {
+		// What the records said, as far as they decode: a corrupt record must not keep a
+		// stream from being deleted.
+		t.Pending = false
+		if m != nil {
+			t.Revision = m.Version
+			if rec, err := DecodeManifestRecord(mKey, m.Value); err == nil {
+				t.NextOffset = rec.NextOffset
+			}
+		}
+		if e != nil {
+			t.Epoch, _ = ParseEpoch(eKey, e.Value)
+		}
+		value, err := encodeTombstone(t)
+		if err != nil {
+			return false, fmt.Errorf("delete stream %s: encode tombstone: %w", stream, err)
+		}
+		ops = append(ops, clientv3.OpPut(tKey, string(value)))
+	}
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return false, fmt.Errorf("delete stream %s: %w", stream, err)
+	}
+	return resp.Succeeded, nil
 }

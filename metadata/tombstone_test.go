@@ -14,8 +14,8 @@ import (
 	"streamtier/metadata/etcdtest"
 )
 
-// TestDeleteStreamWritesTombstone: one transaction deletes the stream's records and its
-// placement and writes the tombstone, which records what they said; afterwards the stream
+// TestDeleteStreamWritesTombstone: a pending tombstone fences the stream, then one
+// transaction deletes the stream's records and its placement and completes the tombstone, which records what they said; afterwards the stream
 // can be neither anchored, nor persisted (at any revision), nor resolved.
 func TestDeleteStreamWritesTombstone(t *testing.T) {
 	e := etcdtest.Start(t)
@@ -46,14 +46,17 @@ func TestDeleteStreamWritesTombstone(t *testing.T) {
 	if ts.Stream != "s1" || ts.Revision != 2 || ts.Epoch != 3 || ts.NextOffset != 25 || ts.DeletedAt.Before(before) || ts.DeletedAt.After(after) {
 		t.Fatalf("tombstone %+v, want s1 at revision 2, epoch 3, next 25, deleted in [%v, %v]", ts, before, after)
 	}
-	// Atomic: at the tombstone's creation revision every record is gone, one revision
-	// earlier every record was there.
+	// Atomic: at the revision that completed the tombstone every record is gone, one
+	// revision earlier (the fence) every record was there.
 	tKey := metadata.TombstoneKey(s.Prefix(), "s1")
 	resp, err := cli.Get(ctx, tKey)
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("tombstone key: %v %v", resp, err)
 	}
-	rev := resp.Kvs[0].CreateRevision
+	rev := resp.Kvs[0].ModRevision
+	if resp.Kvs[0].CreateRevision != rev-1 {
+		t.Fatalf("tombstone created at %d, completed at %d: want the fence one revision before its completion", resp.Kvs[0].CreateRevision, rev)
+	}
 	keys := []string{manifest.EtcdAnchorKey(s.Prefix(), "s1"), manifest.EtcdManifestKey(s.Prefix(), "s1"),
 		manifest.EtcdEpochKey(s.Prefix(), "s1"), metadata.PlacementKey(s.Prefix(), "s1")}
 	for _, k := range keys {
@@ -201,5 +204,43 @@ func TestCorruptTombstoneStillDeletes(t *testing.T) {
 	}
 	if err := s.DeleteStream(ctx, "s1"); err != nil {
 		t.Fatalf("deleting a stream with a corrupt tombstone: %v", err)
+	}
+}
+
+// TestInterruptedDeletionFencesAndCompletes: a deletion interrupted after its fence (a pending
+// tombstone, the records still there) already refuses the writer, reads as deleted, and the
+// next DeleteStream completes it with what the records said.
+func TestInterruptedDeletionFencesAndCompletes(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := etcdtest.Store(t, e)
+	ctx := testCtx(t, 10*time.Second)
+	if err := s.Anchor(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	mustPersist(t, ctx, s, "s1", 0, record(3, 40), metadata.PersistOK)
+	mustPersist(t, ctx, s, "s1", 1, record(3, 70), metadata.PersistOK)
+	key := metadata.TombstoneKey(s.Prefix(), "s1")
+	pending := `{"version":1,"stream":"s1","deletedAt":"2026-12-01T18:00:00.000Z","revision":0,"epoch":0,"nextOffset":0,"pending":true}`
+	if _, err := e.Client().Put(ctx, key, pending); err != nil {
+		t.Fatal(err)
+	}
+	mustPersist(t, ctx, s, "s1", 2, record(3, 90), metadata.PersistDeleted)
+	if _, _, _, err := s.ReadForResolution(ctx, "s1"); !errors.Is(err, metadata.ErrStreamDeleted) || !strings.Contains(err.Error(), "being deleted") {
+		t.Fatalf("resolution of a fenced stream: %v, want deleted (being deleted)", err)
+	}
+	if ts, _, err := s.ReadTombstone(ctx, "s1"); err != nil || !ts.Pending {
+		t.Fatalf("tombstone of an interrupted deletion: %+v %v, want pending", ts, err)
+	}
+	if err := s.DeleteStream(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	ts, _, err := s.ReadTombstone(ctx, "s1")
+	want := metadata.Tombstone{Stream: "s1", DeletedAt: ts.DeletedAt, Revision: 2, Epoch: 3, NextOffset: 70}
+	if err != nil || ts != want || ts.DeletedAt.Format(time.RFC3339) != "2026-12-01T18:00:00Z" {
+		t.Fatalf("completed tombstone %+v (%v), want %+v deleted at the fence's time", ts, err, want)
+	}
+	resp, err := e.Client().Get(ctx, manifest.EtcdStreamPrefix(s.Prefix(), "s1"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("records left after completing the deletion: %v %v", resp.Count, err)
 	}
 }
