@@ -113,12 +113,13 @@ type Checker struct {
 	order      []string
 	cycle      int
 	violations []Violation
+	seen       map[string]bool // violations reported, by stream, rule and detail
 	stats      Stats
 }
 
 // New returns a checker for cfg.
 func New(cfg Config) (*Checker, error) {
-	c := &Checker{cfg: cfg, streams: map[string]*streamState{}}
+	c := &Checker{cfg: cfg, streams: map[string]*streamState{}, seen: map[string]bool{}}
 	for _, sc := range cfg.Streams {
 		ref, err := NewReference(sc.Load)
 		if err != nil {
@@ -141,6 +142,11 @@ func (c *Checker) SetCycle(cycle int) {
 // violate records a violation (c.mu held).
 func (c *Checker) violate(stream, rule, format string, args ...any) {
 	detail := fmt.Sprintf(format, args...)
+	key := stream + "\x00" + rule + "\x00" + detail
+	if c.seen[key] {
+		return // the same finding at a later check: reported once
+	}
+	c.seen[key] = true
 	v := Violation{Cycle: c.cycle, Stream: stream, Rule: rule, Detail: detail, Seq: -1}
 	if h := c.cfg.History; h != nil {
 		e := h.Add(c.cycle, "VIOLATION", stream, false, "%s: %s", rule, detail)
