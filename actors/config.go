@@ -212,6 +212,9 @@ type StreamSpec struct {
 	PersistThreshold   int
 	PersistInterval    time.Duration
 	RebalanceThreshold int
+	// FragmentMaxAge overrides the idle cut (readercore.Config.FragmentMaxAge): zero takes
+	// the node's, a negative value disables it for this stream.
+	FragmentMaxAge time.Duration
 }
 
 // Validate refuses a spec with a hostile id or no log.
@@ -259,6 +262,9 @@ func (c Config) coreConfig(s StreamSpec) readercore.Config {
 	}
 	if s.RebalanceThreshold != 0 {
 		cfg.RebalanceThreshold = s.RebalanceThreshold
+	}
+	if s.FragmentMaxAge != 0 {
+		cfg.FragmentMaxAge = s.FragmentMaxAge
 	}
 	return cfg
 }

@@ -77,6 +77,7 @@ type Settings struct {
 	RetentionMaxAge        time.Duration
 	GCGracePeriod          time.Duration
 	SegmentMaxBytes        int64
+	FragmentMaxAge         time.Duration // 0: the idle cut is disabled
 
 	Demo       bool
 	DemoStream string
@@ -113,6 +114,9 @@ type StreamSettings struct {
 	FragmentTargetSize uint64
 	PersistThreshold   int
 	PersistInterval    time.Duration
+	// FragmentMaxAge overrides fragment_max_age: 0 takes the node's, a negative value
+	// disables the idle cut for this stream (the file's "0").
+	FragmentMaxAge time.Duration
 }
 
 // setting is one row of the settings table.
@@ -299,6 +303,8 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.GCGracePeriod })},
 	{name: "segment_max_bytes", def: "500MB", demo: "32MiB", help: "local segment size of the logs the node opens (demo and declared streams)",
 		apply: size64(func(s *Settings) *int64 { return &s.SegmentMaxBytes })},
+	{name: "fragment_max_age", def: "60s", demo: "5s", help: "cut a fragment below fragment_target_size once its oldest chunk was drained this long ago, so that a quiet stream's tail is uploaded; 0 disables",
+		apply: duration(func(s *Settings) *time.Duration { return &s.FragmentMaxAge })},
 
 	{name: "demo", def: "false", demo: "true", bool: true, help: "feed a demo stream with the deterministic load generator",
 		apply: boolean(func(s *Settings) *bool { return &s.Demo })},

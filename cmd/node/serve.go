@@ -260,6 +260,7 @@ func (p *process) openClusterStream(id string) (actors.StreamSpec, error) {
 	return actors.StreamSpec{
 		Log: ost.log, Retention: p.s.Retention(st),
 		FragmentTargetSize: st.FragmentTargetSize, PersistThreshold: st.PersistThreshold, PersistInterval: st.PersistInterval,
+		FragmentMaxAge: st.FragmentMaxAge,
 	}, nil
 }
 
@@ -294,6 +295,7 @@ func (p *process) addStream(st nodeconfig.StreamSettings, demo *nodeconfig.Setti
 	spec := actors.StreamSpec{
 		ID: st.ID, Log: lg, Epoch: max(st.Epoch, lg.Epoch(), 1), Retention: p.s.Retention(st),
 		FragmentTargetSize: st.FragmentTargetSize, PersistThreshold: st.PersistThreshold, PersistInterval: st.PersistInterval,
+		FragmentMaxAge: st.FragmentMaxAge,
 	}
 	if err := p.node.AddStream(spec); err != nil {
 		return err
