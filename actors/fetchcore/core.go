@@ -34,8 +34,8 @@ type leaf struct {
 // rng is a range of one object planned and not yet wholly handed to its assembler.
 type rng struct {
 	lf         *leaf
-	start, end int64  // object positions [start, end)
-	next       int64  // first position not received yet
+	start, end int64 // object positions [start, end)
+	next       int64 // first position not received yet
 	pieces     [][]byte
 	reserved   int64  // budget bytes held for it: end minus what moved to the assembler
 	req        uint64 // Get in flight (0: none)

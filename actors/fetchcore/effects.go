@@ -73,7 +73,7 @@ func (e Cancel) String() string { return fmt.Sprintf("cancel id=%d", e.ID) }
 func (e FetchIndex) String() string {
 	return fmt.Sprintf("fetch-index id=%d key=%s size=%d", e.ID, e.Key, e.Size)
 }
-func (e ArmTimer) String() string  { return fmt.Sprintf("arm-timer id=%d after=%s", e.ID, e.After) }
-func (e Deliver) String() string   { return "deliver " + e.Item.String() }
-func (e End) String() string       { return fmt.Sprintf("end at=%d", e.At) }
-func (e Fail) String() string      { return "fail: " + e.Err.Error() }
+func (e ArmTimer) String() string { return fmt.Sprintf("arm-timer id=%d after=%s", e.ID, e.After) }
+func (e Deliver) String() string  { return "deliver " + e.Item.String() }
+func (e End) String() string      { return fmt.Sprintf("end at=%d", e.At) }
+func (e Fail) String() string     { return "fail: " + e.Err.Error() }
