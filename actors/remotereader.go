@@ -372,4 +372,3 @@ func (s *remoteRead) Close() error {
 	})
 	return nil
 }
-
