@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"streamtier/actors"
+	"streamtier/actors/fetchcore"
 	"streamtier/actors/governorcore"
 	"streamtier/actors/readercore"
 	"streamtier/manifest"
@@ -220,6 +221,8 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 			MaxUnpersistedBytes:  s.MaxUnpersistedBytes,
 		},
 		LocalHotWindowBytes: s.LocalHotWindowBytes,
+		ReadBudgetBytes:     s.ReadBudgetBytes,
+		Read:                fetchcore.Config{RangeSize: s.ReadRangeBytes, MaxConcurrency: s.ReadMaxConcurrency},
 		LocalHotWindowAge:   s.LocalHotWindowAge,
 		PersistTimeout:      s.PersistTimeout,
 		GroupUploadTimeout:  s.GroupUploadTimeout,
