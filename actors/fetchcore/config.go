@@ -31,6 +31,9 @@ type Config struct {
 	RangeSize int64
 	// MaxConcurrency is the ceiling of the concurrency search: range GETs in flight at once.
 	MaxConcurrency int
+	// FixedConcurrency, when set, turns the search off and keeps this many GETs in flight:
+	// for benchmarks that separate the search from the rest of the reader.
+	FixedConcurrency int
 	// Budget bounds the bytes the reader holds: requested and not yet received, received and
 	// not yet delivered, delivered and not yet consumed (see Held for the one exception).
 	Budget int64

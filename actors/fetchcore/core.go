@@ -94,10 +94,14 @@ func New(cfg Config, from uint64) (*Core, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Core{
+	c := &Core{
 		cfg: cfg, budget: cfg.Budget, srch: newSearch(cfg.MaxConcurrency), pos: from,
 		byReq: map[uint64]*rng{}, byIndex: map[uint64]*leaf{}, timers: map[uint64]timerFor{},
-	}, nil
+	}
+	if cfg.FixedConcurrency > 0 {
+		c.srch = search{ceiling: cfg.FixedConcurrency, c: cfg.FixedConcurrency, bestC: cfg.FixedConcurrency, fixed: true}
+	}
+	return c, nil
 }
 
 // Start returns the first effects: the leaves at the read's offset, from a fresh manifest.
