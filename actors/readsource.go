@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+
+	"streamtier/actors/fetchcore"
 
 	"streamtier/chunk"
 	"streamtier/manifest"
@@ -116,6 +119,15 @@ type remoteEnv struct {
 	Stream    string
 	Latest    latestManifest
 	Log       zerolog.Logger
+
+	// What the remote reader (remotereader.go) takes from the node; each may be left zero
+	// (an offline command): a private actor system, a private budget of the default size,
+	// private metrics, the wall clock, the core's default settings.
+	System  *actor.ActorSystem // where the reader's actor runs
+	Budget  *readBudget        // the node's read budget, divided among open readers
+	Metrics *Metrics
+	Clock   clock
+	Fetch   fetchcore.Config // range size and concurrency ceiling; Budget comes from Budget
 }
 
 // openRemoteSource opens the remote source a reader uses; from is at or above the manifest's

@@ -72,6 +72,9 @@ type Settings struct {
 	GroupUploadTimeout     time.Duration
 	ResolveTimeout         time.Duration
 	LocalHotWindowBytes    int64
+	ReadBudgetBytes        int64
+	ReadRangeBytes         int64
+	ReadMaxConcurrency     int
 	LocalHotWindowAge      time.Duration
 	RetentionMaxBytes      uint64
 	RetentionMaxAge        time.Duration
@@ -291,6 +294,12 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.GroupUploadTimeout })},
 	{name: "resolve_timeout", def: "30s", help: "bound on one manifest resolution at a reader's start (anchor, etcd record, root object)",
 		apply: duration(func(s *Settings) *time.Duration { return &s.ResolveTimeout })},
+	{name: "read_budget_bytes", def: "256MiB", help: "node-wide bound on the bytes remote readers hold (in flight, buffered, delivered and not consumed), divided evenly among the open readers",
+		apply: size64(func(s *Settings) *int64 { return &s.ReadBudgetBytes })},
+	{name: "read_range_bytes", def: "4MiB", help: "length of one range GET of a remote reader",
+		apply: size64(func(s *Settings) *int64 { return &s.ReadRangeBytes })},
+	{name: "read_max_concurrency", def: "32", help: "ceiling of a remote reader's search for the number of range GETs in flight",
+		apply: integer(func(s *Settings) *int { return &s.ReadMaxConcurrency })},
 	{name: "local_hot_window_bytes", def: "0", help: "uploaded bytes kept locally as a cache (0 deletes uploaded segments at once)",
 		apply: size64(func(s *Settings) *int64 { return &s.LocalHotWindowBytes })},
 	{name: "local_hot_window_age", def: "0", help: "uploaded segments younger than this are kept locally",

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"streamtier/actors"
+	"streamtier/actors/fetchcore"
 	"streamtier/actors/governorcore"
 	"streamtier/actors/readercore"
 	"streamtier/manifest"
@@ -223,6 +224,8 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 			FragmentMaxAge:       CoreFragmentMaxAge(s.FragmentMaxAge),
 		},
 		LocalHotWindowBytes: s.LocalHotWindowBytes,
+		ReadBudgetBytes:     s.ReadBudgetBytes,
+		Read:                fetchcore.Config{RangeSize: s.ReadRangeBytes, MaxConcurrency: s.ReadMaxConcurrency},
 		LocalHotWindowAge:   s.LocalHotWindowAge,
 		PersistTimeout:      s.PersistTimeout,
 		GroupUploadTimeout:  s.GroupUploadTimeout,
