@@ -61,6 +61,8 @@ type Metrics struct {
 	// StrayMessages counts messages a reader had no case for (dropped, never fed to the core).
 	StrayMessages atomic.Int64
 	Reaper        ReaperStats
+	// Read counts the cross-tier readers' work (Node.OpenReader).
+	Read ReadMetrics
 
 	mu             sync.Mutex
 	persistLatency []time.Duration // recent successful persists, for p50/p99
