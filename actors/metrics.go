@@ -63,6 +63,8 @@ type Metrics struct {
 	Reaper        ReaperStats
 	// RemoteRead are the remote readers' counters and gauges (readmetrics.go).
 	RemoteRead RemoteReadStats
+	// Read counts the cross-tier readers' work (Node.OpenReader).
+	Read ReadMetrics
 
 	mu             sync.Mutex
 	persistLatency []time.Duration // recent successful persists, for p50/p99

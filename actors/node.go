@@ -99,7 +99,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 
 // remoteEnvFor completes env with what a remote reader takes from the node: its actor
 // system, its read budget, its metrics, its clock and the read settings. Node.OpenReader
-// calls it before openRemoteSource.
+// calls it (through readSide) before openRemoteSource.
 func (n *Node) remoteEnvFor(env remoteEnv) remoteEnv {
 	env.System, env.Budget, env.Metrics, env.Clock = n.system, n.readBudget, n.metrics, n.cfg.clock
 	env.Fetch = n.cfg.Read

@@ -96,6 +96,14 @@ var ErrRemoteEnd = errors.New("end of the remote tier")
 // Is lets errors.Is(err, ErrRemoteEnd) match.
 func (e *RemoteEndError) Is(target error) bool { return target == ErrRemoteEnd }
 
+// ErrRemoteMissing marks an object the freshest manifest still names but S3 does not hold:
+// data loss, or a manifest that never settles. The reader stops rather than skip it.
+var ErrRemoteMissing = fetchcore.ErrMissing
+
+// ErrRemoteCorrupt marks remote bytes that do not verify (chunk CRC, headers, ids that do
+// not match the manifest entry). Never retried: reading it again gives the same bytes.
+var ErrRemoteCorrupt = fetchcore.ErrCorrupt
+
 // remoteSource delivers a stream's remote tier from an offset, in order: chunks (Tier
 // remote), gaps and skipped ranges, then a *RemoteEndError. It fails with a typed error on
 // what it cannot get past without losing data (a corrupt object, a manifest that does not

@@ -170,11 +170,11 @@ func (r *remoteReader) onResult(c actor.Context, res any) {
 func (r *remoteReader) countError(o fetchcore.Outcome) {
 	switch o {
 	case fetchcore.Retriable:
-		r.metrics.Errors[ReadErrRetriable].Add(1)
+		r.metrics.Errors[RemoteErrRetriable].Add(1)
 	case fetchcore.NotFound:
-		r.metrics.Errors[ReadErrNotFound].Add(1)
+		r.metrics.Errors[RemoteErrNotFound].Add(1)
 	case fetchcore.Fatal:
-		r.metrics.Errors[ReadErrFatal].Add(1)
+		r.metrics.Errors[RemoteErrFatal].Add(1)
 	}
 }
 

@@ -119,13 +119,13 @@ func TestRemoteReadThroughFaults(t *testing.T) {
 		t.Fatalf("read %d chunks up to %d, the tier holds %d up to %d", n, end, len(f.order), m.NextOffset)
 	}
 	rs := &f.env.Metrics.RemoteRead
-	if rs.Errors[ReadErrRetriable].Load() < 25 {
-		t.Errorf("%d retriable errors counted, at least the 25 503s were injected", rs.Errors[ReadErrRetriable].Load())
+	if rs.Errors[RemoteErrRetriable].Load() < 25 {
+		t.Errorf("%d retriable errors counted, at least the 25 503s were injected", rs.Errors[RemoteErrRetriable].Load())
 	}
 	if p50, _ := rs.FirstChunkQuantiles(); p50 <= 0 {
 		t.Errorf("no time to first chunk recorded")
 	}
-	t.Logf("%d chunks, %d GETs, %d bytes, %d retriable errors", n, rs.GETs.Load(), rs.Bytes.Load(), rs.Errors[ReadErrRetriable].Load())
+	t.Logf("%d chunks, %d GETs, %d bytes, %d retriable errors", n, rs.GETs.Load(), rs.Bytes.Load(), rs.Errors[RemoteErrRetriable].Load())
 	// The source stays usable at the end: it asks the manifest again and ends again.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,11 +1,20 @@
 package fetchcore
 
 import (
+	"errors"
 	"fmt"
 	"hash/crc32"
 
 	"streamtier/chunk"
 )
+
+// ErrCorrupt matches every CorruptError (errors.Is): remote bytes that do not verify. Never
+// retried: reading them again gives the same bytes.
+var ErrCorrupt = errors.New("remote data corrupt")
+
+// ErrMissing matches every MissingObjectError (errors.Is): an object the freshest manifest
+// still names but S3 does not hold. The reader stops rather than skip it.
+var ErrMissing = errors.New("remote object missing though the manifest names it")
 
 // CorruptError says the bytes of an object do not form the chunks the manifest promises: a
 // header that does not parse, a data CRC mismatch, a chunk id out of sequence, a chunk that
@@ -21,6 +30,9 @@ func (e *CorruptError) Error() string {
 	return fmt.Sprintf("corrupt fragment object %s at position %d: %s", e.Key, e.Position, e.Reason)
 }
 
+// Is lets errors.Is(err, ErrCorrupt) match.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
 // MissingObjectError says an object the freshest manifest still lists answered 404 too many
 // times in a row: retention did not remove it (the manifest still names it), so it is lost.
 type MissingObjectError struct {
@@ -32,6 +44,9 @@ type MissingObjectError struct {
 func (e *MissingObjectError) Error() string {
 	return fmt.Sprintf("fragment object %s (offset %d) not found %d times while the manifest still lists it", e.Key, e.First, e.Times)
 }
+
+// Is lets errors.Is(err, ErrMissing) match.
+func (e *MissingObjectError) Is(target error) bool { return target == ErrMissing }
 
 // assembler holds the received bytes of one object, in order from position pos, until they
 // make whole chunks. Pieces are kept as they came: a chunk inside one piece is handed out

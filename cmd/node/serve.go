@@ -199,8 +199,10 @@ func (p *process) start(ctx context.Context) error {
 		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}, {Name: "s3", Check: p.b.ProbeS3}},
 	}
 	info := backends.RunInfo{PID: os.Getpid(), NodeID: s.NodeID, Started: p.started}
+	opts.Reads = node
 	if p.cluster != nil {
 		opts.Cluster = p.cluster
+		opts.Reads = p.cluster
 		info.ClusterAddress = p.cluster.Address()
 	}
 	var err error
