@@ -66,6 +66,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitBadInput
 }
 
+// usageLine is the synopsis of one command from the usage text ("node gc [stream] ..."),
+// or "node <name> [flags]" for a command the text does not list.
+func usageLine(name string) string {
+	prefix := "  node " + name
+	if name == demoName {
+		prefix = "  node ["
+	}
+	for _, l := range strings.Split(usage, "\n") {
+		if !strings.HasPrefix(l, prefix) {
+			continue
+		}
+		l = strings.TrimSpace(l)
+		if i := strings.Index(l, "   "); i > 0 {
+			l = l[:i]
+		}
+		return l
+	}
+	return "node " + name + " [flags]"
+}
+
+// demoName is the demo's name in messages (it has no command word).
+const demoName = "(demo)"
+
 func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" }
 
 const usage = `usage:
@@ -97,7 +120,9 @@ STREAMTIER_* environment variables or a YAML file (--config); see docs/operation
 // ok is false when the command must stop with code (help asked, or bad input reported).
 func parseFlags(name string, mode nodeconfig.Mode, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (s nodeconfig.Settings, positional []string, code int, ok bool) {
 	fs := flag.NewFlagSet("node "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// The flag package prints the error and then every flag (over a hundred lines) on bad
+	// input: it writes nowhere, and a bad flag gets one line of usage and a pointer.
+	fs.SetOutput(io.Discard)
 	f := nodeconfig.RegisterFlags(fs)
 	if extra != nil {
 		extra(fs)
@@ -105,9 +130,12 @@ func parseFlags(name string, mode nodeconfig.Mode, args []string, stderr io.Writ
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintf(stderr, "usage: %s\n\nflags:\n", usageLine(name))
+				fs.SetOutput(stderr)
+				fs.PrintDefaults()
 				return s, nil, exitOK, false
 			}
-			return s, nil, exitBadInput, false // the flag package printed the problem
+			return s, nil, badUsage(stderr, name, err.Error()), false
 		}
 		args = fs.Args()
 		if len(args) == 0 {

@@ -41,15 +41,14 @@ type openStream struct {
 func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 	name := "run"
 	if mode == nodeconfig.ModeDemo {
-		name = "(demo)"
+		name = demoName
 	}
 	s, positional, code, ok := parseFlags(name, mode, args, stderr, nil)
 	if !ok {
 		return code
 	}
 	if len(positional) > 0 {
-		fmt.Fprintf(stderr, "node: unexpected argument %q (settings are flags: --name value)\n\n%s", positional[0], usage)
-		return exitBadInput
+		return badUsage(stderr, name, fmt.Sprintf("unexpected argument %q (settings are flags: --name value)", positional[0]))
 	}
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
