@@ -20,6 +20,8 @@ import (
 
 func main() {
 	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00" // milliseconds in every log line
+	// Durations carry their unit ("took":"530.24ms", not a bare 530.24).
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
