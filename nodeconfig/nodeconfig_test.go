@@ -264,3 +264,28 @@ func TestMaxUnpersistedBytesReachesTheNode(t *testing.T) {
 		t.Fatalf("default max unpersisted bytes %d, want 0 (the core's four fragment target sizes)", c.Stream.MaxUnpersistedBytes)
 	}
 }
+
+// TestDemoRetentionDefault: the demo stream keeps 4 GiB remotely unless retention_max_bytes
+// is set, to a size or to 0 (no limit); declared streams are not given the demo's bound.
+func TestDemoRetentionDefault(t *testing.T) {
+	d := resolve(t, ModeDemo, Sources{})
+	if got := d.Retention(d.DemoStreamSettings()).MaxBytes; got != 4<<30 {
+		t.Fatalf("demo stream retention %d, want 4 GiB", got)
+	}
+	if st := d.DemoStreamSettings(); st.ID != "demo" || st.LogDir != "/work/streamtier-data/streams/demo" || st.Epoch != 1 {
+		t.Fatalf("demo stream: %+v", st)
+	}
+	if got := d.Retention(StreamSettings{ID: "other"}).MaxBytes; got != 0 {
+		t.Fatalf("a declared stream got the demo's bound: %d", got)
+	}
+	for v, want := range map[string]uint64{"0": 0, "1GiB": 1 << 30} {
+		s := resolve(t, ModeDemo, Sources{Flags: map[string]string{"retention_max_bytes": v}})
+		if got := s.Retention(s.DemoStreamSettings()).MaxBytes; got != want {
+			t.Errorf("retention_max_bytes %s: demo stream keeps %d, want %d", v, got, want)
+		}
+	}
+	s := resolve(t, ModeDemo, Sources{Flags: map[string]string{"demo_retention_max_bytes": "64MiB"}})
+	if got := s.Retention(s.DemoStreamSettings()).MaxBytes; got != 64<<20 {
+		t.Errorf("demo_retention_max_bytes 64MiB: %d", got)
+	}
+}

@@ -1,8 +1,16 @@
 package main
 
 import (
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestBinaryUsageErrors: an unknown flag or a wrong argument prints the problem, the
@@ -34,4 +42,130 @@ func TestBinaryUsageErrors(t *testing.T) {
 	if r := node(t, dir, "gc", "-h"); r.code != 0 || !strings.Contains(r.stderr, "usage: node gc") || !strings.Contains(r.stderr, "-etcd-endpoints") {
 		t.Errorf("gc -h: want the synopsis and the flags:\n%s", r)
 	}
+}
+
+// TestBinaryDemoRetentionBound runs the demo from a copy of the binary where `go run` keeps
+// its executables (the build cache), writing ten times the remote bound given (the bucket
+// would reach 150 MiB without retention), and checks:
+// the embedded bucket's bytes on disk stay under the bound plus one fragment plus the
+// slack the pipeline may hold (max_unpersisted_bytes uploaded ahead of the persist that
+// triggers retention, and deletes queued behind it); the summary's bucket listing is under
+// the bound plus one fragment; the hints say `go run ./cmd/node`; durations in the JSON
+// log carry their unit.
+func TestBinaryDemoRetentionBound(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "gocache", "5f", strings.Repeat("5f", 32)+"-d", "node")
+	copyFile(t, nodeBinary(t), exe)
+	const (
+		bound = 16 << 20
+		frag  = 1 << 20
+		rate  = 20_000_000
+		// The slack: max_unpersisted_bytes (4 fragments) uploaded ahead of the persist after
+		// which retention drops the oldest; a second of the load in deletes queued behind
+		// that persist and the reaper (a loaded machine); roots and groups.
+		slack = 4*frag + rate + 1<<20
+	)
+	n := startNodeWith(t, exe, dir, "--demo-rate", "20MB", "--fragment-target-size", "1MiB", "--segment-max-bytes", "4MiB",
+		"--persist-interval", "200ms", "--demo-retention-max-bytes", "16MiB", "--progress", "log", "--progress-interval", "1s", "--log-format", "json")
+	bucketDir := filepath.Join(n.dataDir, "s3", "data", "streamtier")
+	var peak int64
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		peak = max(peak, dirBytes(t, bucketDir))
+		time.Sleep(100 * time.Millisecond)
+	}
+	written := n.status().Local.Committed
+	if code := n.stop(syscall.SIGINT); code != 0 {
+		t.Fatalf("SIGINT: exit %d\n%s", code, n.stderr)
+	}
+	out := n.stdout.String()
+	m := regexp.MustCompile(`the demo load wrote ([0-9.]+) MiB this run`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("summary lacks what the load wrote:\n%s", out)
+	}
+	if wrote, _ := strconv.ParseFloat(m[1], 64); wrote < 5*bound>>20 {
+		t.Fatalf("the demo wrote only %s MiB (offset %d): too little to test a bound of %d MiB", m[1], written, bound>>20)
+	}
+	if peak > bound+frag+slack {
+		t.Errorf("the bucket held %d bytes on disk at its peak, over the bound %d + a fragment %d + slack %d", peak, bound, frag, slack)
+	}
+	listed := regexp.MustCompile(`bucket streamtier: (\d+) objects, ([0-9.]+) MiB`).FindStringSubmatch(out)
+	if listed == nil {
+		t.Fatalf("summary lacks the bucket listing:\n%s", out)
+	}
+	if mib, _ := strconv.ParseFloat(listed[2], 64); mib*(1<<20) > bound+frag+slack {
+		t.Errorf("after the stop the bucket lists %s MiB, over the bound %d MiB + a fragment + slack", listed[2], bound>>20)
+	}
+	kept := regexp.MustCompile(`stream demo: persisted offsets \[\d+, \d+\), ([0-9.]+) MiB`).FindStringSubmatch(out)
+	if kept == nil {
+		t.Fatalf("summary lacks the stream's remote size:\n%s", out)
+	}
+	if mib, _ := strconv.ParseFloat(kept[1], 64); mib*(1<<20) > bound+frag {
+		t.Errorf("the persisted manifest holds %s MiB, over the bound %d MiB + a fragment", kept[1], bound>>20)
+	}
+	t.Logf("wrote %s MiB; bucket peak %.1f MiB on disk, %s MiB listed at the stop, %s MiB in the manifest", m[1], float64(peak)/(1<<20), listed[2], kept[1])
+	for _, want := range []string{"\n  go run ./cmd/node status\n", "\n  go run ./cmd/node verify demo\n", "\n  go run ./cmd/node gc\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("a demo run from the build cache: the hints lack %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, exe) {
+		t.Errorf("the hints name the build cache's executable:\n%s", out)
+	}
+	retentionLines := 0
+	for _, l := range strings.Split(n.stderr.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(l), &rec) != nil {
+			continue
+		}
+		switch rec["message"] {
+		case "node ready", "node started":
+			for _, k := range []string{"startup", "transfer_deadline"} {
+				if v, ok := rec[k]; ok {
+					if s, isStr := v.(string); !isStr {
+						t.Errorf("%s: %s=%v has no unit", rec["message"], k, v)
+					} else if _, err := time.ParseDuration(s); err != nil {
+						t.Errorf("%s: %s=%q: %v", rec["message"], k, s, err)
+					}
+				}
+			}
+		case "remote retention dropped the oldest data":
+			retentionLines++
+		}
+	}
+	if retentionLines == 0 || retentionLines > 3 {
+		t.Errorf("%d remote retention lines in an 8 s run (want the first at once, then at most one per 30 s, and the rest at the stop)", retentionLines)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dirBytes sums the sizes of the files under dir (0 before it exists); files that go
+// while it walks are skipped.
+func dirBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
 }

@@ -69,7 +69,12 @@ func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "node: %v\n", err)
 		return exitFailed
 	}
-	log.Info().Str("data_dir", s.DataDir).Str("config", s.ConfigFile).Bool("embedded_etcd", s.EmbeddedEtcd()).
+	ev := log.Info()
+	if s.Demo {
+		p := s.Retention(s.DemoStreamSettings())
+		ev = ev.Str("demo_rate", s.Redacted()["demo_rate"]).Str("demo_retention_max_bytes", nodeconfig.FormatSize(float64(p.MaxBytes)))
+	}
+	ev.Str("data_dir", s.DataDir).Str("config", s.ConfigFile).Bool("embedded_etcd", s.EmbeddedEtcd()).
 		Bool("embedded_s3", s.EmbeddedS3()).Str("fragment_target_size", s.Redacted()["fragment_target_size"]).Msg("starting")
 	log.Debug().Interface("settings", s.Redacted()).Msg("settings")
 	var lis *actors.Listener
@@ -187,8 +192,7 @@ func (p *process) start(ctx context.Context) error {
 		}
 	}
 	if s.Demo {
-		st := nodeconfig.StreamSettings{ID: s.DemoStream, LogDir: backends.StreamDir(s.DataDir, s.DemoStream), Epoch: 1}
-		if err := p.addStream(st, &s); err != nil {
+		if err := p.addStream(s.DemoStreamSettings(), &s); err != nil {
 			return err
 		}
 	}
