@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"streamtier/backends"
 	"streamtier/nodeconfig"
 )
 
@@ -149,7 +150,9 @@ func parseFlags(name string, mode nodeconfig.Mode, args []string, stderr io.Writ
 	if grace := fs.Lookup("grace"); grace != nil && grace.Value.String() != "" {
 		f.Set("gc_grace_period", grace.Value.String())
 	}
-	s, err := nodeconfig.Load(mode, f, os.Environ())
+	// The data directory's record of its backends fills the backend settings left out,
+	// and refuses other ones (backends.LocationFile).
+	s, err := nodeconfig.LoadRemembering(mode, f, os.Environ(), backends.Remembered)
 	if err != nil {
 		fmt.Fprintf(stderr, "node %s: %v\n", name, err)
 		return s, nil, exitBadInput, false

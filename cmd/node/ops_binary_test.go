@@ -6,11 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"streamtier/backends"
+	"streamtier/s3io/s3test"
 )
 
 // TestBinaryUsageErrors: an unknown flag or a wrong argument prints the problem, the
@@ -168,4 +172,90 @@ func dirBytes(t *testing.T, dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// TestBinaryDataDirRemembersBackends runs the demo against an external bucket (the
+// embedded etcd), then the commands on its data directory with the S3 keys only: they read
+// the bucket from the directory's record (which holds no key), so verify checks the
+// fragments the demo uploaded instead of an empty embedded store. Settings that name
+// another bucket are refused with a message that says where the data went, and so are
+// external backends on a directory tiered to its embedded ones.
+func TestBinaryDataDirRemembersBackends(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := s3test.Start(t, s3test.Options{})
+	data := filepath.Join(dir, "ext")
+	keys := []string{"--s3-access-key", srv.AccessKey, "--s3-secret-key", srv.SecretKey}
+	ext := append([]string{"--data-dir", data, "--s3-endpoint", srv.Endpoint, "--s3-bucket", srv.Bucket, "--s3-path-style"}, keys...)
+	n := startNode(t, dir, append(slices.Clone(demoFlags), ext...)...)
+	waitFor(t, 30*time.Second, "a first persist", func() bool { return n.status().Remote.PersistedNext > 0 })
+	if code := n.stop(syscall.SIGINT); code != 0 {
+		t.Fatalf("SIGINT: exit %d\n%s", code, n.stderr)
+	}
+	if out := n.stdout.String(); !strings.Contains(out, "bucket "+srv.Bucket+" at "+srv.Endpoint) || !strings.Contains(out, "backends.json") {
+		t.Fatalf("the hints do not say which bucket the commands use:\n%s", out)
+	}
+	rec, err := os.ReadFile(backends.LocationFile(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{srv.AccessKey, srv.SecretKey} {
+		if strings.Contains(string(rec), secret) {
+			t.Fatalf("the data dir's record holds a credential:\n%s", rec)
+		}
+	}
+	if !strings.Contains(string(rec), srv.Bucket) || !strings.Contains(string(rec), srv.Endpoint) {
+		t.Fatalf("the record lacks the bucket:\n%s", rec)
+	}
+
+	withKeys := func(args ...string) []string { return append(append(args, "--data-dir", data), keys...) }
+	rep, r := verifyJSON(t, dir, withKeys()...)
+	if r.code != 0 || !rep.OK() || rep.Fragments == 0 || rep.LocalCompared == 0 {
+		t.Fatalf("verify on the data dir, the bucket from its record:\n%s", r)
+	}
+	if r := node(t, dir, withKeys("verify", "demo")...); r.code != 0 || !strings.Contains(r.stdout, "verify demo: OK") || !strings.Contains(r.stdout, "bucket "+srv.Bucket) {
+		t.Fatalf("verify table:\n%s", r)
+	}
+	if r := node(t, dir, withKeys("status")...); r.code != 0 || !strings.Contains(r.stdout, "bucket "+srv.Bucket) || !strings.Contains(r.stdout, "demo") {
+		t.Fatalf("offline status:\n%s", r)
+	}
+	if plan, r := gcJSON(t, dir, withKeys()...); r.code != 0 || plan.Plan.Referenced == 0 {
+		t.Fatalf("gc on the data dir, the bucket from its record:\n%s", r)
+	}
+	// The same settings given again agree with the record.
+	if r := node(t, dir, withKeys("status", "--s3-endpoint", srv.Endpoint+"/", "--s3-bucket", srv.Bucket)...); r.code != 0 {
+		t.Fatalf("status with the recorded bucket given:\n%s", r)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{withKeys("verify", "demo", "--s3-bucket", "elsewhere"), []string{"was tiered to the embedded etcd (prefix /streamtier) and bucket " + srv.Bucket + " at " + srv.Endpoint,
+			`s3_bucket is "elsewhere" (from flag --s3-bucket)`, "remove " + backends.LocationFile(data)}},
+		{withKeys("gc", "--key-prefix", "other"), []string{`key_prefix is "other"`, "bucket " + srv.Bucket}},
+		{append(slices.Clone(demoFlags), withKeys("--etcd-endpoints", "127.0.0.1:1")...), []string{`etcd_endpoints is "127.0.0.1:1"`, "the embedded etcd"}},
+	} {
+		r := node(t, dir, c.args...)
+		for _, want := range c.want {
+			if r.code != 2 || !strings.Contains(r.stderr, want) {
+				t.Errorf("node %v: want exit 2 and %q:\n%s", c.args, want, r)
+			}
+		}
+	}
+
+	// A data dir tiered to its embedded servers refuses an external bucket.
+	emb := filepath.Join(dir, "emb")
+	n = startNode(t, dir, append(slices.Clone(demoFlags), "--data-dir", emb)...)
+	waitFor(t, 30*time.Second, "a first persist", func() bool { return n.status().Remote.PersistedNext > 0 })
+	if code := n.stop(syscall.SIGINT); code != 0 {
+		t.Fatalf("SIGINT: exit %d\n%s", code, n.stderr)
+	}
+	r = node(t, dir, append([]string{"verify", "demo", "--data-dir", emb, "--s3-endpoint", srv.Endpoint, "--s3-bucket", srv.Bucket}, keys...)...)
+	if r.code != 2 || !strings.Contains(r.stderr, "the embedded etcd (prefix /streamtier) and the embedded S3 bucket") || !strings.Contains(r.stderr, "s3_bucket") {
+		t.Fatalf("an external bucket on an embedded data dir:\n%s", r)
+	}
+	if rep, r := verifyJSON(t, dir, "--data-dir", emb); r.code != 0 || !rep.OK() || rep.Fragments == 0 {
+		t.Fatalf("verify on the embedded data dir:\n%s", r)
+	}
 }

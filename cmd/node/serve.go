@@ -98,6 +98,14 @@ func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "node: %v\n", err)
 		return exitFailed
 	}
+	if err := backends.WriteLocation(s.DataDir, backends.LocationOf(s)); err != nil {
+		b.Close()
+		if lis != nil {
+			lis.Close()
+		}
+		fmt.Fprintf(stderr, "node: %v\n", err)
+		return exitFailed
+	}
 	p := &process{s: s, b: b, lis: lis, log: log, stdout: stdout, stderr: stderr, display: display, started: started,
 		byID: map[string]*openStream{}}
 	defer p.close()
@@ -540,6 +548,10 @@ func (s summary) print(out io.Writer, set nodeconfig.Settings) {
 	fmt.Fprintf(out, "  %s gc%s\n", cmd, flags)
 	if s.s3Dir != "" {
 		fmt.Fprintf(out, "  ls -R %s/data/%s/%s\n", s.s3Dir, s.bucket, s.keyPrefix)
+	}
+	if !set.EmbeddedEtcd() || !set.EmbeddedS3() {
+		fmt.Fprintf(out, "These use %s as %s records it; give them the same credentials as this run (flags or STREAMTIER_* variables).\n",
+			backends.LocationOf(set).Where(), backends.LocationFile(set.DataDir))
 	}
 	fmt.Fprintf(out, "Run it again to resume where it stopped.\n")
 }
