@@ -78,6 +78,7 @@ type reader struct {
 	resolveTries int
 	resolveErr   string
 	running      bool // the core has Resolved and LogOpened
+	retLog       retentionLog
 }
 
 func (r *reader) Receive(c actor.Context) {
@@ -86,6 +87,7 @@ func (r *reader) Receive(c actor.Context) {
 	case *actor.Started:
 		r.start(c)
 	case *actor.Stopping, *actor.Restarting:
+		r.retLog.flush(r.log, r.n.cfg.clock.Now())
 		r.cancel()
 		r.timers.stopAll()
 		c.Send(r.n.governor, cancelOwner{Owner: r.shell.owner})
@@ -374,7 +376,7 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.fetchGroup(c, e)
 	case readercore.RemoteRetention:
 		r.n.metrics.RemoteRetentionRuns.Add(1)
-		r.log.Info().Str("edit", readercore.FormatEdit(e.Edit)).Int("deferred_deletes", len(e.Deferred)).Msg("remote retention")
+		r.retLog.note(r.log, r.n.cfg.clock.Now(), e.Edit, len(e.Deferred))
 	case readercore.UpdateRange:
 		r.h.noteRevision(e.Revision)
 		r.h.cache.Store(&Persisted{Manifest: e.Manifest, Revision: e.Revision})
