@@ -46,6 +46,10 @@ type Config struct {
 	PersistTimeout time.Duration
 	// GroupUploadTimeout bounds one group object PUT of a rebalance (default 60 s).
 	GroupUploadTimeout time.Duration
+	// DrainIdleClose is how long a stream's drain waits at the end of its local log before
+	// it closes its reader's segment file (default 5 s); the next commit reopens it. With the
+	// log's own idle close (segments.Options.IdleClose) an idle stream holds no descriptor.
+	DrainIdleClose time.Duration
 	// Logger receives the node's structured logs.
 	Logger zerolog.Logger
 	// Replicas, when set, carries broadcasts and syncs to replica nodes; nil drops them
@@ -142,6 +146,9 @@ func (c Config) withDefaults() Config {
 	if c.GroupUploadTimeout == 0 {
 		c.GroupUploadTimeout = DefaultGroupUploadTimeout
 	}
+	if c.DrainIdleClose == 0 {
+		c.DrainIdleClose = DefaultDrainIdleClose
+	}
 	c.clock = orWall(c.clock)
 	return c
 }
@@ -151,6 +158,7 @@ const (
 	DefaultResolveTimeout     = 30 * time.Second
 	DefaultPersistTimeout     = 30 * time.Second
 	DefaultGroupUploadTimeout = 60 * time.Second
+	DefaultDrainIdleClose     = 5 * time.Second
 )
 
 // Validate refuses a configuration the node cannot run with, naming the setting.
@@ -170,7 +178,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"resolve_timeout", c.ResolveTimeout}, {"persist_timeout", c.PersistTimeout}, {"group_upload_timeout", c.GroupUploadTimeout}} {
+	}{{"resolve_timeout", c.ResolveTimeout}, {"persist_timeout", c.PersistTimeout}, {"group_upload_timeout", c.GroupUploadTimeout}, {"drain_idle_close", c.DrainIdleClose}} {
 		if d.v < 0 {
 			return fmt.Errorf("node config: %s = %s: negative", d.name, d.v)
 		}
