@@ -24,7 +24,9 @@ type Config struct {
 	NodeID string
 	// KeyPrefix is the S3 key prefix of every stream (default "streams").
 	KeyPrefix string
-	// Governor paces uploads node-wide; the zero value is unlimited.
+	// Governor paces and bounds uploads node-wide; a zero rate is unlimited, a zero
+	// MaxConcurrent and PerStream take DefaultMaxConcurrentUploads and
+	// DefaultMaxUploadsPerStream (one stream's share).
 	Governor governorcore.Config
 	// Stream holds the per-stream defaults (fragment size, persist triggers, retries);
 	// StreamID, Epoch and Retention in it are ignored: they come with each stream.
@@ -146,6 +148,12 @@ func (c Config) withDefaults() Config {
 	if c.GroupUploadTimeout == 0 {
 		c.GroupUploadTimeout = DefaultGroupUploadTimeout
 	}
+	if c.Governor.MaxConcurrent == 0 {
+		c.Governor.MaxConcurrent = DefaultMaxConcurrentUploads
+	}
+	if c.Governor.PerStream == 0 {
+		c.Governor.PerStream = min(DefaultMaxUploadsPerStream, c.Governor.MaxConcurrent)
+	}
 	if c.DrainIdleClose == 0 {
 		c.DrainIdleClose = DefaultDrainIdleClose
 	}
@@ -159,6 +167,13 @@ const (
 	DefaultPersistTimeout     = 30 * time.Second
 	DefaultGroupUploadTimeout = 60 * time.Second
 	DefaultDrainIdleClose     = 5 * time.Second
+)
+
+// Upload bounds by default (docs/operations.md): 24 uploads at once node-wide, each one S3
+// connection, and a share of 4 per stream.
+const (
+	DefaultMaxConcurrentUploads = 24
+	DefaultMaxUploadsPerStream  = 4
 )
 
 // Validate refuses a configuration the node cannot run with, naming the setting.

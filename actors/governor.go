@@ -152,13 +152,14 @@ func (g *governor) Receive(c actor.Context) {
 	case *submitTransfer:
 		id := g.memo.id()
 		g.queued[id] = m
-		d := g.core.Submit(g.clock.Now(), governorcore.Submission{ID: id, Size: m.Size, Owner: m.Owner, Ref: uint64(m.Ref)})
+		d := g.core.Submit(g.clock.Now(), governorcore.Submission{ID: id, Size: m.Size, Owner: m.Owner, Ref: uint64(m.Ref), Stream: m.Stream})
 		g.execute(c, d)
 	case governorTick:
 		g.wakeAt = time.Time{}
 		g.execute(c, g.core.Tick(g.clock.Now()))
 	case transferDone:
 		delete(g.running, m.id) // unknown: a previous incarnation's task
+		g.execute(c, g.core.Done(g.clock.Now(), m.id))
 	case cancelStream:
 		for id, s := range g.queued {
 			if s.Stream == m.Stream && g.core.Cancel(id) {

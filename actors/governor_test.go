@@ -253,3 +253,36 @@ func TestTransferTaskPanicIsNonTransient(t *testing.T) {
 		t.Fatalf("task panics %d, want 1", f.metrics.TaskPanics.Load())
 	}
 }
+
+// The node-wide bound holds through the shell: with max_concurrent_uploads 2, a third
+// upload is admitted only when one of the first two has finished (transferDone frees its
+// slot in the core).
+func TestGovernorBoundsUploadsInFlight(t *testing.T) {
+	release := make(chan struct{})
+	faults := &faultHooks{transfer: func(*submitTransfer) { <-release }}
+	f := newGovFixture(t, governorcore.Config{MaxConcurrent: 2, PerStream: 2}, faults)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	for i := range 3 {
+		f.submit(1, readercore.Ref(i+1), 1, i)
+	}
+	for range 2 {
+		expect[transferAdmitted](t, f.reader, 10*time.Second)
+	}
+	if st := f.status(); st.InFlight != 2 || st.Queued != 1 || st.Running != 2 {
+		t.Fatalf("at the bound: in flight %d, queued %d, running %d; want 2, 1, 2", st.InFlight, st.Queued, st.Running)
+	}
+	quiet[transferAdmitted](t, f.reader, 200*time.Millisecond)
+	release <- struct{}{} // one upload goes on and finishes
+	expect[readercore.TransferResult](t, f.reader, 10*time.Second)
+	a, _ := expect[transferAdmitted](t, f.reader, 10*time.Second)
+	if a.Ref != 3 {
+		t.Fatalf("admitted ref %d after a slot freed, want 3", a.Ref)
+	}
+	close(release)
+}

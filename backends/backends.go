@@ -249,6 +249,7 @@ func Open(ctx context.Context, s nodeconfig.Settings, lock *DirLock) (*Backends,
 		b.S3 = srv
 		cfg = srv.Config(nodeconfig.EmbeddedBucket)
 		cfg.RequestTimeout, cfg.TransferTimeout = s.S3RequestTimeout, s.S3TransferTimeout
+		cfg.MaxConns = s.S3MaxConns()
 	}
 	if err := b.openStore(ctx, cfg, s.EmbeddedS3()); err != nil {
 		return nil, err
@@ -287,7 +288,8 @@ func Attach(ctx context.Context, s nodeconfig.Settings, info RunInfo) (*Backends
 			return nil, fmt.Errorf("the node running on %s (pid %d) does not run an embedded S3 endpoint: give s3_bucket", s.DataDir, info.PID)
 		}
 		cfg = s3io.Config{Endpoint: info.S3.Endpoint, Region: info.S3.Region, Bucket: info.S3.Bucket, PathStyle: true,
-			AccessKey: info.S3.AccessKey, SecretKey: info.S3.SecretKey, RequestTimeout: s.S3RequestTimeout, TransferTimeout: s.S3TransferTimeout}
+			AccessKey: info.S3.AccessKey, SecretKey: info.S3.SecretKey, RequestTimeout: s.S3RequestTimeout, TransferTimeout: s.S3TransferTimeout,
+			MaxConns: s.S3MaxConns()}
 	}
 	if err := b.openStore(ctx, cfg, false); err != nil {
 		return nil, err
