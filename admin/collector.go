@@ -40,6 +40,7 @@ var (
 	descStreams        = desc("streams_running", "Streams whose replica reader runs (stalled ones not counted).")
 	descStalled        = desc("streams_stalled", "Streams whose drain cannot read the local log now, by cause (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM, other).", "cause")
 	descLocalErrors    = desc("local_errors_total", "Local log read failures reported by drains, by cause (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM, other).", "cause")
+	descFaults         = desc("node_faults", "Fatal failures outside the streams (an embedded server that stopped), by server and exhausted resource (empty when another cause).", "server", "exhausted")
 	descGovInFlight    = desc("governor_in_flight", "Uploads admitted by the governor and not yet done.")
 	descGovMax         = desc("governor_max_concurrent", "The governor's node-wide bound on uploads at once.")
 	descTransfers      = desc("transfers_running", "Fragment uploads running now.")
@@ -118,6 +119,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descReaper, float64(m.Reaper.GroupGets.Load()), "group_gets")
 
 	gauge(descStreams, float64(m.StreamsRunning.Load()))
+	for _, f := range in.Faults {
+		gauge(descFaults, 1, f.Server, f.Exhausted)
+	}
 	for i, cause := range actors.LocalErrorCauses() {
 		gauge(descStalled, float64(m.StalledBy[i].Load()), cause)
 		counter(descLocalErrors, float64(m.LocalErrors[i].Load()), cause)
@@ -237,6 +241,9 @@ func (s *Server) input(ctx context.Context) NodeInput {
 	}
 	if o.S3 != nil {
 		in.S3 = o.S3.Snapshot()
+	}
+	if o.Faults != nil {
+		in.Faults = o.Faults()
 	}
 	in.Governor, in.GovernorErr = o.Node.GovernorStatus(ctx)
 	for _, id := range o.Node.Streams() {

@@ -56,6 +56,17 @@ type NodeReport struct {
 	S3               RequestReport    `json:"s3"`
 	Etcd             RequestReport    `json:"etcd"`
 	Error            string           `json:"error,omitempty"` // a part of the status that could not be read
+	// Faults are fatal failures of the node outside its streams, such as an embedded server
+	// that stopped on its own; the node is not ready while there is one.
+	Faults []Fault `json:"faults,omitempty"`
+}
+
+// Fault is one fatal failure: which server, the resource that ran out if that was the cause
+// (EMFILE, ENFILE, ENOSPC, ...), and the error.
+type Fault struct {
+	Server    string `json:"server"`
+	Exhausted string `json:"exhausted,omitempty"`
+	Error     string `json:"error"`
 }
 
 // GovernorReport is the governor's token bucket and queue.
@@ -239,6 +250,7 @@ type NodeInput struct {
 	Etcd               EtcdSnapshot
 	Streams            []StreamInput
 	RebalanceThreshold int
+	Faults             []Fault
 }
 
 // BuildReport assembles the status report at now. It is pure.
@@ -275,6 +287,7 @@ func BuildReport(in NodeInput, now time.Time) Report {
 	if in.GovernorErr != nil {
 		n.Error = in.GovernorErr.Error()
 	}
+	n.Faults = in.Faults
 	for i, cause := range actors.LocalErrorCauses() {
 		if v := m.StalledBy[i].Load(); v != 0 {
 			if n.StalledBy == nil {
