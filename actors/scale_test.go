@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,8 +31,8 @@ func footprint(t *testing.T) processFootprint {
 	// Goroutines that are finishing work (mailboxes emptying, timers' functions) come and
 	// go: the fewest of a few samples is the standing count.
 	g := runtime.NumGoroutine()
-	for range 10 {
-		time.Sleep(20 * time.Millisecond) // sampling, not synchronisation
+	for range 20 {
+		time.Sleep(50 * time.Millisecond) // sampling, not synchronisation
 		g = min(g, runtime.NumGoroutine())
 	}
 	runtime.GC()
@@ -103,13 +104,24 @@ func TestIdleStreamsCostNoGoroutineNorDescriptor(t *testing.T) {
 		t.Skip("adds thousands of streams")
 	}
 	small, large := 500, 3000
-	f := newIdleFleet(t, Config{Logger: zerolog.Nop(), DrainIdleClose: 50 * time.Millisecond,
+	if v := os.Getenv("STREAMTIER_SCALE_STREAMS"); v != "" { // to measure at 10,000
+		if _, err := fmt.Sscan(v, &large); err != nil || large <= small {
+			t.Fatalf("STREAMTIER_SCALE_STREAMS=%q: want a number above %d", v, small)
+		}
+	}
+	f := newIdleFleet(t, Config{Logger: zerolog.Nop(), DrainIdleClose: 50 * time.Millisecond, RetentionInterval: time.Hour,
 		Stream: readercore.Config{PersistInterval: time.Hour}})
 	base := footprint(t)
 	f.grow(small)
 	at500 := footprint(t)
 	f.grow(large)
 	at3000 := footprint(t)
+	if path := os.Getenv("STREAMTIER_SCALE_DUMP"); path != "" { // what the goroutines are
+		if out, err := os.Create(path); err == nil {
+			pprof.Lookup("goroutine").WriteTo(out, 1)
+			out.Close()
+		}
+	}
 	per := func(a, b int) float64 { return float64(b-a) / float64(large-small) }
 	g, d := per(at500.goroutines, at3000.goroutines), per(at500.fds, at3000.fds)
 	h := (float64(at3000.heap) - float64(at500.heap)) / float64(large-small)
