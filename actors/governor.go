@@ -199,11 +199,13 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 	for _, id := range d.Superseded {
 		delete(g.queued, id)
 	}
+	var unused []uint64
 	for _, s := range d.Admit {
 		sub := g.queued[s.ID]
 		delete(g.queued, s.ID)
 		if sub == nil || sub.Ctx.Err() != nil {
-			continue // its reader ended (the cancel is on its way): nobody waits for it
+			unused = append(unused, s.ID) // its slot goes back to the core below
+			continue                      // its reader ended (the cancel is on its way): nobody waits for it
 		}
 		ctx, cancel := context.WithCancel(sub.Ctx)
 		g.running[s.ID] = cancel
@@ -211,6 +213,11 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 		c.Send(sub.ReplyTo, transferAdmitted{Ref: sub.Ref, Attempt: sub.Attempt})
 		t := &transferTask{id: s.ID, ctx: ctx, sub: sub, store: g.store, keyPrefix: g.keyPrefix, log: g.log, metrics: g.metrics, faults: g.faults}
 		c.Spawn(actor.PropsFromProducer(func() actor.Actor { return t }))
+	}
+	for _, id := range unused {
+		// No task runs, so no transferDone comes: give the slot back now (what that admits
+		// is executed in turn; each round takes from the queue, so it ends).
+		g.execute(c, g.core.Done(now, id))
 	}
 	if d.Wake > 0 {
 		at := now.Add(d.Wake)

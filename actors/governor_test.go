@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -285,4 +286,26 @@ func TestGovernorBoundsUploadsInFlight(t *testing.T) {
 		t.Fatalf("admitted ref %d after a slot freed, want 3", a.Ref)
 	}
 	close(release)
+}
+
+// An admitted attempt whose reader has ended starts no upload, and gives its slot back at
+// once: with a bound of one, the next attempt is not left waiting for a transferDone that
+// never comes.
+func TestGovernorFreesTheSlotOfAnEndedReader(t *testing.T) {
+	f := newGovFixture(t, governorcore.Config{MaxConcurrent: 1, PerStream: 1}, nil)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	d := f.frags[0]
+	f.sys.Root.Send(f.pid, &submitTransfer{Ctx: ended, Owner: 9, Stream: "g", Dir: f.dir, Ref: 1, Attempt: 1,
+		Fragment: &d, Size: d.ObjectSize(), ReplyTo: f.reader.pid})
+	f.submit(1, 2, 1, 1)
+	a, _ := expect[transferAdmitted](t, f.reader, 10*time.Second)
+	if a.Ref != 2 {
+		t.Fatalf("admitted ref %d, want 2", a.Ref)
+	}
+	expect[readercore.TransferResult](t, f.reader, 10*time.Second)
+	until(t, 10*time.Second, "the slot freed after the upload", func() (bool, string) {
+		st := f.status()
+		return st.InFlight == 0, fmt.Sprintf("in flight %d", st.InFlight)
+	})
 }
