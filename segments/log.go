@@ -372,16 +372,18 @@ func (l *Log) Append(spec ChunkSpec) (Header, Location, error) {
 	if l.hasLast && spec.Epoch < l.last.Epoch {
 		return Header{}, Location{}, fmt.Errorf("append to %s: epoch %d is below the log's epoch %d", l.dir, spec.Epoch, l.last.Epoch)
 	}
-	if err := l.openFiles(); err != nil {
-		return Header{}, Location{}, fmt.Errorf("append to %s: %w", l.dir, err)
-	}
 	h.ChunkID = l.nextID
 	setChunkID(chunk, h.ChunkID)
 	return l.writeChunk(chunk, h)
 }
 
-// writeChunk writes an encoded chunk and its index record, rolling first if needed.
+// writeChunk writes an encoded chunk and its index record, rolling first if needed. It
+// reopens the active files first when the idle close has closed them; every write path
+// comes through here.
 func (l *Log) writeChunk(chunk []byte, h Header) (Header, Location, error) {
+	if err := l.openFiles(); err != nil {
+		return Header{}, Location{}, fmt.Errorf("append to %s: %w", l.dir, err)
+	}
 	seg := l.segs[len(l.segs)-1]
 	if seg.chunks > 0 && (seg.size >= l.opts.MaxSegmentBytes || seg.chunks >= l.opts.MaxSegmentChunks) {
 		if err := l.roll(); err != nil {
