@@ -69,6 +69,10 @@ type Metrics struct {
 	LocalErrors [6]atomic.Int64
 	// StalledBy is how many streams are stalled now, by the same causes.
 	StalledBy [6]atomic.Int64
+	// RemoteRead are the remote readers' counters and gauges (readmetrics.go).
+	RemoteRead RemoteReadStats
+	// Read counts the cross-tier readers' work (Node.OpenReader).
+	Read ReadMetrics
 
 	mu             sync.Mutex
 	persistLatency []time.Duration // recent successful persists, for p50/p99
