@@ -32,15 +32,18 @@ func awaitIdle(t *testing.T, l *Log, closed <-chan struct{}) {
 	}
 }
 
-// An idle log closes its active files and reopens them on the next append; what it wrote
-// before and after reads back, and a reopen recovers the same log.
+// A log holds no file once opened, its active files while written, none again once idle;
+// what it wrote before and after reads back, and a reopen recovers the same log.
 func TestIdleLogClosesItsFiles(t *testing.T) {
 	dir := t.TempDir()
 	l, closed := openIdle(t, dir)
-	if l.OpenFiles() != 2 {
-		t.Fatalf("a freshly opened log holds %d files, want 2", l.OpenFiles())
+	if l.OpenFiles() != 0 {
+		t.Fatalf("a freshly opened log holds %d files, want none until it is written", l.OpenFiles())
 	}
 	before := appendN(t, l, 5, 1)
+	if l.OpenFiles() != 2 {
+		t.Fatalf("a log being written holds %d files, want 2", l.OpenFiles())
+	}
 	awaitIdle(t, l, closed)
 	if err := l.Sync(); err != nil {
 		t.Fatalf("sync of an idle-closed log: %v", err)
@@ -275,5 +278,17 @@ func TestOutOfDescriptorsIsReportedAndRecovers(t *testing.T) {
 		if got, _, err := rd.Next(); err != nil || got.ChunkID != want.ChunkID {
 			t.Fatalf("read after descriptors came back: %+v, %v; want %d", got, err, want.ChunkID)
 		}
+	}
+}
+
+// A log kept open with a negative IdleClose holds its files from Open to Close.
+func TestIdleCloseDisabled(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{IdleClose: -1})
+	if l.OpenFiles() != 2 {
+		t.Fatalf("holds %d files, want 2", l.OpenFiles())
+	}
+	appendN(t, l, 2, 1)
+	if l.OpenFiles() != 2 {
+		t.Fatalf("holds %d files after appends, want 2", l.OpenFiles())
 	}
 }

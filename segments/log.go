@@ -130,7 +130,9 @@ type Log struct {
 }
 
 // Open opens the stream directory dir for appending, creating it (and a first, empty
-// segment) if needed, and recovers from a crash: see recover.go for what is repaired.
+// segment) if needed, and recovers from a crash: see recover.go for what is repaired. Unless
+// IdleClose is negative, the active files are closed once recovered and opened by the first
+// append: an open log nobody writes holds no descriptor.
 func Open(dir string, opts Options) (*Log, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -144,9 +146,15 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("open log %s: %w", dir, err)
 	}
 	l.firstSeg.Store(l.segs[0].first)
-	l.mu.Lock()
-	l.touch()
-	l.mu.Unlock()
+	if opts.IdleClose >= 0 {
+		// Recovery needed the active files; the first append reopens them. A node opening ten
+		// thousand logs at start must not hold two descriptors for each until they idle out.
+		// No sync: recovery only truncates, and a truncation lost in a crash is redone by
+		// the next Open.
+		if err := l.closeFiles(false); err != nil {
+			return nil, fmt.Errorf("open log %s: %w", dir, err)
+		}
+	}
 	return l, nil
 }
 
