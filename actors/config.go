@@ -25,7 +25,9 @@ type Config struct {
 	NodeID string
 	// KeyPrefix is the S3 key prefix of every stream (default "streams").
 	KeyPrefix string
-	// Governor paces uploads node-wide; the zero value is unlimited.
+	// Governor paces and bounds uploads node-wide; a zero rate is unlimited, a zero
+	// MaxConcurrent and PerStream take DefaultMaxConcurrentUploads and
+	// DefaultMaxUploadsPerStream (one stream's share).
 	Governor governorcore.Config
 	// Stream holds the per-stream defaults (fragment size, persist triggers, retries);
 	// StreamID, Epoch and Retention in it are ignored: they come with each stream.
@@ -54,6 +56,10 @@ type Config struct {
 	PersistTimeout time.Duration
 	// GroupUploadTimeout bounds one group object PUT of a rebalance (default 60 s).
 	GroupUploadTimeout time.Duration
+	// DrainIdleClose is how long a stream's drain waits at the end of its local log before
+	// it closes its reader's segment file (default 5 s); the next commit reopens it. With the
+	// log's own idle close (segments.Options.IdleClose) an idle stream holds no descriptor.
+	DrainIdleClose time.Duration
 	// Logger receives the node's structured logs.
 	Logger zerolog.Logger
 	// Replicas, when set, carries broadcasts and syncs to replica nodes; nil drops them
@@ -150,6 +156,15 @@ func (c Config) withDefaults() Config {
 	if c.GroupUploadTimeout == 0 {
 		c.GroupUploadTimeout = DefaultGroupUploadTimeout
 	}
+	if c.Governor.MaxConcurrent == 0 {
+		c.Governor.MaxConcurrent = DefaultMaxConcurrentUploads
+	}
+	if c.Governor.PerStream == 0 {
+		c.Governor.PerStream = min(DefaultMaxUploadsPerStream, c.Governor.MaxConcurrent)
+	}
+	if c.DrainIdleClose == 0 {
+		c.DrainIdleClose = DefaultDrainIdleClose
+	}
 	c.clock = orWall(c.clock)
 	return c
 }
@@ -159,6 +174,14 @@ const (
 	DefaultResolveTimeout     = 30 * time.Second
 	DefaultPersistTimeout     = 30 * time.Second
 	DefaultGroupUploadTimeout = 60 * time.Second
+	DefaultDrainIdleClose     = 5 * time.Second
+)
+
+// Upload bounds by default (docs/operations.md): 24 uploads at once node-wide, each one S3
+// connection, and a share of 4 per stream.
+const (
+	DefaultMaxConcurrentUploads = 24
+	DefaultMaxUploadsPerStream  = 4
 )
 
 // Validate refuses a configuration the node cannot run with, naming the setting.
@@ -184,7 +207,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"resolve_timeout", c.ResolveTimeout}, {"persist_timeout", c.PersistTimeout}, {"group_upload_timeout", c.GroupUploadTimeout}} {
+	}{{"resolve_timeout", c.ResolveTimeout}, {"persist_timeout", c.PersistTimeout}, {"group_upload_timeout", c.GroupUploadTimeout}, {"drain_idle_close", c.DrainIdleClose}} {
 		if d.v < 0 {
 			return fmt.Errorf("node config: %s = %s: negative", d.name, d.v)
 		}

@@ -1,8 +1,8 @@
 package actors
 
 import (
-	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -47,6 +47,18 @@ type drainListen struct {
 // drainWake is sent by the offset listener (or a retry timer): try to read again.
 type drainWake struct{ Gen uint64 }
 
+// drainSuspend is the drain's idle timer: still at the end of the stream after
+// Config.DrainIdleClose, it closes its data reader's file (the next read reopens it).
+type drainSuspend struct{ Gen uint64 }
+
+// drainTrouble tells the reader that the drain cannot read its local log (Err, retried on the
+// drain's timer) or, with Err nil, that it reads again. The reader shows it in status: the
+// stream is stalled, not running, with the cause (EMFILE, ENOSPC, ...) named.
+type drainTrouble struct {
+	Gen uint64
+	Err error
+}
+
 // chunksDrained carries a batch of committed chunk headers to the reader. End says the
 // reader reached the end of committed data; Gone says the next segment was deleted. Next
 // is where the drain's data reader stands after the batch (the chunk id it reads next): the
@@ -64,14 +76,18 @@ type chunksDrained struct {
 // local log and hands them up in batches. The reader supervises it: a drain that fails is
 // restarted fresh and reopened at the core's drain position (see reader.HandleFailure).
 type drain struct {
-	log     *segments.Log
-	logger  zerolog.Logger
-	faults  *faultHooks
-	metrics *Metrics
+	log       *segments.Log
+	logger    zerolog.Logger
+	faults    *faultHooks
+	metrics   *Metrics
+	idleClose time.Duration // Config.DrainIdleClose
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	timers timers
+	// live is this incarnation's: the commit listener posts a wake only while it is set, so a
+	// listener outliving its drain sends nothing. No goroutine waits for the commit.
+	live    atomic.Bool
+	timers  timers
+	suspend uint64 // the armed idle timer, 0: none
+	trouble bool   // the parent was told of a local read failure not yet recovered
 
 	rd       *segments.Reader
 	gen      uint64
@@ -83,9 +99,9 @@ type drain struct {
 func (d *drain) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
-		d.ctx, d.cancel = context.WithCancel(context.Background())
+		d.live.Store(true)
 	case *actor.Stopping, *actor.Restarting:
-		d.cancel()
+		d.live.Store(false)
 		d.timers.stopAll()
 		d.closeReader()
 	case actor.SystemMessage, actor.AutoReceiveMessage:
@@ -117,15 +133,13 @@ func (d *drain) handle(c actor.Context, msg any) {
 			return
 		}
 		d.budget = m.Budget
-		ch := d.log.NotifyWhenCommittedPast(m.Offset)
-		pid, gen, root, ctx := c.Self(), d.gen, c.ActorSystem().Root, d.ctx
-		go func() {
-			select {
-			case <-ch:
+		pid, gen, root, live := c.Self(), d.gen, c.ActorSystem().Root, &d.live
+		// Called under the log's lock by whoever commits: a Send only posts to the mailbox.
+		d.log.OnCommittedPast(m.Offset, func() {
+			if live.Load() {
 				root.Send(pid, drainWake{Gen: gen})
-			case <-ctx.Done():
 			}
-		}()
+		})
 		d.idle = false
 		d.read(c, true) // the commit may have raced the registration
 	case drainWake:
@@ -133,6 +147,35 @@ func (d *drain) handle(c actor.Context, msg any) {
 			d.idle = false
 			d.read(c, false)
 		}
+	case drainSuspend:
+		if m.Gen == d.gen && d.idle && d.rd != nil {
+			d.suspend = 0
+			if err := d.rd.Suspend(); err != nil {
+				d.logger.Warn().Err(err).Msg("drain: closing the idle reader's file failed")
+			}
+		}
+	}
+}
+
+// armSuspend (re)arms the idle timer that closes the reader's file.
+func (d *drain) armSuspend(c actor.Context) {
+	d.timers.cancel(d.suspend)
+	d.suspend = d.timers.after(c.ActorSystem().Root, c.Self(), d.idleClose, drainSuspend{Gen: d.gen})
+}
+
+// troubled tells the parent, once per failure, that the drain cannot read its local log.
+func (d *drain) troubled(c actor.Context, err error) {
+	d.trouble = true
+	d.metrics.countLocalError(err)
+	c.Send(c.Parent(), drainTrouble{Gen: d.gen, Err: err})
+}
+
+// recovered tells the parent that the drain reads again after a reported failure.
+func (d *drain) recovered(c actor.Context) {
+	if d.trouble {
+		d.trouble = false
+		d.logger.Info().Msg("drain: the local log reads again")
+		c.Send(c.Parent(), drainTrouble{Gen: d.gen})
 	}
 }
 
@@ -142,7 +185,11 @@ func (d *drain) openFailed(c actor.Context, from uint64, err error) {
 		d.awaiting = true
 		return
 	}
-	d.logger.Error().Err(err).Uint64("from", from).Msg("drain: cannot open the local log reader; retrying")
+	if !d.trouble { // logged and counted once per failure, retried quietly until it clears
+		d.logger.Error().Err(err).Uint64("from", from).Str("exhausted", ExhaustedResource(err)).Dur("retry_in", drainRetryDelay).
+			Msg("drain: cannot open the local log reader; retrying")
+		d.troubled(c, err)
+	}
 	d.timers.after(c.ActorSystem().Root, c.Self(), drainRetryDelay, drainStart{From: from, Gen: d.gen, Budget: d.budget})
 }
 
@@ -167,6 +214,8 @@ loop:
 		case errors.Is(err, segments.ErrEndOfStream):
 			batch.End = true
 			d.idle = true
+			d.recovered(c)
+			d.armSuspend(c)
 		case errors.Is(err, segments.ErrSegmentGone):
 			batch.Gone = true
 			batch.LocalFirst = d.log.FirstOffset()
@@ -177,11 +226,18 @@ loop:
 			d.idle = true
 			d.closeReader()
 		default:
-			d.logger.Error().Err(err).Uint64("offset", d.rd.NextOffset()).Msg("drain: local read failed; retrying")
+			if !d.trouble { // logged and counted once per failure, retried quietly until it clears
+				d.logger.Error().Err(err).Uint64("offset", d.rd.NextOffset()).Str("exhausted", ExhaustedResource(err)).
+					Dur("retry_in", drainRetryDelay).Msg("drain: local read failed; retrying")
+				d.troubled(c, err)
+			}
 			d.idle = true
 			d.timers.after(c.ActorSystem().Root, c.Self(), drainRetryDelay, drainWake{Gen: d.gen})
 		}
 		break loop
+	}
+	if len(batch.Chunks) > 0 {
+		d.recovered(c)
 	}
 	if len(batch.Chunks) == 0 && !batch.Gone && (!batch.End || afterListen) {
 		return

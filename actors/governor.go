@@ -152,13 +152,14 @@ func (g *governor) Receive(c actor.Context) {
 	case *submitTransfer:
 		id := g.memo.id()
 		g.queued[id] = m
-		d := g.core.Submit(g.clock.Now(), governorcore.Submission{ID: id, Size: m.Size, Owner: m.Owner, Ref: uint64(m.Ref)})
+		d := g.core.Submit(g.clock.Now(), governorcore.Submission{ID: id, Size: m.Size, Owner: m.Owner, Ref: uint64(m.Ref), Stream: m.Stream})
 		g.execute(c, d)
 	case governorTick:
 		g.wakeAt = time.Time{}
 		g.execute(c, g.core.Tick(g.clock.Now()))
 	case transferDone:
 		delete(g.running, m.id) // unknown: a previous incarnation's task
+		g.execute(c, g.core.Done(g.clock.Now(), m.id))
 	case cancelStream:
 		for id, s := range g.queued {
 			if s.Stream == m.Stream && g.core.Cancel(id) {
@@ -198,11 +199,13 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 	for _, id := range d.Superseded {
 		delete(g.queued, id)
 	}
+	var unused []uint64
 	for _, s := range d.Admit {
 		sub := g.queued[s.ID]
 		delete(g.queued, s.ID)
 		if sub == nil || sub.Ctx.Err() != nil {
-			continue // its reader ended (the cancel is on its way): nobody waits for it
+			unused = append(unused, s.ID) // its slot goes back to the core below
+			continue                      // its reader ended (the cancel is on its way): nobody waits for it
 		}
 		ctx, cancel := context.WithCancel(sub.Ctx)
 		g.running[s.ID] = cancel
@@ -210,6 +213,11 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 		c.Send(sub.ReplyTo, transferAdmitted{Ref: sub.Ref, Attempt: sub.Attempt})
 		t := &transferTask{id: s.ID, ctx: ctx, sub: sub, store: g.store, keyPrefix: g.keyPrefix, log: g.log, metrics: g.metrics, faults: g.faults}
 		c.Spawn(actor.PropsFromProducer(func() actor.Actor { return t }))
+	}
+	for _, id := range unused {
+		// No task runs, so no transferDone comes: give the slot back now (what that admits
+		// is executed in turn; each round takes from the queue, so it ends).
+		g.execute(c, g.core.Done(now, id))
 	}
 	if d.Wake > 0 {
 		at := now.Add(d.Wake)

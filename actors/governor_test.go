@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -252,4 +253,59 @@ func TestTransferTaskPanicIsNonTransient(t *testing.T) {
 	if f.metrics.TaskPanics.Load() != 1 {
 		t.Fatalf("task panics %d, want 1", f.metrics.TaskPanics.Load())
 	}
+}
+
+// The node-wide bound holds through the shell: with max_concurrent_uploads 2, a third
+// upload is admitted only when one of the first two has finished (transferDone frees its
+// slot in the core).
+func TestGovernorBoundsUploadsInFlight(t *testing.T) {
+	release := make(chan struct{})
+	faults := &faultHooks{transfer: func(*submitTransfer) { <-release }}
+	f := newGovFixture(t, governorcore.Config{MaxConcurrent: 2, PerStream: 2}, faults)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	for i := range 3 {
+		f.submit(1, readercore.Ref(i+1), 1, i)
+	}
+	for range 2 {
+		expect[transferAdmitted](t, f.reader, 10*time.Second)
+	}
+	if st := f.status(); st.InFlight != 2 || st.Queued != 1 || st.Running != 2 {
+		t.Fatalf("at the bound: in flight %d, queued %d, running %d; want 2, 1, 2", st.InFlight, st.Queued, st.Running)
+	}
+	quiet[transferAdmitted](t, f.reader, 200*time.Millisecond)
+	release <- struct{}{} // one upload goes on and finishes
+	expect[readercore.TransferResult](t, f.reader, 10*time.Second)
+	a, _ := expect[transferAdmitted](t, f.reader, 10*time.Second)
+	if a.Ref != 3 {
+		t.Fatalf("admitted ref %d after a slot freed, want 3", a.Ref)
+	}
+	close(release)
+}
+
+// An admitted attempt whose reader has ended starts no upload, and gives its slot back at
+// once: with a bound of one, the next attempt is not left waiting for a transferDone that
+// never comes.
+func TestGovernorFreesTheSlotOfAnEndedReader(t *testing.T) {
+	f := newGovFixture(t, governorcore.Config{MaxConcurrent: 1, PerStream: 1}, nil)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	d := f.frags[0]
+	f.sys.Root.Send(f.pid, &submitTransfer{Ctx: ended, Owner: 9, Stream: "g", Dir: f.dir, Ref: 1, Attempt: 1,
+		Fragment: &d, Size: d.ObjectSize(), ReplyTo: f.reader.pid})
+	f.submit(1, 2, 1, 1)
+	a, _ := expect[transferAdmitted](t, f.reader, 10*time.Second)
+	if a.Ref != 2 {
+		t.Fatalf("admitted ref %d, want 2", a.Ref)
+	}
+	expect[readercore.TransferResult](t, f.reader, 10*time.Second)
+	until(t, 10*time.Second, "the slot freed after the upload", func() (bool, string) {
+		st := f.status()
+		return st.InFlight == 0, fmt.Sprintf("in flight %d", st.InFlight)
+	})
 }

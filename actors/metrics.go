@@ -61,6 +61,14 @@ type Metrics struct {
 	// StrayMessages counts messages a reader had no case for (dropped, never fed to the core).
 	StrayMessages atomic.Int64
 	Reaper        ReaperStats
+	// StreamsStalled is how many streams cannot read their local log now (a drain failing to
+	// open or read it, retrying on its timer): they are not in StreamsRunning.
+	StreamsStalled atomic.Int64
+	// LocalErrors counts local read failures reported by drains, by cause: the names of
+	// ExhaustedResource (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM) in that order, then other.
+	LocalErrors [6]atomic.Int64
+	// StalledBy is how many streams are stalled now, by the same causes.
+	StalledBy [6]atomic.Int64
 	// RemoteRead are the remote readers' counters and gauges (readmetrics.go).
 	RemoteRead RemoteReadStats
 	// Read counts the cross-tier readers' work (Node.OpenReader).
@@ -126,3 +134,11 @@ func quantiles(w []time.Duration) (p50, p99 time.Duration) {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)*50/100], s[min(len(s)*99/100, len(s)-1)]
 }
+
+// countLocalError counts one local read failure under its cause.
+func (m *Metrics) countLocalError(err error) {
+	m.LocalErrors[causeIndex(ExhaustedResource(err))].Add(1)
+}
+
+// LocalErrorCauses names the slots of LocalErrors and StalledBy, in order.
+func LocalErrorCauses() []string { return append(append([]string(nil), exhaustionCauses...), "other") }

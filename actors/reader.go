@@ -79,6 +79,9 @@ type reader struct {
 	resolveErr   string
 	running      bool // the core has Resolved and LogOpened
 	retLog       retentionLog
+	// localErr is the drain's failure to read the local log, nil when it reads: while set,
+	// the stream is "stalled" (counted in StreamsStalled, not StreamsRunning).
+	localErr error
 }
 
 func (r *reader) Receive(c actor.Context) {
@@ -92,7 +95,10 @@ func (r *reader) Receive(c actor.Context) {
 		r.timers.stopAll()
 		c.Send(r.n.governor, cancelOwner{Owner: r.shell.owner})
 	case *actor.Stopped:
+		r.setLocalErr(nil)
 		r.n.metrics.StreamsRunning.Add(-1)
+	case drainTrouble:
+		r.setLocalErr(m.Err)
 	case resolveRetryMsg:
 		r.resolve(c)
 	case *resolvedMsg:
@@ -162,6 +168,30 @@ func (r *reader) Receive(c actor.Context) {
 	}
 }
 
+// setLocalErr records the drain's local read failure (nil: it reads again) and moves the
+// stream between the running and the stalled gauges.
+func (r *reader) setLocalErr(err error) {
+	m := r.n.metrics
+	was := r.localErr != nil
+	if was {
+		m.StalledBy[causeIndex(ExhaustedResource(r.localErr))].Add(-1)
+	}
+	r.localErr = err
+	if err != nil {
+		m.StalledBy[causeIndex(ExhaustedResource(err))].Add(1)
+	}
+	switch {
+	case err != nil && !was:
+		m.StreamsRunning.Add(-1)
+		m.StreamsStalled.Add(1)
+		r.log.Warn().Err(err).Str("exhausted", ExhaustedResource(err)).Msg("stream stalled: its drain cannot read the local log; retrying")
+	case err == nil && was:
+		m.StreamsRunning.Add(1)
+		m.StreamsStalled.Add(-1)
+		r.log.Info().Msg("stream no longer stalled: its drain reads the local log again")
+	}
+}
+
 // stray logs and counts a message the reader has no case for, a core event among them (the
 // core is fed only the results and timers above): it is dropped.
 func (r *reader) stray(msg any) {
@@ -204,7 +234,7 @@ func (r *reader) start(c actor.Context) {
 	r.n.metrics.StreamsRunning.Add(1)
 	log := r.h.spec.Log
 	r.drain = c.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &drain{log: log, logger: r.log, faults: r.n.cfg.faults, metrics: r.n.metrics}
+		return &drain{log: log, logger: r.log, faults: r.n.cfg.faults, metrics: r.n.metrics, idleClose: r.n.cfg.DrainIdleClose}
 	}))
 	r.persistDeps = persistDeps{
 		store: r.n.store, meta: r.n.meta, keyPrefix: r.n.cfg.KeyPrefix, timeout: r.n.cfg.PersistTimeout,

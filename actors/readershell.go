@@ -139,6 +139,7 @@ func (r *reader) onShellMsg(c actor.Context, msg any) {
 			r.log.Warn().Int("attempts", len(refs)).Msg("governor restarted: resubmitted the attempts it had queued")
 		}
 	case restartDrain:
+		r.setLocalErr(nil) // a fresh drain reports afresh
 		if sup, ok := c.(actor.Supervisor); ok {
 			sup.RestartChildren(m.pid)
 		}

@@ -33,6 +33,15 @@ type StreamStatus struct {
 	// deleted (then the reason names the stream and when), or its writer was deposed by a
 	// higher epoch ("deposed by epoch N ...").
 	StopReason string
+	// LocalError is why the drain cannot read the local log now (phase "stalled"; it retries
+	// on its timer and the stream recovers by itself once the cause clears). Exhausted names
+	// the resource that ran out (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM), here or in
+	// LogWriteError; "" for other failures.
+	LocalError string
+	Exhausted  string
+	// LogWriteError is the write failure that made the local log refuse appends (the broker
+	// must reopen it); "" when it takes them.
+	LogWriteError string
 
 	// LagBytes estimates the committed bytes not yet persisted remotely; LagSeconds the age
 	// of the oldest of them (both from segment summaries, exact at segment boundaries).
@@ -54,6 +63,9 @@ func (h *streamHandle) localStatus() (StreamStatus, []segments.SegmentInfo) {
 		LocalNext:      lg.NextOffset(),
 		LocalSegments:  len(segs),
 		Restarts:       h.restarts.Load(),
+	}
+	if err := lg.WriteError(); err != nil {
+		st.LogWriteError, st.Exhausted = err.Error(), ExhaustedResource(err)
 	}
 	for _, s := range segs {
 		st.LocalBytes += s.Size
@@ -87,6 +99,13 @@ func (r *reader) status() StreamStatus {
 			}
 		}
 		st.LagBytes, st.LagSeconds = lag(segs, st.Core.PersistedNext, st.LocalCommitted, time.Now())
+	}
+	if r.localErr != nil {
+		st.LocalError = r.localErr.Error()
+		if c := ExhaustedResource(r.localErr); c != "" {
+			st.Exhausted = c
+		}
+		st.Phase = "stalled"
 	}
 	if reason := r.h.stopReason(); reason != "" {
 		st.Phase, st.StopReason = "stopped", reason

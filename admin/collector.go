@@ -37,7 +37,12 @@ var (
 	descEvents         = desc("events_total", "Noteworthy pipeline events by kind (resolve_failure, reset, reinitialization, reader_crash, core_error, stall, remote_retention_run, local_segment_deleted, actor_restart, task_panic, task_overdue, broadcast_dropped, stray_message).", "event")
 	descGapOffsets     = desc("gap_offsets_total", "Offsets given up because the local log dropped them before upload.")
 	descReaper         = desc("reaper_total", "Reaper work by kind (deleted, failed, retries, group_gets).", "kind")
-	descStreams        = desc("streams_running", "Streams whose replica reader runs.")
+	descStreams        = desc("streams_running", "Streams whose replica reader runs (stalled ones not counted).")
+	descStalled        = desc("streams_stalled", "Streams whose drain cannot read the local log now, by cause (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM, other).", "cause")
+	descLocalErrors    = desc("local_errors_total", "Local log read failures reported by drains, by cause (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM, other).", "cause")
+	descFaults         = desc("node_faults", "Fatal failures outside the streams (an embedded server that stopped), by server and exhausted resource (empty when another cause).", "server", "exhausted")
+	descGovInFlight    = desc("governor_in_flight", "Uploads admitted by the governor and not yet done.")
+	descGovMax         = desc("governor_max_concurrent", "The governor's node-wide bound on uploads at once.")
 	descReadersOpen    = desc("read_readers_open", "Cross-tier readers open now (consumers, node read).")
 	descReadersOpened  = desc("read_readers_opened_total", "Cross-tier readers opened.")
 	descReadBytes      = desc("read_bytes_total", "Chunk bytes delivered to readers by tier (local, remote).", "tier")
@@ -67,7 +72,7 @@ var (
 	descStreamGaps    = desc("stream_gap_offsets", "Offsets of a stream's persisted root declared as gaps: lost from the local log before upload.", "stream")
 	descStreamDiverge = desc("stream_diverged", "1 while a stream's local log shares no chunk with its remote tier (waits for `node truncate`).", "stream")
 	descStreamBehind  = desc("stream_behind", "1 while a stream's local log is a prefix of its remote tier (waits for the log to catch up or fork).", "stream")
-	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving and once stopped for good.", "stream")
+	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving, while stalled (its local log cannot be read) and once stopped for good.", "stream")
 
 	descS3Requests = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success).", "op", "class")
 	descS3Bytes    = desc("s3_bytes_total", "Payload bytes sent or received by S3 operation.", "op")
@@ -137,6 +142,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descReaper, float64(m.Reaper.GroupGets.Load()), "group_gets")
 
 	gauge(descStreams, float64(m.StreamsRunning.Load()))
+	for _, f := range in.Faults {
+		gauge(descFaults, 1, f.Server, f.Exhausted)
+	}
+	for i, cause := range actors.LocalErrorCauses() {
+		gauge(descStalled, float64(m.StalledBy[i].Load()), cause)
+		counter(descLocalErrors, float64(m.LocalErrors[i].Load()), cause)
+	}
 	gauge(descTransfers, float64(m.TransfersRunning.Load()))
 	gauge(descGovQueued, float64(m.GovernorQueued.Load()))
 	gauge(descGovTokens, float64(m.GovernorTokens.Load()))
@@ -144,6 +156,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descGovQueuedBytes, float64(in.Governor.QueuedBytes))
 		gauge(descGovRate, float64(in.Governor.RateBytesPerSec))
 		gauge(descGovBurst, float64(in.Governor.BurstBytes))
+		gauge(descGovInFlight, float64(in.Governor.InFlight))
+		gauge(descGovMax, float64(in.Governor.MaxConcurrent))
 	}
 	gauge(descReaperQueued, float64(m.Reaper.Queued.Load()))
 	p50, p99, u50, u99 := m.LatencyQuantiles()
@@ -159,7 +173,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range rep.Streams {
 		id := s.Stream
 		running := 0.0
-		if s.Error == "" && s.Phase != "starting" && s.Phase != "resolving" && s.Phase != "stopped" {
+		if s.Error == "" && s.Phase != "starting" && s.Phase != "resolving" && s.Phase != "stopped" && s.Phase != "stalled" {
 			running = 1
 		}
 		gauge(descStreamUp, running, id)
@@ -250,6 +264,9 @@ func (s *Server) input(ctx context.Context) NodeInput {
 	}
 	if o.S3 != nil {
 		in.S3 = o.S3.Snapshot()
+	}
+	if o.Faults != nil {
+		in.Faults = o.Faults()
 	}
 	in.Governor, in.GovernorErr = o.Node.GovernorStatus(ctx)
 	for _, id := range o.Node.Streams() {

@@ -38,19 +38,36 @@ type Report struct {
 
 // NodeReport is the per-node part of the status.
 type NodeReport struct {
-	ID               string         `json:"id"`
-	UptimeSeconds    float64        `json:"uptime_seconds"`
-	StreamsRunning   int64          `json:"streams_running"`
-	TransfersRunning int64          `json:"transfers_running"`
-	Governor         GovernorReport `json:"governor"`
-	Reaper           ReaperReport   `json:"reaper"`
-	Uploads          UploadReport   `json:"uploads"`
-	Persists         PersistReport  `json:"persists"`
-	Reads            ReadReport     `json:"reads"`
-	Stages           StageReport    `json:"stages"`
-	S3               RequestReport  `json:"s3"`
-	Etcd             RequestReport  `json:"etcd"`
-	Error            string         `json:"error,omitempty"` // a part of the status that could not be read
+	ID             string  `json:"id"`
+	UptimeSeconds  float64 `json:"uptime_seconds"`
+	StreamsRunning int64   `json:"streams_running"`
+	// StreamsStalled are the streams whose drain cannot read the local log now (not in
+	// streams_running), StalledBy the same by cause, LocalErrors the failures reported since
+	// the start by cause: EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM or other.
+	StreamsStalled   int64            `json:"streams_stalled"`
+	StalledBy        map[string]int64 `json:"stalled_by,omitempty"`
+	LocalErrors      map[string]int64 `json:"local_errors,omitempty"`
+	TransfersRunning int64            `json:"transfers_running"`
+	Governor         GovernorReport   `json:"governor"`
+	Reaper           ReaperReport     `json:"reaper"`
+	Uploads          UploadReport     `json:"uploads"`
+	Persists         PersistReport    `json:"persists"`
+	Reads            ReadReport       `json:"reads"`
+	Stages           StageReport      `json:"stages"`
+	S3               RequestReport    `json:"s3"`
+	Etcd             RequestReport    `json:"etcd"`
+	Error            string           `json:"error,omitempty"` // a part of the status that could not be read
+	// Faults are fatal failures of the node outside its streams, such as an embedded server
+	// that stopped on its own; the node is not ready while there is one.
+	Faults []Fault `json:"faults,omitempty"`
+}
+
+// Fault is one fatal failure: which server, the resource that ran out if that was the cause
+// (EMFILE, ENFILE, ENOSPC, ...), and the error.
+type Fault struct {
+	Server    string `json:"server"`
+	Exhausted string `json:"exhausted,omitempty"`
+	Error     string `json:"error"`
 }
 
 // ReadReport is what the node's cross-tier readers did.
@@ -75,6 +92,12 @@ type GovernorReport struct {
 	Queued          int   `json:"queued"`
 	QueuedBytes     int64 `json:"queued_bytes"`
 	Running         int   `json:"running"`
+	// InFlight are the admitted uploads not yet done, bounded by MaxConcurrent node-wide
+	// and PerStream per stream; StreamsAtShare the streams at their share now.
+	InFlight       int `json:"in_flight"`
+	MaxConcurrent  int `json:"max_concurrent"`
+	PerStream      int `json:"per_stream"`
+	StreamsAtShare int `json:"streams_at_share"`
 }
 
 // ReaperReport is the reaper's queue and what it did.
@@ -133,6 +156,12 @@ type StreamReport struct {
 	Error    string           `json:"error,omitempty"`
 	// StopReason says why a stream in phase "stopped" stopped for good (deleted, deposed).
 	StopReason string `json:"stop_reason,omitempty"`
+	// LocalError is why the stream cannot read its local log now (phase "stalled"; retried
+	// until it clears), Exhausted the resource that ran out (EMFILE, ENFILE, ENOSPC, ...),
+	// LogWriteError the write failure that made the local log refuse appends.
+	LocalError    string `json:"local_error,omitempty"`
+	Exhausted     string `json:"exhausted,omitempty"`
+	LogWriteError string `json:"log_write_error,omitempty"`
 }
 
 // LocalReport is the stream's local log.
@@ -236,6 +265,7 @@ type NodeInput struct {
 	Etcd               EtcdSnapshot
 	Streams            []StreamInput
 	RebalanceThreshold int
+	Faults             []Fault
 }
 
 // BuildReport assembles the status report at now. It is pure.
@@ -250,7 +280,10 @@ func BuildReport(in NodeInput, now time.Time) Report {
 		Governor: GovernorReport{
 			RateBytesPerSec: in.Governor.RateBytesPerSec, BurstBytes: in.Governor.BurstBytes, Tokens: in.Governor.Tokens,
 			Queued: in.Governor.Queued, QueuedBytes: in.Governor.QueuedBytes, Running: in.Governor.Running,
+			InFlight: in.Governor.InFlight, MaxConcurrent: in.Governor.MaxConcurrent, PerStream: in.Governor.PerStream,
+			StreamsAtShare: in.Governor.StreamsAtShare,
 		},
+		StreamsStalled: m.StreamsStalled.Load(),
 		Reaper: ReaperReport{
 			Queued: m.Reaper.Queued.Load(), Deleted: m.Reaper.Deleted.Load(), Failed: m.Reaper.Failed.Load(),
 			Retries: m.Reaper.Retries.Load(), GroupGets: m.Reaper.GroupGets.Load(),
@@ -269,6 +302,21 @@ func BuildReport(in NodeInput, now time.Time) Report {
 	}
 	if in.GovernorErr != nil {
 		n.Error = in.GovernorErr.Error()
+	}
+	n.Faults = in.Faults
+	for i, cause := range actors.LocalErrorCauses() {
+		if v := m.StalledBy[i].Load(); v != 0 {
+			if n.StalledBy == nil {
+				n.StalledBy = map[string]int64{}
+			}
+			n.StalledBy[cause] = v
+		}
+		if v := m.LocalErrors[i].Load(); v != 0 {
+			if n.LocalErrors == nil {
+				n.LocalErrors = map[string]int64{}
+			}
+			n.LocalErrors[cause] = v
+		}
 	}
 	for c := range m.TransferErrors {
 		if c == int(s3io.ClassNone) {
@@ -306,6 +354,7 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 	c := s.Core
 	r := StreamReport{
 		Stream: s.Stream, Phase: s.Phase, Epoch: s.Epoch, Restarts: s.Restarts, StopReason: s.StopReason,
+		LocalError: s.LocalError, Exhausted: s.Exhausted, LogWriteError: s.LogWriteError,
 		Local: LocalReport{First: s.LocalFirst, Committed: s.LocalCommitted, Next: s.LocalNext, Segments: s.LocalSegments, Bytes: s.LocalBytes},
 		Remote: RemoteReport{
 			First: c.First, Next: c.Next, PersistedFirst: c.PersistedFirst, PersistedNext: c.PersistedNext,

@@ -40,7 +40,10 @@ type Options struct {
 	RebalanceThreshold int           // to count the fragments below groups in /status
 	Cluster            ClusterSource // set in cluster mode: /status then has a "cluster" part
 	Reads              ReadOpener    // opens readers for GET /streams/{id}/read; nil: not served
-	Log                zerolog.Logger
+	// Faults, when set, lists the node's fatal failures outside the actors (an embedded
+	// server that stopped): /status shows them, /metrics counts them, /readyz fails.
+	Faults func() []Fault
+	Log    zerolog.Logger
 }
 
 // Server is a running admin HTTP server.
@@ -289,6 +292,12 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		rep.Checks[c.Name] = "ok"
+	}
+	if s.opts.Faults != nil {
+		for _, f := range s.opts.Faults() {
+			rep.Ready = false
+			rep.Checks[f.Server] = f.Error
+		}
 	}
 	code := http.StatusOK
 	if !rep.Ready {

@@ -121,6 +121,40 @@ type Backends struct {
 	ownsClient bool // the etcd client is ours to close (external or attached)
 }
 
+// Watch reports, once each, an embedded server of this process that stops on its own (its
+// fatal error, for example EMFILE on accept) by calling report with the server's name and
+// the error, until ctx ends. It returns at once; its goroutine ends with ctx.
+func (b *Backends) Watch(ctx context.Context, report func(server string, err error)) {
+	if b.Etcd != nil {
+		errs := b.Etcd.Err()
+		go func() { // owned by the caller's ctx
+			select {
+			case err, ok := <-errs:
+				if ok && ctx.Err() == nil {
+					report("embedded etcd", fmt.Errorf("embedded etcd failed: %w", err))
+				}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	if b.S3 != nil {
+		srv := b.S3
+		go func() { // owned by the caller's ctx
+			select {
+			case <-srv.Stopped():
+				if ctx.Err() == nil {
+					err := srv.StopErr()
+					if err == nil {
+						err = errors.New("stopped without an error")
+					}
+					report("embedded s3", fmt.Errorf("embedded s3 endpoint stopped: %w", err))
+				}
+			case <-ctx.Done():
+			}
+		}()
+	}
+}
+
 // Describe says where the backends are, for messages.
 func (b *Backends) Describe() string {
 	etcd, s3 := "external etcd", "bucket "+b.Store.Bucket()
@@ -249,6 +283,7 @@ func Open(ctx context.Context, s nodeconfig.Settings, lock *DirLock) (*Backends,
 		b.S3 = srv
 		cfg = srv.Config(nodeconfig.EmbeddedBucket)
 		cfg.RequestTimeout, cfg.TransferTimeout = s.S3RequestTimeout, s.S3TransferTimeout
+		cfg.MaxConns = s.S3MaxConns()
 	}
 	if err := b.openStore(ctx, cfg, s.EmbeddedS3()); err != nil {
 		return nil, err
@@ -287,7 +322,8 @@ func Attach(ctx context.Context, s nodeconfig.Settings, info RunInfo) (*Backends
 			return nil, fmt.Errorf("the node running on %s (pid %d) does not run an embedded S3 endpoint: give s3_bucket", s.DataDir, info.PID)
 		}
 		cfg = s3io.Config{Endpoint: info.S3.Endpoint, Region: info.S3.Region, Bucket: info.S3.Bucket, PathStyle: true,
-			AccessKey: info.S3.AccessKey, SecretKey: info.S3.SecretKey, RequestTimeout: s.S3RequestTimeout, TransferTimeout: s.S3TransferTimeout}
+			AccessKey: info.S3.AccessKey, SecretKey: info.S3.SecretKey, RequestTimeout: s.S3RequestTimeout, TransferTimeout: s.S3TransferTimeout,
+			MaxConns: s.S3MaxConns()}
 	}
 	if err := b.openStore(ctx, cfg, false); err != nil {
 		return nil, err

@@ -110,6 +110,21 @@ func TestEmbeddedOpenAttachReopen(t *testing.T) {
 	if ok, err := c.Meta.HasAnchor(ctx, "s1", true); err != nil || !ok {
 		t.Fatalf("anchor after restart: %t %v", ok, err)
 	}
+
+	// An embedded server that stops on its own is reported, with its error, not silently.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	reported := make(chan string, 2)
+	c.Watch(watchCtx, func(server string, err error) { reported <- server + ": " + err.Error() })
+	c.S3.Close() // as if the gateway had died
+	select {
+	case r := <-reported:
+		if !strings.HasPrefix(r, "embedded s3: embedded s3 endpoint stopped") {
+			t.Fatalf("report: %q", r)
+		}
+	case <-ctx.Done():
+		t.Fatal("the stopped embedded S3 endpoint was not reported")
+	}
 }
 
 func TestExternalUnreachable(t *testing.T) {

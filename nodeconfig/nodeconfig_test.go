@@ -33,7 +33,7 @@ func TestDefaultsFollowTheOperationsSpec(t *testing.T) {
 		s.TransferDeadline != 0 || s.EffectiveTransferDeadline() != 20*time.Minute || s.RetentionTaskTimeout != 60*time.Second ||
 		s.PersistTimeout != 30*time.Second || s.GroupUploadTimeout != 60*time.Second || s.ResolveTimeout != 30*time.Second ||
 		s.LocalHotWindowBytes != 0 || s.RetentionMaxBytes != 0 || s.RetentionMaxAge != 0 || s.GCGracePeriod != time.Hour ||
-		s.MaxUnpersistedBytes != 0 {
+		s.MaxUnpersistedBytes != 0 || s.MaxConcurrentUploads != 24 || s.MaxUploadsPerStream != 4 || s.S3Config().MaxConns != 40 {
 		t.Fatalf("defaults differ from operations.md: %+v", s)
 	}
 	if s.Demo || !s.EmbeddedEtcd() || !s.EmbeddedS3() || s.DataDir != "/work/streamtier-data" || s.KeyPrefix != "streams" || s.EtcdPrefix != "/streamtier" {
@@ -83,6 +83,8 @@ func TestBadValuesNameTheSetting(t *testing.T) {
 		{Sources{Flags: map[string]string{"rebalance_threshold": "1"}}, []string{"rebalance_threshold"}},
 		{Sources{Flags: map[string]string{"max_transfer_burst_bytes": "1MiB"}}, []string{"max_transfer_burst_bytes", "unlimited"}},
 		{Sources{Flags: map[string]string{"admin_addr": "nowhere"}}, []string{"admin_addr"}},
+		{Sources{Flags: map[string]string{"max_concurrent_uploads": "0"}}, []string{"max_concurrent_uploads", "at least 1"}},
+		{Sources{Flags: map[string]string{"max_concurrent_uploads": "2"}}, []string{"max_concurrent_uploads_per_stream", "1 to max_concurrent_uploads (2)"}},
 		{Sources{Flags: map[string]string{"s3_endpoint": "http://127.0.0.1:9000"}}, []string{"s3_bucket", "required"}},
 		{Sources{Flags: map[string]string{"s3_bucket": "B!"}}, []string{"s3_bucket", "B!"}},
 		{Sources{Flags: map[string]string{"etcd_endpoints": "ftp://x:1"}}, []string{"etcd_endpoints"}},

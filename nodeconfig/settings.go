@@ -61,6 +61,8 @@ type Settings struct {
 	RebalanceThreshold     int
 	MaxTransferBytesPerSec int64
 	MaxTransferBurstBytes  int64
+	MaxConcurrentUploads   int // node-wide bound on uploads running at once
+	MaxUploadsPerStream    int // one stream's share of them
 	UploadRetryDelay       time.Duration
 	UploadRetryMaxDelay    time.Duration
 	TransientBackoffBase   time.Duration
@@ -278,6 +280,10 @@ var table = []setting{
 		apply: rate(func(s *Settings) *int64 { return &s.MaxTransferBytesPerSec })},
 	{name: "max_transfer_burst_bytes", def: "0", help: "governor token bucket size; 0 means rate / 5",
 		apply: size64(func(s *Settings) *int64 { return &s.MaxTransferBurstBytes })},
+	{name: "max_concurrent_uploads", def: "24", help: "fragment uploads running at once node-wide (each one S3 connection); the S3 connection pool is sized to it plus 16",
+		apply: integer(func(s *Settings) *int { return &s.MaxConcurrentUploads })},
+	{name: "max_concurrent_uploads_per_stream", def: "4", help: "one stream's share of max_concurrent_uploads, so that a stream catching up cannot take them all",
+		apply: integer(func(s *Settings) *int { return &s.MaxUploadsPerStream })},
 	{name: "upload_retry_delay", def: "1s", help: "first delay before retrying a non-transient upload failure",
 		apply: duration(func(s *Settings) *time.Duration { return &s.UploadRetryDelay })},
 	{name: "upload_retry_max_delay", def: "30s", help: "the non-transient retry delay doubles up to this",

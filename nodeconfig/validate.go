@@ -125,6 +125,10 @@ func (s Settings) Validate() error {
 		return bad("rebalance_threshold", "%d: must be at least 2", s.RebalanceThreshold)
 	case s.MaxTransferBytesPerSec < 0:
 		return bad("max_transfer_bytes_per_sec", "negative")
+	case s.MaxConcurrentUploads < 1:
+		return bad("max_concurrent_uploads", "%d: must be at least 1", s.MaxConcurrentUploads)
+	case s.MaxUploadsPerStream < 1 || s.MaxUploadsPerStream > s.MaxConcurrentUploads:
+		return bad("max_concurrent_uploads_per_stream", "%d: want 1 to max_concurrent_uploads (%d)", s.MaxUploadsPerStream, s.MaxConcurrentUploads)
 	case s.MaxTransferBurstBytes != 0 && s.MaxTransferBytesPerSec == 0:
 		return bad("max_transfer_burst_bytes", "set to %d but max_transfer_bytes_per_sec is unlimited", s.MaxTransferBurstBytes)
 	case s.UploadRetryMaxDelay < s.UploadRetryDelay:
@@ -208,6 +212,8 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 		Governor: governorcore.Config{
 			RateBytesPerSec: s.MaxTransferBytesPerSec,
 			BurstBytes:      s.MaxTransferBurstBytes,
+			MaxConcurrent:   s.MaxConcurrentUploads,
+			PerStream:       s.MaxUploadsPerStream,
 		},
 		Stream: readercore.Config{
 			FragmentTargetSize:   s.FragmentTargetSize,
@@ -280,9 +286,13 @@ func (s Settings) S3Config() s3io.Config {
 	return s3io.Config{
 		Endpoint: s.S3Endpoint, Region: s.S3Region, Bucket: s.S3Bucket, PathStyle: s.S3PathStyle,
 		AccessKey: s.S3AccessKey, SecretKey: s.S3SecretKey, CAFile: s.S3CAFile,
-		RequestTimeout: s.S3RequestTimeout, TransferTimeout: s.S3TransferTimeout,
+		RequestTimeout: s.S3RequestTimeout, TransferTimeout: s.S3TransferTimeout, MaxConns: s.S3MaxConns(),
 	}
 }
+
+// S3MaxConns is the S3 connection pool's size: max_concurrent_uploads plus 16 for the
+// small requests (persists, resolutions, deletes, lists) that run beside the uploads.
+func (s Settings) S3MaxConns() int { return s.MaxConcurrentUploads + 16 }
 
 // EtcdClientConfig is the external etcd configuration (meaningless when EmbeddedEtcd).
 func (s Settings) EtcdClientConfig() metadata.ClientConfig {

@@ -12,6 +12,9 @@ import (
 const (
 	DefaultRequestTimeout  = 30 * time.Second
 	DefaultTransferTimeout = 5 * time.Minute
+	// DefaultMaxConns is the connections to the endpoint at most: the node's default upload
+	// bound (24) plus room for the small requests (persists, resolutions, deletes, lists).
+	DefaultMaxConns = 40
 )
 
 // Config says which S3 endpoint and bucket a Store talks to and how long a call may take.
@@ -38,6 +41,12 @@ type Config struct {
 
 	// ListPageSize is the MaxKeys of each list request; 0 leaves it to the server (1000).
 	ListPageSize int32
+
+	// MaxConns bounds the HTTP connections to the endpoint, and the idle ones kept for
+	// reuse (0: DefaultMaxConns). Size it to the governor's max_concurrent_uploads plus
+	// room for small requests: fewer makes uploads wait for a connection, more only lets
+	// descriptors pile up. A request waiting for a connection is bounded by its timeout.
+	MaxConns int
 }
 
 // Validate refuses a configuration that cannot work, naming the setting that is wrong.
@@ -79,6 +88,9 @@ func (c Config) Validate() error {
 	if c.TransferTimeout < 0 {
 		errs = append(errs, fmt.Errorf("s3 transfer timeout: %v is negative", c.TransferTimeout))
 	}
+	if c.MaxConns < 0 {
+		errs = append(errs, fmt.Errorf("s3 max connections: %d is negative", c.MaxConns))
+	}
 	if c.ListPageSize < 0 || c.ListPageSize > 1000 {
 		errs = append(errs, fmt.Errorf("s3 list page size: %d, want 0 (server default) to 1000", c.ListPageSize))
 	}
@@ -111,6 +123,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TransferTimeout == 0 {
 		c.TransferTimeout = DefaultTransferTimeout
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
 	}
 	return c
 }

@@ -73,6 +73,12 @@ func NewStore(ctx context.Context, c Config) (*Store, error) {
 		// Larger socket writes than the 4 KiB default: fewer syscalls per fragment.
 		tr.WriteBufferSize = 64 << 10
 		tr.ReadBufferSize = 64 << 10
+		// One endpoint: the pool is sized to the node's bound on concurrent uploads (plus
+		// small requests), so that neither connections churn (the SDK keeps 10 idle per
+		// host) nor descriptors pile up beyond the bound.
+		tr.MaxConnsPerHost = c.MaxConns
+		tr.MaxIdleConnsPerHost = c.MaxConns
+		tr.MaxIdleConns = c.MaxConns
 	})
 	opts := []func(*config.LoadOptions) error{
 		config.WithRegion(c.Region),

@@ -35,24 +35,34 @@ func (c *commitState) written(h Header, nextID uint64) {
 	c.recent = append(c.recent, span{h.ChunkID, nextID})
 }
 
-// fire closes the channels of listeners whose offset is below v, the committed next offset.
+// fire notifies the listeners whose offset is below v, the committed next offset.
 func (c *commitState) fire(v uint64) {
 	for len(c.listeners) > 0 && c.listeners[0].offset < v {
-		close(heap.Pop(&c.listeners).(listener).ch)
+		heap.Pop(&c.listeners).(listener).notify()
 	}
 }
 
-// fireAll closes every listener's channel (the log is closing).
+// fireAll notifies every listener (the log is closing).
 func (c *commitState) fireAll() {
 	for _, ln := range c.listeners {
-		close(ln.ch)
+		ln.notify()
 	}
 	c.listeners = nil
 }
 
+// listener is one registration: a channel to close or a function to call.
 type listener struct {
 	offset uint64
 	ch     chan struct{}
+	fn     func()
+}
+
+func (ln listener) notify() {
+	if ln.fn != nil {
+		ln.fn()
+		return
+	}
+	close(ln.ch)
 }
 
 // listenerHeap orders listeners by offset, lowest first (container/heap's interface).
@@ -155,4 +165,20 @@ func (l *Log) NotifyWhenCommittedPast(offset uint64) <-chan struct{} {
 	}
 	heap.Push(&l.commit.listeners, listener{offset: offset, ch: ch})
 	return ch
+}
+
+// OnCommittedPast calls fn once, when CommittedNext() exceeds offset or the log closes: at
+// once (before it returns) if that already holds. It is the goroutine-free form of
+// NotifyWhenCommittedPast: an actor registers a function that posts a message to its own
+// mailbox, so that ten thousand idle streams wait without ten thousand goroutines. fn runs
+// with the log's lock held, from whichever goroutine commits or closes: it must return at
+// once (a non-blocking send) and must not call the Log.
+func (l *Log) OnCommittedPast(offset uint64, fn func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.visible.Load() > offset {
+		fn()
+		return
+	}
+	heap.Push(&l.commit.listeners, listener{offset: offset, fn: fn})
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Defaults of the rolling limits, as osiris has them.
@@ -16,6 +17,10 @@ const (
 	DefaultMaxSegmentBytes  = 500_000_000
 	DefaultMaxSegmentChunks = 256_000
 )
+
+// DefaultIdleClose is how long a Log keeps its active segment and index files open after
+// the last append: a log nobody writes holds no file descriptor (docs/performance.md, Scale).
+const DefaultIdleClose = 10 * time.Second
 
 // ErrClosed is returned by a Log, or a Reader of it, after Close.
 var ErrClosed = errors.New("log closed")
@@ -30,9 +35,16 @@ type Options struct {
 	// FirstOffset is the chunk id of the first chunk of a new, empty log (a replica or a
 	// stream whose earlier offsets live elsewhere). Ignored when the directory has segments.
 	FirstOffset uint64
+	// IdleClose is how long the active segment and index files stay open after the last
+	// append (or Sync); they are synced, closed, and reopened by the next Append. 0 means
+	// DefaultIdleClose; a negative value keeps them open until Close.
+	IdleClose time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {
+	if o.IdleClose == 0 {
+		o.IdleClose = DefaultIdleClose
+	}
 	if o.MaxSegmentBytes == 0 {
 		o.MaxSegmentBytes = DefaultMaxSegmentBytes
 	}
@@ -96,8 +108,11 @@ type Log struct {
 
 	mu       sync.Mutex
 	segs     []*segment // oldest first; the last one is active
-	segFile  *os.File   // active segment, written with WriteAt
-	idxFile  *os.File   // active index
+	segFile  *os.File   // active segment, written with WriteAt; nil while idle-closed
+	idxFile  *os.File   // active index; nil while idle-closed
+	lastUse  time.Time  // of the active files, for the idle close
+	idle     *time.Timer
+	idleHook func() // tests: called (mu held) after an idle close
 	nextID   uint64
 	last     Header
 	hasLast  bool
@@ -115,7 +130,9 @@ type Log struct {
 }
 
 // Open opens the stream directory dir for appending, creating it (and a first, empty
-// segment) if needed, and recovers from a crash: see recover.go for what is repaired.
+// segment) if needed, and recovers from a crash: see recover.go for what is repaired. Unless
+// IdleClose is negative, the active files are closed once recovered and opened by the first
+// append: an open log nobody writes holds no descriptor.
 func Open(dir string, opts Options) (*Log, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -129,7 +146,115 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("open log %s: %w", dir, err)
 	}
 	l.firstSeg.Store(l.segs[0].first)
+	if opts.IdleClose >= 0 {
+		// Recovery needed the active files; the first append reopens them. A node opening ten
+		// thousand logs at start must not hold two descriptors for each until they idle out.
+		// No sync: recovery only truncates, and a truncation lost in a crash is redone by
+		// the next Open.
+		if err := l.closeFiles(false); err != nil {
+			return nil, fmt.Errorf("open log %s: %w", dir, err)
+		}
+	}
 	return l, nil
+}
+
+// touch marks the active files used now and arms the idle close; called with mu held
+// while they are open.
+func (l *Log) touch() {
+	if l.opts.IdleClose < 0 {
+		return
+	}
+	l.lastUse = time.Now()
+	if l.idle == nil {
+		l.idle = time.AfterFunc(l.opts.IdleClose, l.idleClose)
+	}
+}
+
+// idleClose runs on the idle timer: it closes the active files once they have not been
+// used for IdleClose, or re-arms for the rest of the wait. A timer is no goroutine while it
+// waits, so an idle log costs neither a goroutine nor a descriptor.
+func (l *Log) idleClose() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.segFile == nil {
+		l.idle = nil
+		return
+	}
+	if rest := l.opts.IdleClose - time.Since(l.lastUse); rest > 0 {
+		l.idle.Reset(rest)
+		return
+	}
+	l.idle = nil
+	if err := l.closeFiles(true); err != nil && l.broken == nil {
+		// A failed fsync may have lost appended data: like a failed write, the active files
+		// are unknown until the log is reopened (recovery truncates what is not whole).
+		l.broken = err
+	}
+	if l.idleHook != nil {
+		l.idleHook()
+	}
+}
+
+// closeFiles closes the active files (syncing them first when sync is set); called with mu
+// held. The files are forgotten even when closing fails.
+func (l *Log) closeFiles(sync bool) error {
+	if l.segFile == nil {
+		return nil
+	}
+	var errs []error
+	for _, f := range []*os.File{l.segFile, l.idxFile} {
+		if sync {
+			if err := f.Sync(); err != nil {
+				errs = append(errs, fmt.Errorf("sync %s: %w", f.Name(), err))
+			}
+		}
+		if err := f.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s: %w", f.Name(), err))
+		}
+	}
+	l.segFile, l.idxFile = nil, nil
+	return errors.Join(errs...)
+}
+
+// openFiles reopens the active segment and index for writing after an idle close; called
+// with mu held. Running out of descriptors here is an error matching syscall.EMFILE (or
+// ENFILE) with errors.Is: the append fails, nothing is written, a later one may succeed.
+func (l *Log) openFiles() error {
+	if l.segFile != nil {
+		l.touch()
+		return nil
+	}
+	seg := l.segs[len(l.segs)-1]
+	sf, err := os.OpenFile(filepath.Join(l.dir, seg.name), os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("reopen active segment: %w", err)
+	}
+	xf, err := os.OpenFile(filepath.Join(l.dir, IndexName(seg.first)), os.O_RDWR, 0)
+	if err != nil {
+		return errors.Join(fmt.Errorf("reopen active index: %w", err), sf.Close())
+	}
+	l.segFile, l.idxFile = sf, xf
+	l.touch()
+	return nil
+}
+
+// OpenFiles is how many file descriptors the Log itself holds now: 2 while its active
+// files are open, 0 while idle-closed (readers hold their own).
+func (l *Log) OpenFiles() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.segFile == nil {
+		return 0
+	}
+	return 2
+}
+
+// WriteError is the write failure that broke the log (appends refused until it is
+// reopened), nil when none: status reports it, classified (ENOSPC, EMFILE, ...).
+func (l *Log) WriteError() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.broken
 }
 
 // Dir is the stream directory.
@@ -146,16 +271,14 @@ func (l *Log) Close() error {
 	l.closed = true
 	l.closedFlg.Store(true)
 	l.commit.fireAll()
-	var errs []error
-	for _, f := range []*os.File{l.segFile, l.idxFile} {
-		if err := f.Sync(); err != nil {
-			errs = append(errs, fmt.Errorf("close log %s: %w", l.dir, err))
-		}
-		if err := f.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close log %s: %w", l.dir, err))
-		}
+	if l.idle != nil {
+		l.idle.Stop()
+		l.idle = nil
 	}
-	return errors.Join(errs...)
+	if err := l.closeFiles(true); err != nil {
+		return fmt.Errorf("close log %s: %w", l.dir, err)
+	}
+	return nil
 }
 
 // Sync flushes the active segment and index to stable storage. Appends do not sync on
@@ -165,6 +288,9 @@ func (l *Log) Sync() error {
 	defer l.mu.Unlock()
 	if l.closed {
 		return ErrClosed
+	}
+	if l.segFile == nil {
+		return nil // the idle close synced them
 	}
 	if err := l.segFile.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", l.segFile.Name(), err)
@@ -259,8 +385,13 @@ func (l *Log) Append(spec ChunkSpec) (Header, Location, error) {
 	return l.writeChunk(chunk, h)
 }
 
-// writeChunk writes an encoded chunk and its index record, rolling first if needed.
+// writeChunk writes an encoded chunk and its index record, rolling first if needed. It
+// reopens the active files first when the idle close has closed them; every write path
+// comes through here.
 func (l *Log) writeChunk(chunk []byte, h Header) (Header, Location, error) {
+	if err := l.openFiles(); err != nil {
+		return Header{}, Location{}, fmt.Errorf("append to %s: %w", l.dir, err)
+	}
 	seg := l.segs[len(l.segs)-1]
 	if seg.chunks > 0 && (seg.size >= l.opts.MaxSegmentBytes || seg.chunks >= l.opts.MaxSegmentChunks) {
 		if err := l.roll(); err != nil {
@@ -304,16 +435,13 @@ func (l *Log) roll() error {
 	if err != nil {
 		return err
 	}
-	old := []*os.File{l.segFile, l.idxFile}
+	err = l.closeFiles(false)
 	l.segFile, l.idxFile = seg, idx
 	l.segs = append(l.segs, &segment{name: SegmentName(l.nextID), first: l.nextID, next: l.nextID, size: FileHeaderSize})
-	var errs []error
-	for _, f := range old {
-		if err := f.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("roll: close %s: %w", f.Name(), err))
-		}
+	if err != nil {
+		return fmt.Errorf("roll: %w", err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // createSegment creates the segment file, then the index file, of a new empty segment,

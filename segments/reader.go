@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 )
 
 // Errors of the data reader.
@@ -50,21 +51,31 @@ const (
 	readAheadBigChunks   = 4 << 10
 )
 
+// readAheadBufs recycles the read-ahead buffers: a reader holds one only while it has
+// committed data to read, and gives it back at the end of the stream, so ten thousand idle
+// readers hold none.
+var readAheadBufs = sync.Pool{New: func() any { b := make([]byte, readAheadSmallChunks); return &b }}
+
 // Reader drains committed chunk headers from a Log, in order, following segment rolls. It
 // reads the 48-byte headers only; the bodies are read at upload time by location. A Reader
-// is used by one goroutine at a time.
+// is used by one goroutine at a time. It holds its segment file and a read-ahead buffer only
+// while there is committed data to read: the buffer goes back to a pool at the end of the
+// stream, and Suspend closes the file (the next Next reopens it), so an idle reader holds
+// neither memory nor a descriptor.
 type Reader struct {
 	log      *Log
-	seg      string // segment file name
-	segFirst uint64 // first chunk id of that segment
-	f        *os.File
-	pos      int64  // position of the next chunk header in seg
-	next     uint64 // chunk id expected next
+	seg      string   // segment file name
+	segFirst uint64   // first chunk id of that segment
+	f        *os.File // nil until needed, and while suspended
+	pos      int64    // position of the next chunk header in seg
+	next     uint64   // chunk id expected next
+	closed   bool
 
-	buf    []byte
-	bufOff int64 // file position of buf[0]
+	buf    *[]byte // from readAheadBufs; nil while the reader waits
+	bufOff int64   // file position of buf[0]
 	bufLen int
-	big    bool // the last chunk did not fit the read-ahead buffer
+	bufVis uint64 // the log's visible offset just before buf was filled: chunks from it on may be torn in buf
+	big    bool   // the last chunk did not fit the read-ahead buffer
 }
 
 // NewReader opens a reader whose first Next returns the chunk holding offset from (the
@@ -97,13 +108,53 @@ func (l *Log) NewReader(from uint64) (*Reader, error) {
 		}
 		pos, id = int64(rec.Position), rec.ChunkID
 	}
-	f, err := OpenSegment(l.dir, seg.name)
-	if err != nil {
-		return nil, fmt.Errorf("new reader at %d: %w", from, err)
+	r := &Reader{log: l, seg: seg.name, segFirst: seg.first, pos: pos, next: id}
+	if id < l.visible.Load() { // data to read now: open at once, so a vanished segment shows here
+		if err := r.open(); err != nil {
+			return nil, fmt.Errorf("new reader at %d: %w", from, err)
+		}
 	}
-	return &Reader{log: l, seg: seg.name, segFirst: seg.first, f: f, pos: pos, next: id,
-		buf: make([]byte, readAheadSmallChunks)}, nil
+	return r, nil
 }
+
+// open opens the reader's current segment file. Running out of descriptors is an error
+// matching syscall.EMFILE (or ENFILE) with errors.Is: the reader keeps its place and a
+// later Next tries again.
+func (r *Reader) open() error {
+	f, err := OpenSegment(r.log.dir, r.seg)
+	if err != nil {
+		return err
+	}
+	r.f, r.bufLen = f, 0
+	return nil
+}
+
+// release gives the read-ahead buffer back to the pool.
+func (r *Reader) release() {
+	if r.buf != nil {
+		readAheadBufs.Put(r.buf)
+		r.buf, r.bufLen = nil, 0
+	}
+}
+
+// Suspend closes the reader's segment file and releases its buffer; it keeps its place, and
+// the next Next with data to read reopens the file. A caller suspends a reader that has
+// waited a while at the end of the stream.
+func (r *Reader) Suspend() error {
+	r.release()
+	if r.f == nil {
+		return nil
+	}
+	err := r.f.Close()
+	r.f = nil
+	if err != nil {
+		return fmt.Errorf("suspend reader of %s: close %s: %w", r.log.dir, r.seg, err)
+	}
+	return nil
+}
+
+// HoldsFile reports whether the reader has its segment file open now.
+func (r *Reader) HoldsFile() bool { return r.f != nil }
 
 // NextOffset is the chunk id the reader returns next (once it is committed).
 func (r *Reader) NextOffset() uint64 { return r.next }
@@ -115,10 +166,13 @@ func (r *Reader) NextOffset() uint64 { return r.next }
 // position of a corrupt header.
 func (r *Reader) Next() (Header, Location, error) {
 	l := r.log
-	if r.f == nil || l.closedFlg.Load() {
+	if r.closed || l.closedFlg.Load() {
 		return Header{}, Location{}, ErrClosed
 	}
 	if r.next >= l.visible.Load() {
+		// Nothing to read: give the buffer back. What it holds beyond the committed end may
+		// have been read while a chunk was being written, so it is not reused anyway.
+		r.release()
 		return Header{}, Location{}, ErrEndOfStream
 	}
 	if first := l.firstSeg.Load(); r.segFirst < first {
@@ -131,6 +185,16 @@ func (r *Reader) Next() (Header, Location, error) {
 		if err := r.roll(); err != nil {
 			return Header{}, Location{}, err
 		}
+	}
+	if r.f == nil {
+		if err := r.open(); err != nil {
+			return Header{}, Location{}, fmt.Errorf("read chunk %d: %w", r.next, err)
+		}
+	}
+	if r.next >= r.bufVis {
+		// The buffer was filled before this chunk was committed, perhaps while it was being
+		// written: read it afresh.
+		r.bufLen = 0
 	}
 	b, err := r.peek(r.pos, HeaderSize)
 	if err != nil {
@@ -156,7 +220,7 @@ func (r *Reader) Next() (Header, Location, error) {
 		return Header{}, Location{}, fmt.Errorf("%s position %d: chunk id %d, expected %d", r.seg, r.pos, h.ChunkID, r.next)
 	}
 	loc := Location{Segment: r.seg, Position: r.pos, Size: h.Size()}
-	r.big = h.Size() > int64(len(r.buf))/2
+	r.big = h.Size() > readAheadSmallChunks/2
 	r.pos += h.Size()
 	r.next = h.NextID()
 	return h, loc, nil
@@ -165,15 +229,20 @@ func (r *Reader) Next() (Header, Location, error) {
 // peek returns n bytes at file position pos, from the buffer or a fresh pread; nil when
 // the file ends exactly at pos. A file ending inside the n bytes is an error.
 func (r *Reader) peek(pos int64, n int) ([]byte, error) {
+	if r.buf == nil {
+		r.buf, r.bufLen = readAheadBufs.Get().(*[]byte), 0
+	}
+	buf := *r.buf
 	if pos >= r.bufOff && pos+int64(n) <= r.bufOff+int64(r.bufLen) {
 		off := int(pos - r.bufOff)
-		return r.buf[off : off+n], nil
+		return buf[off : off+n], nil
 	}
-	size := len(r.buf)
+	size := len(buf)
 	if r.big {
 		size = readAheadBigChunks
 	}
-	got, err := r.f.ReadAt(r.buf[:size], pos)
+	r.bufVis = r.log.visible.Load() // before the read: what is below it was written before
+	got, err := r.f.ReadAt(buf[:size], pos)
 	if err != nil && !errors.Is(err, io.EOF) {
 		r.bufLen = 0
 		return nil, fmt.Errorf("read %s at %d: %w", r.seg, pos, err)
@@ -181,7 +250,7 @@ func (r *Reader) peek(pos int64, n int) ([]byte, error) {
 	r.bufOff, r.bufLen = pos, got
 	switch {
 	case got >= n:
-		return r.buf[:n], nil
+		return buf[:n], nil
 	case got == 0:
 		return nil, nil
 	}
@@ -198,8 +267,10 @@ func (r *Reader) roll() error {
 	if err != nil {
 		return fmt.Errorf("read chunk %d: %w", r.next, err)
 	}
-	if err := r.f.Close(); err != nil {
-		return errors.Join(fmt.Errorf("close %s: %w", r.seg, err), f.Close())
+	if r.f != nil {
+		if err := r.f.Close(); err != nil {
+			return errors.Join(fmt.Errorf("close %s: %w", r.seg, err), f.Close())
+		}
 	}
 	r.f, r.seg, r.segFirst, r.pos, r.bufLen = f, name, r.next, FileHeaderSize, 0
 	b, err := r.peek(0, FileHeaderSize)
@@ -212,8 +283,10 @@ func (r *Reader) roll() error {
 	return checkFileHeader(b, segmentFileHeader, name)
 }
 
-// Close releases the reader's segment file.
+// Close releases the reader's segment file and buffer; Next then returns ErrClosed.
 func (r *Reader) Close() error {
+	r.closed = true
+	r.release()
 	if r.f == nil {
 		return nil
 	}

@@ -1,6 +1,10 @@
 // Package governorcore is the governor's decision logic, pure: which submitted transfers
-// run now and when to look again. With no rate configured it admits everything at once; with
-// a rate it paces admissions through a token bucket in FIFO order. A queued submission is
+// run now and when to look again. With no rate configured it admits at once what the bounds
+// allow; with a rate it paces admissions through a token bucket in FIFO order. Two bounds
+// hold at every moment: at most MaxConcurrent transfers run node-wide, and at most
+// PerStream of one stream, so that a stream catching up cannot take every connection. A
+// submission whose stream is at its share keeps its place in the queue while the ones
+// behind it from other streams go first; admission is otherwise FIFO. A queued submission is
 // superseded in place by a later one with the same owner and reference (never queued or
 // charged twice), and an owner's queued submissions can be cancelled together, uncharged.
 // Time comes in as an argument, so every decision is a function of state and event.
@@ -17,6 +21,12 @@ type Config struct {
 	RateBytesPerSec int64
 	// BurstBytes is max_transfer_burst_bytes, the bucket size; 0 means RateBytesPerSec / 5.
 	BurstBytes int64
+	// MaxConcurrent is max_concurrent_uploads, the transfers running at once node-wide (each
+	// one S3 connection); 0 means no bound (the node applies its default).
+	MaxConcurrent int
+	// PerStream is max_concurrent_uploads_per_stream, a stream's share of them; 0 means no
+	// share (a stream may take up to MaxConcurrent).
+	PerStream int
 }
 
 // Validate refuses negative settings, naming the one that is wrong.
@@ -29,6 +39,15 @@ func (c Config) Validate() error {
 	}
 	if c.RateBytesPerSec == 0 && c.BurstBytes != 0 {
 		return fmt.Errorf("max_transfer_burst_bytes: set to %d but max_transfer_bytes_per_sec is unlimited", c.BurstBytes)
+	}
+	if c.MaxConcurrent < 0 {
+		return fmt.Errorf("max_concurrent_uploads: %d is negative", c.MaxConcurrent)
+	}
+	if c.PerStream < 0 {
+		return fmt.Errorf("max_concurrent_uploads_per_stream: %d is negative", c.PerStream)
+	}
+	if c.MaxConcurrent > 0 && c.PerStream > c.MaxConcurrent {
+		return fmt.Errorf("max_concurrent_uploads_per_stream: %d is above max_concurrent_uploads (%d)", c.PerStream, c.MaxConcurrent)
 	}
 	return nil
 }
@@ -51,17 +70,19 @@ func (c Config) Burst() int64 {
 // Owner and Ref identify what it uploads: a submission with the Owner and Ref (Ref != 0) of
 // one still queued supersedes it in place; Ref 0 is never deduplicated.
 type Submission struct {
-	ID    uint64
-	Size  int64
-	Owner uint64 // who submitted it (a reader incarnation): CancelOwner drops them all
-	Ref   uint64 // the owner's reference of the fragment; 0: none
+	ID     uint64
+	Size   int64
+	Owner  uint64 // who submitted it (a reader incarnation): CancelOwner drops them all
+	Ref    uint64 // the owner's reference of the fragment; 0: none
+	Stream string // whose share it counts against (PerStream)
 }
 
 type key struct{ owner, ref uint64 }
 
 // Decision is what the governor must do after an event: forget the superseded submissions,
 // start the admitted transfers, in this order, and, when Wake > 0, call Tick again after
-// that long.
+// that long. Every admitted transfer must be reported with Done when it ends: until then it
+// holds its slot under MaxConcurrent and PerStream.
 type Decision struct {
 	Admit      []Submission
 	Wake       time.Duration
@@ -75,7 +96,9 @@ type Governor struct {
 	tokens  float64
 	last    time.Time
 	pending []Submission
-	byKey   map[key]uint64 // owner and ref -> id of the queued submission
+	byKey   map[key]uint64    // owner and ref -> id of the queued submission
+	running map[uint64]string // admitted, not yet Done: id -> stream
+	streams map[string]int    // running transfers per stream
 	counts  counts
 }
 
@@ -90,7 +113,8 @@ func New(cfg Config, now time.Time) *Governor {
 // carries on its predecessor's bucket, debt included, instead of granting a fresh burst);
 // tokens above the bucket size are cut to it. The queue starts empty.
 func Resume(cfg Config, tokens int64, at time.Time) *Governor {
-	return &Governor{cfg: cfg, tokens: min(float64(tokens), float64(cfg.Burst())), last: at, byKey: make(map[key]uint64)}
+	return &Governor{cfg: cfg, tokens: min(float64(tokens), float64(cfg.Burst())), last: at, byKey: make(map[key]uint64),
+		running: make(map[uint64]string), streams: make(map[string]int)}
 }
 
 // Submit queues a transfer and admits whatever the bucket allows now. A queued submission
@@ -163,36 +187,68 @@ func (g *Governor) forget(s Submission) {
 	}
 }
 
-// Tick refills the bucket up to now and admits queued submissions from the head while the
-// bucket covers them. A submission larger than the bucket is admitted on credit once the
-// bucket is full, leaving it in debt that later refills repay, so it can never deadlock.
+// Tick refills the bucket up to now and admits queued submissions in FIFO order while the
+// bounds and the bucket allow: a submission whose stream is at its share is passed over
+// (it keeps its place) and the next one considered; the first one the bucket cannot cover
+// stops admission until Wake. A submission larger than the bucket is admitted on credit
+// once the bucket is full, leaving it in debt that later refills repay, so it can never
+// deadlock. At the node-wide bound admission waits for a Done, with no Wake.
 func (g *Governor) Tick(now time.Time) Decision {
-	if g.cfg.Unlimited() {
-		d := Decision{Admit: g.pending}
-		g.admitted(g.pending)
-		g.pending = nil
-		return d
+	if !g.cfg.Unlimited() {
+		g.refill(now)
 	}
-	g.refill(now)
 	var d Decision
 	burst := float64(g.cfg.Burst())
-	for len(g.pending) > 0 {
-		head := g.pending[0]
-		need := min(float64(head.Size), burst)
-		if g.tokens < need {
-			wait := (need - g.tokens) / float64(g.cfg.RateBytesPerSec) * float64(time.Second)
-			d.Wake = max(time.Duration(wait)+1, time.Millisecond)
+	kept := g.pending[:0]
+	i := 0
+	for ; i < len(g.pending); i++ {
+		head := g.pending[i]
+		if g.full() {
 			break
 		}
-		g.tokens -= float64(head.Size)
+		if g.cfg.PerStream > 0 && g.streams[head.Stream] >= g.cfg.PerStream {
+			kept = append(kept, head)
+			continue
+		}
+		if !g.cfg.Unlimited() {
+			need := min(float64(head.Size), burst)
+			if g.tokens < need {
+				wait := (need - g.tokens) / float64(g.cfg.RateBytesPerSec) * float64(time.Second)
+				d.Wake = max(time.Duration(wait)+1, time.Millisecond)
+				break
+			}
+			g.tokens -= float64(head.Size)
+		}
 		d.Admit = append(d.Admit, head)
-		g.pending = g.pending[1:]
+		g.running[head.ID] = head.Stream
+		g.streams[head.Stream]++
 	}
+	kept = append(kept, g.pending[i:]...)
+	clear(g.pending[len(kept):])
+	g.pending = kept
 	if len(g.pending) == 0 {
 		g.pending = nil
 	}
 	g.admitted(d.Admit)
 	return d
+}
+
+// full reports the node-wide bound reached.
+func (g *Governor) full() bool {
+	return g.cfg.MaxConcurrent > 0 && len(g.running) >= g.cfg.MaxConcurrent
+}
+
+// Done records that an admitted transfer ended (whatever its outcome), freeing its slot, and
+// admits what may run now. An id it does not know (a transfer of a governor before a
+// restart, or reported twice) changes nothing.
+func (g *Governor) Done(now time.Time, id uint64) Decision {
+	if stream, ok := g.running[id]; ok {
+		delete(g.running, id)
+		if g.streams[stream]--; g.streams[stream] <= 0 {
+			delete(g.streams, stream)
+		}
+	}
+	return g.Tick(now)
 }
 
 func (g *Governor) admitted(ss []Submission) {
@@ -219,6 +275,13 @@ type Status struct {
 	Tokens          int64 // negative while in debt
 	Queued          int
 	QueuedBytes     int64
+	// InFlight is how many admitted transfers have not been reported Done; MaxConcurrent
+	// and PerStream are the bounds (0: none).
+	InFlight      int
+	MaxConcurrent int
+	PerStream     int
+	// StreamsAtShare is how many streams have PerStream transfers in flight now.
+	StreamsAtShare int
 
 	// Counters since New or Resume.
 	Submitted  uint64 // submissions received
@@ -230,6 +293,7 @@ type Status struct {
 // Status reports the bucket and queue as of the last event.
 func (g *Governor) Status() Status {
 	st := Status{RateBytesPerSec: g.cfg.RateBytesPerSec, Queued: len(g.pending),
+		InFlight: len(g.running), MaxConcurrent: g.cfg.MaxConcurrent, PerStream: g.cfg.PerStream,
 		Submitted: g.counts.submitted, Admitted: g.counts.admitted, Superseded: g.counts.superseded, Canceled: g.counts.canceled}
 	if !g.cfg.Unlimited() {
 		st.BurstBytes = g.cfg.Burst()
@@ -237,6 +301,13 @@ func (g *Governor) Status() Status {
 	}
 	for _, s := range g.pending {
 		st.QueuedBytes += s.Size
+	}
+	if g.cfg.PerStream > 0 {
+		for _, n := range g.streams {
+			if n >= g.cfg.PerStream {
+				st.StreamsAtShare++
+			}
+		}
 	}
 	return st
 }

@@ -16,6 +16,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"streamtier/actors"
 	"streamtier/admin"
 	"streamtier/backends"
 	"streamtier/manifest"
@@ -147,8 +148,15 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 	s3req, s3err := sumReq(n.S3)
 	etcdReq, etcdErr := sumReq(n.Etcd)
 	fmt.Fprintf(out, "node %s at %s, up %s\n", n.ID, base, dur(time.Duration(n.UptimeSeconds*float64(time.Second))))
-	fmt.Fprintf(out, "  governor %s, %d queued (%s), %d transfers running · reaper %d queued, %d deleted, %d failed\n",
-		gov, n.Governor.Queued, human(n.Governor.QueuedBytes), n.Governor.Running, n.Reaper.Queued, n.Reaper.Deleted, n.Reaper.Failed)
+	fmt.Fprintf(out, "  governor %s, %d queued (%s), %d transfers running (bound %d, %d per stream) · reaper %d queued, %d deleted, %d failed\n",
+		gov, n.Governor.Queued, human(n.Governor.QueuedBytes), n.Governor.Running, n.Governor.MaxConcurrent, n.Governor.PerStream,
+		n.Reaper.Queued, n.Reaper.Deleted, n.Reaper.Failed)
+	for _, f := range n.Faults {
+		fmt.Fprintf(out, "  FAULT: %s failed (%s): %s\n", f.Server, orOther(f.Exhausted), f.Error)
+	}
+	if n.StreamsStalled > 0 {
+		fmt.Fprintf(out, "  %d streams running, %d STALLED by local resources (%s)\n", n.StreamsRunning, n.StreamsStalled, causes(n.StalledBy))
+	}
 	fmt.Fprintf(out, "  uploaded %s in %d fragments · %d persists (p50 %s, p99 %s) · S3 %d requests, %d errors · etcd %d requests, %d errors\n",
 		human(n.Uploads.Bytes), n.Uploads.Fragments, n.Persists.OK, dur(secs(n.Persists.LatencyP50Secs)), dur(secs(n.Persists.LatencyP99Secs)),
 		s3req, s3err, etcdReq, etcdErr)
@@ -190,6 +198,12 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 		}
 		if s.Error != "" {
 			fmt.Fprintf(out, "\n%s: %s\n", s.Stream, s.Error)
+		}
+		if s.LocalError != "" {
+			fmt.Fprintf(out, "\n%s: STALLED (%s): cannot read the local log: %s (retried every second)\n", s.Stream, orOther(s.Exhausted), s.LocalError)
+		}
+		if s.LogWriteError != "" {
+			fmt.Fprintf(out, "\n%s: the local log refuses appends (%s): %s\n", s.Stream, orOther(s.Exhausted), s.LogWriteError)
 		}
 		if s.StopReason != "" {
 			fmt.Fprintf(out, "\n%s: stopped for good: %s\n", s.Stream, s.StopReason)
@@ -548,4 +562,23 @@ func printCluster(out io.Writer, c admin.ClusterReport) {
 		}
 		t.flush()
 	}
+}
+
+// causes lists counts by cause, "EMFILE 3, ENOSPC 1", in a stable order.
+func causes(by map[string]int64) string {
+	var out []string
+	for _, c := range actors.LocalErrorCauses() {
+		if by[c] > 0 {
+			out = append(out, fmt.Sprintf("%s %d", c, by[c]))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// orOther is the cause of a local failure, "other" when it is not a named resource.
+func orOther(cause string) string {
+	if cause == "" {
+		return "other"
+	}
+	return cause
 }

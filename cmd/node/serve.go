@@ -117,7 +117,7 @@ func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 
 	var wg sync.WaitGroup
 	loadCtx, stopLoad := context.WithCancel(context.Background())
-	for _, st := range p.streams {
+	for _, st := range p.openStreams() { // under the lock: the cluster's role loop may be adding one
 		if st.demo != nil {
 			wg.Add(1)
 			go func() { // owned by serve: stopLoad and wg end it
@@ -161,10 +161,32 @@ type process struct {
 	lis     *actors.Listener
 	cluster *actors.Cluster
 
-	mu      sync.Mutex // guards streams and byID: the cluster's role loop opens streams
+	mu      sync.Mutex // guards streams, byID and faults: the cluster's role loop opens streams
 	streams []*openStream
 	byID    map[string]*openStream
 	closed  bool
+	faults  []admin.Fault // embedded servers that stopped on their own
+	// stopWatch ends the watch of the embedded servers, before they are closed on purpose.
+	stopWatch context.CancelFunc
+}
+
+// fault records an embedded server that stopped on its own: loudly in the log and on
+// stderr, then in /status, /metrics and /readyz for as long as the process runs.
+func (p *process) fault(server string, err error) {
+	cause := actors.ExhaustedResource(err)
+	p.log.Error().Err(err).Str("server", server).Str("exhausted", cause).
+		Msg("an embedded server failed: the node cannot use it until it is restarted (streams stall and retry)")
+	fmt.Fprintf(p.stderr, "node: %s failed (%s): %v\n", server, orOther(cause), err)
+	p.mu.Lock()
+	p.faults = append(p.faults, admin.Fault{Server: server, Exhausted: cause, Error: err.Error()})
+	p.mu.Unlock()
+}
+
+// faultList is a copy of the faults recorded so far.
+func (p *process) faultList() []admin.Fault {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]admin.Fault(nil), p.faults...)
 }
 
 // openStreams is a copy of the streams opened so far.
@@ -176,6 +198,9 @@ func (p *process) openStreams() []*openStream {
 
 func (p *process) start(ctx context.Context) error {
 	s := p.s
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	p.stopWatch = stopWatch
+	p.b.Watch(watchCtx, p.fault)
 	p.etcdMetrics = admin.InstrumentEtcd(p.b.EtcdClient)
 	var node *actors.Node
 	if s.Cluster {
@@ -206,7 +231,7 @@ func (p *process) start(ctx context.Context) error {
 	}
 	opts := admin.Options{
 		Node: node, NodeID: s.NodeID, Started: p.started, S3: p.b.Store.Metrics(), Etcd: p.etcdMetrics,
-		RebalanceThreshold: s.RebalanceThreshold, Log: p.log,
+		RebalanceThreshold: s.RebalanceThreshold, Log: p.log, Faults: p.faultList,
 		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}, {Name: "s3", Check: p.b.ProbeS3}},
 	}
 	info := backends.RunInfo{PID: os.Getpid(), NodeID: s.NodeID, Started: p.started}
@@ -257,7 +282,7 @@ func (p *process) openClusterStream(id string) (actors.StreamSpec, error) {
 		}
 		lg, err := segments.Open(st.LogDir, segments.Options{MaxSegmentBytes: p.s.SegmentMaxBytes})
 		if err != nil {
-			return actors.StreamSpec{}, fmt.Errorf("stream %s: %w", id, err)
+			return actors.StreamSpec{}, fmt.Errorf("stream %s: %w%s", id, err, exhaustedHint(err))
 		}
 		if last, ok := lg.LastChunkID(); ok {
 			if err := lg.SetCommitted(last); err != nil {
@@ -285,7 +310,7 @@ func (p *process) addStream(st nodeconfig.StreamSettings, demo *nodeconfig.Setti
 	}
 	lg, err := segments.Open(st.LogDir, segments.Options{MaxSegmentBytes: p.s.SegmentMaxBytes})
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", st.ID, err)
+		return fmt.Errorf("stream %s: %w%s", st.ID, err, exhaustedHint(err))
 	}
 	ost := &openStream{id: st.ID, log: lg}
 	p.mu.Lock()
@@ -341,6 +366,9 @@ func (p *process) shutdown() int {
 func (p *process) close() error {
 	if p.closed {
 		return nil
+	}
+	if p.stopWatch != nil {
+		p.stopWatch() // what follows stops the embedded servers on purpose
 	}
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -564,4 +592,17 @@ func (s summary) print(out io.Writer, set nodeconfig.Settings) {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+// exhaustedHint says what to do about a local resource that ran out ("" for other errors).
+func exhaustedHint(err error) string {
+	switch actors.ExhaustedResource(err) {
+	case "EMFILE":
+		return " (EMFILE: this process is out of file descriptors; raise its limit, ulimit -n or LimitNOFILE)"
+	case "ENFILE":
+		return " (ENFILE: the system is out of file descriptors; raise fs.file-max)"
+	case "ENOSPC", "EDQUOT":
+		return " (" + actors.ExhaustedResource(err) + ": the disk under the stream's log is full)"
+	}
+	return ""
 }

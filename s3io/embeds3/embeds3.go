@@ -60,9 +60,25 @@ type Server struct {
 	SecretKey string
 	Dir       string // absolute data directory
 
-	cancel context.CancelFunc
-	done   chan error
-	closed sync.Once
+	cancel  context.CancelFunc
+	done    chan error
+	closed  sync.Once
+	stopped chan struct{} // closed when the gateway returns, for whatever reason
+	runErr  error         // what it returned; set before stopped is closed
+}
+
+// Stopped is closed when the gateway has stopped: after Close, or on its own when it failed
+// (a listener that died, descriptors exhausted). StopErr then says why.
+func (s *Server) Stopped() <-chan struct{} { return s.stopped }
+
+// StopErr is what the gateway returned once Stopped is closed (nil before).
+func (s *Server) StopErr() error {
+	select {
+	case <-s.stopped:
+		return s.runErr
+	default:
+		return nil
+	}
 }
 
 // Start runs the endpoint with defaults over dir: a free loopback port, random credentials.
@@ -148,10 +164,15 @@ func StartWith(ctx context.Context, o Options) (*Server, error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		Endpoint: "http://" + o.Addr, Region: o.Region, AccessKey: o.AccessKey, SecretKey: o.SecretKey, Dir: dir,
-		cancel: cancel, done: make(chan error, 1),
+		cancel: cancel, done: make(chan error, 1), stopped: make(chan struct{}),
 	}
-	go func() { s.done <- embedgw.RunVersityGW(runCtx, be, cfg) }() // owned by s: Close ends it
-	started = true                                                  // from here Close releases the instance
+	go func() { // owned by s: Close ends it
+		err := embedgw.RunVersityGW(runCtx, be, cfg)
+		s.runErr = err
+		close(s.stopped)
+		s.done <- err
+	}()
+	started = true // from here Close releases the instance
 	if err := s.waitHealthy(ctx); err != nil {
 		s.Close()
 		return nil, err

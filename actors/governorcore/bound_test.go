@@ -1,0 +1,179 @@
+package governorcore
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// The bounds and the share under random submissions, completions, cancellations and time:
+// the node-wide bound and every stream's share are never exceeded; an admission never
+// passes over an earlier queued submission whose stream had room (FIFO and fair: no stream
+// waits behind more than its share of another's); without a rate nothing that may run is
+// left waiting; every id is admitted at most once, never after it was superseded or
+// canceled; a resubmission keeps its turn.
+func TestPropertyBoundAndShare(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		max := rapid.IntRange(1, 6).Draw(t, "max")
+		share := rapid.IntRange(0, max).Draw(t, "share")
+		cfg := Config{MaxConcurrent: max, PerStream: share}
+		if rapid.Bool().Draw(t, "paced") {
+			cfg.RateBytesPerSec = rapid.Int64Range(1, 1000).Draw(t, "rate")
+		}
+		g := New(cfg, t0)
+		now := t0
+		streams := []string{"a", "b", "c", "d"}
+		var order []Submission // the model's queue, in turn order
+		running := map[uint64]string{}
+		perStream := map[string]int{}
+		gone := map[uint64]bool{} // admitted, superseded or canceled
+		var next uint64
+		check := func(d Decision) {
+			pre := slices.Clone(order)
+			for _, id := range d.Superseded {
+				gone[id] = true
+			}
+			admitted := map[uint64]bool{}
+			for _, s := range d.Admit {
+				if gone[s.ID] {
+					t.Fatalf("id %d admitted after it was admitted, superseded or canceled", s.ID)
+				}
+				gone[s.ID], admitted[s.ID] = true, true
+				running[s.ID] = s.Stream
+				perStream[s.Stream]++
+			}
+			order = slices.DeleteFunc(order, func(s Submission) bool { return admitted[s.ID] })
+			if len(running) > max {
+				t.Fatalf("%d transfers running, bound %d", len(running), max)
+			}
+			for st, n := range perStream {
+				if share > 0 && n > share {
+					t.Fatalf("stream %s runs %d, share %d", st, n, share)
+				}
+			}
+			// Fairness: every submission left queued ahead of an admitted one had no room.
+			last := -1
+			for i, s := range pre {
+				if admitted[s.ID] {
+					last = i
+				}
+			}
+			for _, s := range pre[:last+1] {
+				if !admitted[s.ID] && (share == 0 || perStream[s.Stream] < share) {
+					t.Fatalf("%d (stream %s, %d running) passed over although its stream had room; queue %v", s.ID, s.Stream, perStream[s.Stream], pre)
+				}
+			}
+			if cfg.Unlimited() && len(running) < max {
+				for _, s := range order {
+					if share == 0 || perStream[s.Stream] < share {
+						t.Fatalf("%d (stream %s) waits with a free slot and room in its share", s.ID, s.Stream)
+					}
+				}
+			}
+			var q []uint64
+			for _, s := range g.pending {
+				q = append(q, s.ID)
+			}
+			var want []uint64
+			for _, s := range order {
+				want = append(want, s.ID)
+			}
+			if !slices.Equal(q, want) {
+				t.Fatalf("queue %v, the model says %v", q, want)
+			}
+			if st := g.Status(); st.InFlight != len(running) {
+				t.Fatalf("status in flight %d, the model says %d", st.InFlight, len(running))
+			}
+		}
+		for i, steps := 0, rapid.IntRange(1, 120).Draw(t, "steps"); i < steps; i++ {
+			switch rapid.IntRange(0, 4).Draw(t, "op") {
+			case 0, 1:
+				next++
+				s := Submission{ID: next, Size: rapid.Int64Range(1, 300).Draw(t, "size"),
+					Stream: rapid.SampledFrom(streams).Draw(t, "stream"), Ref: rapid.Uint64Range(0, 3).Draw(t, "ref")}
+				s.Owner = uint64(s.Stream[0]) // one reader per stream
+				if j := slices.IndexFunc(order, func(o Submission) bool { return s.Ref != 0 && o.Owner == s.Owner && o.Ref == s.Ref }); j >= 0 {
+					order[j] = s // supersedes in place
+				} else {
+					order = append(order, s)
+				}
+				check(g.Submit(now, s))
+			case 2:
+				if len(running) == 0 {
+					continue
+				}
+				ids := make([]uint64, 0, len(running))
+				for id := range running {
+					ids = append(ids, id)
+				}
+				slices.Sort(ids)
+				id := rapid.SampledFrom(ids).Draw(t, "done")
+				if perStream[running[id]]--; perStream[running[id]] == 0 {
+					delete(perStream, running[id])
+				}
+				delete(running, id)
+				check(g.Done(now, id))
+			case 3:
+				now = now.Add(time.Duration(rapid.Int64Range(0, int64(time.Second)).Draw(t, "advance")))
+				check(g.Tick(now))
+			case 4:
+				owner := uint64(rapid.SampledFrom(streams).Draw(t, "cancel")[0])
+				for _, id := range g.CancelOwner(owner) {
+					gone[id] = true
+				}
+				order = slices.DeleteFunc(order, func(s Submission) bool { return s.Owner == owner })
+			}
+		}
+		// Draining: completing everything admits everything still queued, eventually.
+		for guard := 0; len(order) > 0 || len(running) > 0; guard++ {
+			if guard > 10_000 {
+				t.Fatalf("the queue does not drain: %v queued, %d running", order, len(running))
+			}
+			for id, st := range running {
+				delete(running, id)
+				if perStream[st]--; perStream[st] == 0 {
+					delete(perStream, st)
+				}
+				check(g.Done(now, id))
+				break
+			}
+			if len(running) == 0 {
+				now = now.Add(time.Second)
+				check(g.Tick(now))
+			}
+		}
+	})
+}
+
+// With N streams each queueing a backlog, the admissions interleave: between two
+// admissions of one stream, every other stream with work gets its turn.
+func TestRoundRobinUnderTheShare(t *testing.T) {
+	g := New(Config{MaxConcurrent: 4, PerStream: 1}, t0)
+	var admitted []string
+	var running []uint64 // in admission order: the oldest transfer ends first
+	take := func(d Decision) {
+		for _, s := range d.Admit {
+			admitted = append(admitted, s.Stream)
+			running = append(running, s.ID)
+		}
+	}
+	id := uint64(0)
+	for _, st := range []string{"a", "b", "c", "d"} {
+		for range 5 {
+			id++
+			take(g.Submit(t0, Submission{ID: id, Stream: st, Size: 1}))
+		}
+	}
+	for len(admitted) < 20 {
+		first := running[0]
+		running = running[1:]
+		take(g.Done(t0, first))
+	}
+	got := fmt.Sprint(admitted)
+	if got != "[a b c d a b c d a b c d a b c d a b c d]" {
+		t.Fatalf("admission order %s, want the streams in turn", got)
+	}
+}
