@@ -62,7 +62,7 @@ var (
 	descStreamBehind  = desc("stream_behind", "1 while a stream's local log is a prefix of its remote tier (waits for the log to catch up or fork).", "stream")
 	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving and once stopped for good.", "stream")
 
-	descS3Requests = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success).", "op", "class")
+	descS3Requests = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success; not_found is a 404 answer, not an error).", "op", "class")
 	descS3Bytes    = desc("s3_bytes_total", "Payload bytes sent or received by S3 operation.", "op")
 	descS3Latency  = desc("s3_request_duration_seconds", "S3 request latency by operation.", "op")
 	descEtcdReqs   = desc("etcd_requests_total", "etcd key-value requests by operation and outcome class (none, retriable, other).", "op", "class")
@@ -194,6 +194,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for cl, v := range op.ByClass {
 			counter(descS3Requests, float64(v), name, s3io.Class(cl).String())
 		}
+		counter(descS3Requests, float64(op.NotFound), name, "not_found")
 		counter(descS3Bytes, float64(op.Bytes), name)
 		ch <- histogram(descS3Latency, op.Buckets[:], op.Sum, name)
 	}

@@ -97,10 +97,13 @@ type StageReport struct {
 	PersistBytes  uint64 `json:"persist_bytes"`  // applied in memory, not yet persisted
 }
 
-// RequestReport counts requests to a backend by operation and errors by class.
+// RequestReport counts requests to a backend by operation and errors by class. NotFound
+// counts S3's 404 answers (an object or bucket that does not exist yet), which are not
+// errors and are in no class.
 type RequestReport struct {
 	Requests      map[string]uint64 `json:"requests"`
 	ErrorsByClass map[string]uint64 `json:"errors_by_class"`
+	NotFound      uint64            `json:"not_found,omitempty"`
 }
 
 // StreamReport is one stream's status: local log, remote tier, pipeline, lag.
@@ -262,6 +265,7 @@ func BuildReport(in NodeInput, now time.Time) Report {
 	}
 	for _, op := range in.S3 {
 		n.S3.Requests[op.Op.String()] = op.Requests
+		n.S3.NotFound += op.NotFound
 		for c, v := range op.ByClass {
 			if c != int(s3io.ClassNone) {
 				n.S3.ErrorsByClass[s3io.Class(c).String()] += v

@@ -57,13 +57,17 @@ var LatencyBuckets = [...]time.Duration{
 
 // Metrics counts requests per operation and outcome class, bytes moved, and request latency
 // in fixed buckets. All fields are atomics; a Store updates them, anyone may Snapshot.
+// A 404 (no such key or bucket) is counted apart, as NotFound, and not as an error: it is
+// how the system learns that an object does not exist yet (a new stream's root, a bucket
+// to create), an answer rather than a failure. Its error class is unchanged (Classify).
 type Metrics struct {
 	ops [NumOps]opMetrics
 }
 
 type opMetrics struct {
-	byClass [NumClasses]atomic.Uint64
-	bytes   atomic.Uint64
+	byClass  [NumClasses]atomic.Uint64
+	notFound atomic.Uint64 // 404 answers, not in byClass
+	bytes    atomic.Uint64
 	buckets [len(LatencyBuckets) + 1]atomic.Uint64
 	sumNs   atomic.Int64
 }
@@ -71,7 +75,11 @@ type opMetrics struct {
 // observe records one request of op that took d, moved n bytes and ended with err.
 func (m *Metrics) observe(op Op, d time.Duration, n int64, err error) {
 	o := &m.ops[op]
-	o.byClass[Classify(err)].Add(1)
+	if err != nil && IsNotFound(err) {
+		o.notFound.Add(1)
+	} else {
+		o.byClass[Classify(err)].Add(1)
+	}
 	if n > 0 {
 		o.bytes.Add(uint64(n))
 	}
@@ -87,14 +95,15 @@ func (m *Metrics) observe(op Op, d time.Duration, n int64, err error) {
 type OpSnapshot struct {
 	Op       Op
 	Requests uint64                          // all requests
-	ByClass  [NumClasses]uint64              // requests by Class of their outcome (ClassNone = success)
+	ByClass  [NumClasses]uint64              // requests by Class of their outcome (ClassNone = success), 404s aside
+	NotFound uint64                          // requests answered 404: an answer, not an error
 	Bytes    uint64                          // payload bytes sent or received
 	Buckets  [len(LatencyBuckets) + 1]uint64 // latency histogram (non-cumulative), last is +Inf
 	Sum      time.Duration                   // total latency
 }
 
-// Errors is the number of failed requests.
-func (s OpSnapshot) Errors() uint64 { return s.Requests - s.ByClass[ClassNone] }
+// Errors is the number of failed requests; a 404 is not one.
+func (s OpSnapshot) Errors() uint64 { return s.Requests - s.ByClass[ClassNone] - s.NotFound }
 
 // MetricsSnapshot holds every operation's counters, indexed by Op.
 type MetricsSnapshot [NumOps]OpSnapshot
@@ -105,7 +114,8 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	var out MetricsSnapshot
 	for op := range out {
 		o := &m.ops[op]
-		s := OpSnapshot{Op: Op(op), Bytes: o.bytes.Load(), Sum: time.Duration(o.sumNs.Load())}
+		s := OpSnapshot{Op: Op(op), Bytes: o.bytes.Load(), Sum: time.Duration(o.sumNs.Load()), NotFound: o.notFound.Load()}
+		s.Requests = s.NotFound
 		for c := range s.ByClass {
 			s.ByClass[c] = o.byClass[c].Load()
 			s.Requests += s.ByClass[c]
