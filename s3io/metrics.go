@@ -68,8 +68,8 @@ type opMetrics struct {
 	byClass  [NumClasses]atomic.Uint64
 	notFound atomic.Uint64 // 404 answers, not in byClass
 	bytes    atomic.Uint64
-	buckets [len(LatencyBuckets) + 1]atomic.Uint64
-	sumNs   atomic.Int64
+	buckets  [len(LatencyBuckets) + 1]atomic.Uint64
+	sumNs    atomic.Int64
 }
 
 // observe records one request of op that took d, moved n bytes and ended with err.
