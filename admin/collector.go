@@ -62,11 +62,15 @@ var (
 	descStreamBehind  = desc("stream_behind", "1 while a stream's local log is a prefix of its remote tier (waits for the log to catch up or fork).", "stream")
 	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving and once stopped for good.", "stream")
 
-	descS3Requests = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success; not_found is a 404 answer, not an error).", "op", "class")
-	descS3Bytes    = desc("s3_bytes_total", "Payload bytes sent or received by S3 operation.", "op")
-	descS3Latency  = desc("s3_request_duration_seconds", "S3 request latency by operation.", "op")
-	descEtcdReqs   = desc("etcd_requests_total", "etcd key-value requests by operation and outcome class (none, retriable, other).", "op", "class")
-	descEtcdLat    = desc("etcd_request_duration_seconds", "etcd key-value request latency by operation.", "op")
+	descS3Requests   = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success; not_found is a 404 answer, not an error).", "op", "class")
+	descS3Bytes      = desc("s3_bytes_total", "Payload bytes sent or received by S3 operation.", "op")
+	descS3Latency    = desc("s3_request_duration_seconds", "S3 request latency by operation.", "op")
+	descBucketUp     = desc("s3_bucket_reachable", "1 when the last bucket probe (a one-key listing every s3_probe_interval) succeeded, 0 when it failed or none finished yet.")
+	descBucketState  = desc("s3_bucket_probe_state", "1 for the outcome of the last bucket probe (ok, access_denied, no_bucket, unreachable, error), 0 for the others.", "outcome")
+	descBucketProbes = desc("s3_bucket_probes_total", "Bucket probes by outcome (ok, access_denied, no_bucket, unreachable, error).", "outcome")
+	descBucketSince  = desc("s3_bucket_state_seconds", "How long the bucket probe's current outcome has lasted: while probes fail, how long the bucket has been failing.")
+	descEtcdReqs     = desc("etcd_requests_total", "etcd key-value requests by operation and outcome class (none, retriable, other).", "op", "class")
+	descEtcdLat      = desc("etcd_request_duration_seconds", "etcd key-value request latency by operation.", "op")
 )
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -198,6 +202,24 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descS3Bytes, float64(op.Bytes), name)
 		ch <- histogram(descS3Latency, op.Buckets[:], op.Sum, name)
 	}
+	if b := in.Bucket; b != nil {
+		up := 0.0
+		if b.Reachable() {
+			up = 1
+		}
+		gauge(descBucketUp, up)
+		for _, o := range s3io.ProbeOutcomes {
+			v := 0.0
+			if b.Outcome == o {
+				v = 1
+			}
+			gauge(descBucketState, v, string(o))
+			counter(descBucketProbes, float64(b.Counts[o]), string(o))
+		}
+		if !b.Since.IsZero() {
+			gauge(descBucketSince, time.Since(b.Since).Seconds())
+		}
+	}
 	for _, op := range in.Etcd.Ops {
 		counter(descEtcdReqs, float64(op.Requests-op.Retriable-op.Other), op.Op, "none")
 		counter(descEtcdReqs, float64(op.Retriable), op.Op, "retriable")
@@ -228,6 +250,10 @@ func (s *Server) input(ctx context.Context) NodeInput {
 	}
 	if o.S3 != nil {
 		in.S3 = o.S3.Snapshot()
+	}
+	if o.Bucket != nil {
+		h := o.Bucket.Health()
+		in.Bucket = &h
 	}
 	in.Governor, in.GovernorErr = o.Node.GovernorStatus(ctx)
 	for _, id := range o.Node.Streams() {

@@ -48,8 +48,10 @@ type NodeReport struct {
 	Persists         PersistReport  `json:"persists"`
 	Stages           StageReport    `json:"stages"`
 	S3               RequestReport  `json:"s3"`
-	Etcd             RequestReport  `json:"etcd"`
-	Error            string         `json:"error,omitempty"` // a part of the status that could not be read
+	// Bucket is the last outcome of the periodic bucket probe (absent when it is off).
+	Bucket *BucketReport `json:"s3_bucket,omitempty"`
+	Etcd   RequestReport `json:"etcd"`
+	Error  string        `json:"error,omitempty"` // a part of the status that could not be read
 }
 
 // GovernorReport is the governor's token bucket and queue.
@@ -88,6 +90,34 @@ type PersistReport struct {
 	Failures       int64   `json:"failures"`
 	LatencyP50Secs float64 `json:"latency_p50_seconds"`
 	LatencyP99Secs float64 `json:"latency_p99_seconds"`
+}
+
+// BucketReport is what the bucket probe last saw: whether the bucket answers, and if not
+// how (access_denied, no_bucket, unreachable, error) with the server's error, since when.
+type BucketReport struct {
+	Bucket          string            `json:"bucket"`
+	Reachable       bool              `json:"reachable"`
+	Outcome         string            `json:"outcome"` // "" before the first probe
+	Error           string            `json:"error,omitempty"`
+	CheckedAtMillis int64             `json:"checked_at_ms"`
+	SinceMillis     int64             `json:"since_ms"` // when the current outcome began
+	IntervalSeconds float64           `json:"interval_seconds"`
+	Probes          uint64            `json:"probes"`
+	ByOutcome       map[string]uint64 `json:"by_outcome"`
+}
+
+func bucketReport(h s3io.BucketHealth) *BucketReport {
+	r := &BucketReport{
+		Bucket: h.Bucket, Reachable: h.Reachable(), Outcome: string(h.Outcome), Error: h.Error,
+		IntervalSeconds: h.Interval.Seconds(), Probes: h.Probes, ByOutcome: map[string]uint64{},
+	}
+	if !h.CheckedAt.IsZero() {
+		r.CheckedAtMillis, r.SinceMillis = h.CheckedAt.UnixMilli(), h.Since.UnixMilli()
+	}
+	for k, v := range h.Counts {
+		r.ByOutcome[string(k)] = v
+	}
+	return r
 }
 
 // StageReport sums the bytes in each pipeline stage over the streams.
@@ -221,6 +251,7 @@ type NodeInput struct {
 	Governor           actors.GovernorStatus
 	GovernorErr        error
 	S3                 s3io.MetricsSnapshot
+	Bucket             *s3io.BucketHealth // nil without a bucket probe
 	Etcd               EtcdSnapshot
 	Streams            []StreamInput
 	RebalanceThreshold int
@@ -256,6 +287,9 @@ func BuildReport(in NodeInput, now time.Time) Report {
 	}
 	if in.GovernorErr != nil {
 		n.Error = in.GovernorErr.Error()
+	}
+	if in.Bucket != nil {
+		n.Bucket = bucketReport(*in.Bucket)
 	}
 	for c := range m.TransferErrors {
 		if c == int(s3io.ClassNone) {

@@ -53,6 +53,7 @@ type Settings struct {
 	S3CAFile          string
 	S3RequestTimeout  time.Duration
 	S3TransferTimeout time.Duration
+	S3ProbeInterval   time.Duration // 0: no periodic bucket probe
 
 	KeyPrefix              string
 	FragmentTargetSize     uint64
@@ -252,6 +253,9 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.S3RequestTimeout })},
 	{name: "s3_transfer_timeout", def: "5m", help: "bound on a fragment PUT or GET",
 		apply: duration(func(s *Settings) *time.Duration { return &s.S3TransferTimeout })},
+
+	{name: "s3_probe_interval", def: "30s", help: "how often the node lists one key of the bucket to report it unreachable or refusing access (status, /readyz, metrics); 0 turns the probe off (then /readyz lists the bucket itself)",
+		apply: duration(func(s *Settings) *time.Duration { return &s.S3ProbeInterval })},
 
 	{name: "key_prefix", def: "streams", help: "S3 key prefix of every stream",
 		apply: str(func(s *Settings) *string { return &s.KeyPrefix })},

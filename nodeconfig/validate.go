@@ -134,6 +134,8 @@ func (s Settings) Validate() error {
 		return bad("local_hot_window_age", "%v: negative", s.LocalHotWindowAge)
 	case s.RetentionMaxAge < 0:
 		return bad("retention_max_age", "%v: negative", s.RetentionMaxAge)
+	case s.S3ProbeInterval < 0:
+		return bad("s3_probe_interval", "%v: negative (0 turns the probe off)", s.S3ProbeInterval)
 	case s.GCGracePeriod < 0:
 		return bad("gc_grace_period", "%v: negative", s.GCGracePeriod)
 	case s.SegmentMaxBytes < 1 || s.SegmentMaxBytes > math.MaxUint32:

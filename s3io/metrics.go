@@ -19,6 +19,7 @@ const (
 	OpDeleteObjects
 	OpList
 	OpEnsureBucket
+	OpProbe
 	// NumOps counts the operations above; it sizes per-operation arrays.
 	NumOps
 )
@@ -42,6 +43,8 @@ func (o Op) String() string {
 		return "list"
 	case OpEnsureBucket:
 		return "ensure_bucket"
+	case OpProbe:
+		return "probe"
 	}
 	return "unknown"
 }

@@ -146,8 +146,19 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 	fmt.Fprintf(out, "  uploaded %s in %d fragments · %d persists (p50 %s, p99 %s) · S3 %d requests, %d errors · etcd %d requests, %d errors\n",
 		human(n.Uploads.Bytes), n.Uploads.Fragments, n.Persists.OK, dur(secs(n.Persists.LatencyP50Secs)), dur(secs(n.Persists.LatencyP99Secs)),
 		s3req, s3err, etcdReq, etcdErr)
-	fmt.Fprintf(out, "  pipeline bytes: assembly %s, transfer %s, persist %s\n\n",
+	fmt.Fprintf(out, "  pipeline bytes: assembly %s, transfer %s, persist %s\n",
 		human(n.Stages.AssemblyBytes), human(n.Stages.TransferBytes), human(n.Stages.PersistBytes))
+	if b := n.Bucket; b != nil {
+		switch {
+		case b.Outcome == "":
+			fmt.Fprintf(out, "  bucket %s: not probed yet\n", b.Bucket)
+		case b.Reachable:
+			fmt.Fprintf(out, "  bucket %s: reachable (probed %s ago, every %s)\n", b.Bucket, ago(msAge(b.CheckedAtMillis)), dur(secs(b.IntervalSeconds)))
+		default:
+			fmt.Fprintf(out, "  bucket %s: %s for %s: %s\n", b.Bucket, strings.ToUpper(strings.ReplaceAll(b.Outcome, "_", " ")), ago(msAge(b.SinceMillis)), b.Error)
+		}
+	}
+	fmt.Fprintln(out)
 	t := newTable(out)
 	t.row("STREAM", "PHASE", "COMMITTED", "UPLOADED", "PERSISTED", "LAG", "LAG AGE", "REMOTE", "FRAGMENTS", "IN FLIGHT", "ASSEMBLING", "PERSIST", "LAST PERSIST", "LOCAL")
 	for _, s := range rep.Streams {
@@ -203,6 +214,9 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 }
 
 func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
+// msAge is the age in seconds of a Unix time in milliseconds.
+func msAge(ms int64) float64 { return max(time.Since(time.UnixMilli(ms)).Seconds(), 0) }
 
 func sumReq(r admin.RequestReport) (req, errs uint64) {
 	for _, v := range r.Requests {

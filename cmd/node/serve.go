@@ -143,6 +143,7 @@ type process struct {
 	started time.Time
 
 	etcdMetrics *admin.EtcdMetrics
+	probe       *s3io.BucketProbe // nil when s3_probe_interval is 0
 	node        *actors.Node
 	admin       *admin.Server
 	// lis is the cluster listener until StartCluster takes it; cluster is set in cluster mode.
@@ -196,7 +197,18 @@ func (p *process) start(ctx context.Context) error {
 	opts := admin.Options{
 		Node: node, NodeID: s.NodeID, Started: p.started, S3: p.b.Store.Metrics(), Etcd: p.etcdMetrics,
 		RebalanceThreshold: s.RebalanceThreshold, Log: p.log,
-		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}, {Name: "s3", Check: p.b.ProbeS3}},
+		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}},
+	}
+	if s.S3ProbeInterval > 0 {
+		probe, err := s3io.NewBucketProbe(p.b.Store, p.b.KeyPrefix+"/", s.S3ProbeInterval, p.log.With().Str("component", "bucket-probe").Logger())
+		if err != nil {
+			return err
+		}
+		p.probe = probe
+		probe.Start(context.Background()) // stopped by close
+		opts.Bucket = probe
+	} else {
+		opts.Ready = append(opts.Ready, admin.Check{Name: "s3", Check: p.b.ProbeS3})
 	}
 	info := backends.RunInfo{PID: os.Getpid(), NodeID: s.NodeID, Started: p.started}
 	if p.cluster != nil {
@@ -346,6 +358,9 @@ func (p *process) close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	if p.probe != nil {
+		p.probe.Stop()
+	}
 	if p.admin != nil {
 		if err := p.admin.Close(ctx); err != nil {
 			errs = append(errs, err)

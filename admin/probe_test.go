@@ -1,0 +1,113 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"streamtier/actors"
+	"streamtier/admin"
+	"streamtier/metadata/etcdtest"
+	"streamtier/s3io"
+	"streamtier/s3io/s3test"
+)
+
+// TestBucketProbeInStatus: with the S3 server answering the bucket listing with 403, the
+// probe's outcome reaches /status (access_denied, the server's error), /readyz (503 naming
+// it) and the metrics (s3_bucket_reachable 0); once the fault is gone, the next probe makes
+// all three say the bucket answers again.
+func TestBucketProbeInStatus(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	etcd := etcdtest.Start(t)
+	meta := etcdtest.Store(t, etcd)
+	srv := s3test.Start(t, s3test.Options{})
+	inj := s3test.NewInjector(t, srv)
+	cfg := inj.Config()
+	cfg.Bucket = srv.NewBucket(t).Bucket
+	store, err := s3io.NewStore(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := actors.Start(ctx, actors.Config{Logger: zerolog.Nop()}, store, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Stop(context.Background())
+	probe, err := s3io.NewBucketProbe(store, "streams/", time.Hour, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := admin.Start("127.0.0.1:0", admin.Options{Node: node, NodeID: "n", S3: store.Metrics(), Bucket: probe, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	readyz := func() (int, admin.ReadyReport) {
+		t.Helper()
+		resp, err := http.Get(a.URL() + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r admin.ReadyReport
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, r
+	}
+	status := func() admin.NodeReport {
+		t.Helper()
+		c := admin.Client{Base: a.URL()}
+		rep, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Node
+	}
+	if code, r := readyz(); code != 503 || !strings.Contains(r.Checks["s3_bucket"], "not probed yet") {
+		t.Fatalf("readyz before the first probe: %d %+v", code, r)
+	}
+	probe.ProbeOnce(ctx)
+	if code, r := readyz(); code != 200 || r.Checks["s3_bucket"] != "ok" {
+		t.Fatalf("readyz: %d %+v", code, r)
+	}
+	if b := status().Bucket; b == nil || !b.Reachable || b.Outcome != "ok" || b.Bucket != cfg.Bucket {
+		t.Fatalf("status: %+v", b)
+	}
+
+	inj.Add(s3test.Rule{Method: "GET", KeyRegexp: "^$", Fault: s3test.FaultForbidden})
+	probe.ProbeOnce(ctx)
+	code, r := readyz()
+	if code != 503 || r.Ready || !strings.Contains(r.Checks["s3_bucket"], "access_denied") || !strings.Contains(r.Checks["s3_bucket"], "AccessDenied") {
+		t.Fatalf("readyz while denied: %d %+v", code, r)
+	}
+	b := status().Bucket
+	if b == nil || b.Reachable || b.Outcome != "access_denied" || !strings.Contains(b.Error, "s3test: injected access denied") || b.ByOutcome["access_denied"] != 1 {
+		t.Fatalf("status while denied: %+v", b)
+	}
+	samples, _ := scrape(t, a.URL())
+	if samples["streamtier_s3_bucket_reachable{}"] != 0 || samples[`streamtier_s3_bucket_probe_state{outcome="access_denied"}`] != 1 ||
+		samples[`streamtier_s3_bucket_probes_total{outcome="access_denied"}`] != 1 {
+		t.Fatalf("metrics while denied: reachable %v, state %v, probes %v", samples["streamtier_s3_bucket_reachable{}"],
+			samples[`streamtier_s3_bucket_probe_state{outcome="access_denied"}`], samples[`streamtier_s3_bucket_probes_total{outcome="access_denied"}`])
+	}
+
+	inj.Clear()
+	probe.ProbeOnce(ctx)
+	if code, r := readyz(); code != 200 || r.Checks["s3_bucket"] != "ok" {
+		t.Fatalf("readyz after recovery: %d %+v", code, r)
+	}
+	if b := status().Bucket; !b.Reachable || b.Error != "" || b.ByOutcome["ok"] != 2 {
+		t.Fatalf("status after recovery: %+v", b)
+	}
+	samples, _ = scrape(t, a.URL())
+	if samples["streamtier_s3_bucket_reachable{}"] != 1 || samples[`streamtier_s3_bucket_probe_state{outcome="ok"}`] != 1 {
+		t.Fatalf("metrics after recovery: %v", samples["streamtier_s3_bucket_reachable{}"])
+	}
+}
