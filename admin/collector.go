@@ -69,6 +69,12 @@ var (
 	descBucketState  = desc("s3_bucket_probe_state", "1 for the outcome of the last bucket probe (ok, access_denied, no_bucket, unreachable, error), 0 for the others.", "outcome")
 	descBucketProbes = desc("s3_bucket_probes_total", "Bucket probes by outcome (ok, access_denied, no_bucket, unreachable, error).", "outcome")
 	descBucketSince  = desc("s3_bucket_state_seconds", "How long the bucket probe's current outcome has lasted: while probes fail, how long the bucket has been failing.")
+	descGCSweeps     = desc("gc_sweeps_total", "Automatic garbage collection rounds on this node by outcome (ok, failed, skipped_locked: another node held the sweep lock).", "outcome")
+	descGCObjects    = desc("gc_objects_total", "Objects automatic garbage collection found or handled, summed over sweeps: orphans (garbage past the grace period), deleted, delete_failed.", "kind")
+	descGCLast       = desc("gc_last_sweep_objects", "Findings of this node's last sweep: scanned, referenced, orphans, young, pending, undecided, deleted, failed.", "kind")
+	descGCLastTime   = desc("gc_last_sweep_timestamp_seconds", "Unix time this node's last sweep started (0 before the first).")
+	descGCLastDur    = desc("gc_last_sweep_duration_seconds", "How long this node's last sweep took.")
+	descGCLastErr    = desc("gc_last_sweep_failed", "1 when this node's last sweep failed (the error is in /status), else 0.")
 	descEtcdReqs     = desc("etcd_requests_total", "etcd key-value requests by operation and outcome class (none, retriable, other).", "op", "class")
 	descEtcdLat      = desc("etcd_request_duration_seconds", "etcd key-value request latency by operation.", "op")
 )
@@ -220,6 +226,32 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descBucketSince, time.Since(b.Since).Seconds())
 		}
 	}
+	if g := in.GC; g != nil {
+		counter(descGCSweeps, float64(g.Sweeps-g.SweepErrors), "ok")
+		counter(descGCSweeps, float64(g.SweepErrors), "failed")
+		counter(descGCSweeps, float64(g.SkippedLocked), "skipped_locked")
+		counter(descGCObjects, float64(g.OrphansFound), "orphans")
+		counter(descGCObjects, float64(g.ObjectsDeleted), "deleted")
+		counter(descGCObjects, float64(g.DeleteFailures), "delete_failed")
+		if l := g.Last; l != nil {
+			for _, k := range []struct {
+				name string
+				v    int
+			}{{"scanned", l.Scanned}, {"referenced", l.Referenced}, {"orphans", l.Orphans}, {"young", l.Young},
+				{"pending", l.Pending}, {"undecided", l.Undecided}, {"deleted", l.Deleted}, {"failed", l.Failed}} {
+				gauge(descGCLast, float64(k.v), k.name)
+			}
+			if !l.Started.IsZero() {
+				gauge(descGCLastTime, float64(l.Started.UnixMilli())/1000)
+				gauge(descGCLastDur, l.Finished.Sub(l.Started).Seconds())
+			}
+			failed := 0.0
+			if l.Err != nil {
+				failed = 1
+			}
+			gauge(descGCLastErr, failed)
+		}
+	}
 	for _, op := range in.Etcd.Ops {
 		counter(descEtcdReqs, float64(op.Requests-op.Retriable-op.Other), op.Op, "none")
 		counter(descEtcdReqs, float64(op.Retriable), op.Op, "retriable")
@@ -250,10 +282,18 @@ func (s *Server) input(ctx context.Context) NodeInput {
 	}
 	if o.S3 != nil {
 		in.S3 = o.S3.Snapshot()
+	} else {
+		for op := range in.S3 { // zero counters, each under its own operation's name
+			in.S3[op].Op = s3io.Op(op)
+		}
 	}
 	if o.Bucket != nil {
 		h := o.Bucket.Health()
 		in.Bucket = &h
+	}
+	if o.GC != nil {
+		g := o.GC.Status()
+		in.GC = &g
 	}
 	in.Governor, in.GovernorErr = o.Node.GovernorStatus(ctx)
 	for _, id := range o.Node.Streams() {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"streamtier/actors"
+	"streamtier/gc"
 	"streamtier/manifest"
 	"streamtier/s3io"
 )
@@ -50,8 +51,10 @@ type NodeReport struct {
 	S3               RequestReport  `json:"s3"`
 	// Bucket is the last outcome of the periodic bucket probe (absent when it is off).
 	Bucket *BucketReport `json:"s3_bucket,omitempty"`
-	Etcd   RequestReport `json:"etcd"`
-	Error  string        `json:"error,omitempty"` // a part of the status that could not be read
+	// GC is the automatic garbage collection (absent when gc_interval is 0).
+	GC    *GCReport     `json:"gc,omitempty"`
+	Etcd  RequestReport `json:"etcd"`
+	Error string        `json:"error,omitempty"` // a part of the status that could not be read
 }
 
 // GovernorReport is the governor's token bucket and queue.
@@ -116,6 +119,65 @@ func bucketReport(h s3io.BucketHealth) *BucketReport {
 	}
 	for k, v := range h.Counts {
 		r.ByOutcome[string(k)] = v
+	}
+	return r
+}
+
+// GCReport is automatic garbage collection on this node: its settings, its counters since
+// the start and the last sweep it ran (rounds another node swept are counted as skipped).
+type GCReport struct {
+	Mode            string         `json:"mode"`
+	IntervalSeconds float64        `json:"interval_seconds"`
+	GraceSeconds    float64        `json:"grace_seconds"`
+	Sweeps          uint64         `json:"sweeps"`
+	SkippedLocked   uint64         `json:"skipped_locked"` // another node held the lock
+	SweepErrors     uint64         `json:"sweep_errors"`
+	OrphansFound    uint64         `json:"orphans_found"` // summed over sweeps
+	ObjectsDeleted  uint64         `json:"objects_deleted"`
+	DeleteFailures  uint64         `json:"delete_failures"`
+	LastAttemptMs   int64          `json:"last_attempt_ms,omitempty"`
+	Last            *GCSweepReport `json:"last_sweep,omitempty"`
+}
+
+// GCSweepReport is one sweep's findings.
+type GCSweepReport struct {
+	StartedMs    int64   `json:"started_ms"`
+	DurationSecs float64 `json:"duration_seconds"`
+	Scanned      int     `json:"scanned"`
+	Referenced   int     `json:"referenced"`
+	Orphans      int     `json:"orphans"`
+	OrphanBytes  int64   `json:"orphan_bytes"`
+	Young        int     `json:"young"`
+	Pending      int     `json:"pending"`
+	Undecided    int     `json:"undecided"`
+	Deleted      int     `json:"deleted"`
+	Failed       int     `json:"failed"`
+	StaleSkipped int     `json:"stale_skipped"`
+	Error        string  `json:"error,omitempty"`
+	Undecidable  string  `json:"undecided_reason,omitempty"`
+}
+
+func gcReport(st gc.SweeperStatus) *GCReport {
+	r := &GCReport{
+		Mode: string(st.Mode), IntervalSeconds: st.Interval.Seconds(), GraceSeconds: st.Grace.Seconds(),
+		Sweeps: st.Sweeps, SkippedLocked: st.SkippedLocked, SweepErrors: st.SweepErrors, OrphansFound: st.OrphansFound,
+		ObjectsDeleted: st.ObjectsDeleted, DeleteFailures: st.DeleteFailures,
+	}
+	if !st.LastAttempt.IsZero() {
+		r.LastAttemptMs = st.LastAttempt.UnixMilli()
+	}
+	if l := st.Last; l != nil {
+		r.Last = &GCSweepReport{
+			StartedMs: l.Started.UnixMilli(), DurationSecs: l.Finished.Sub(l.Started).Seconds(), Scanned: l.Scanned, Referenced: l.Referenced,
+			Orphans: l.Orphans, OrphanBytes: l.OrphanBytes, Young: l.Young, Pending: l.Pending, Undecided: l.Undecided,
+			Deleted: l.Deleted, Failed: l.Failed, StaleSkipped: l.StaleSkipped, Undecidable: l.UndecidedReason,
+		}
+		if l.Err != nil {
+			r.Last.Error = l.Err.Error()
+		}
+		if l.Started.IsZero() { // failed before it could take the lock
+			r.Last.StartedMs, r.Last.DurationSecs = 0, 0
+		}
 	}
 	return r
 }
@@ -252,6 +314,7 @@ type NodeInput struct {
 	GovernorErr        error
 	S3                 s3io.MetricsSnapshot
 	Bucket             *s3io.BucketHealth // nil without a bucket probe
+	GC                 *gc.SweeperStatus  // nil without automatic garbage collection
 	Etcd               EtcdSnapshot
 	Streams            []StreamInput
 	RebalanceThreshold int
@@ -290,6 +353,9 @@ func BuildReport(in NodeInput, now time.Time) Report {
 	}
 	if in.Bucket != nil {
 		n.Bucket = bucketReport(*in.Bucket)
+	}
+	if in.GC != nil {
+		n.GC = gcReport(*in.GC)
 	}
 	for c := range m.TransferErrors {
 		if c == int(s3io.ClassNone) {

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"streamtier/actors"
+	"streamtier/gc"
 	"streamtier/manifest"
 	"streamtier/s3io"
 )
@@ -36,7 +37,9 @@ type Options struct {
 	S3      *s3io.Metrics // may be nil
 	// Bucket, when set, is the periodic bucket probe: status and metrics show its last
 	// outcome, and /readyz's "s3_bucket" check reads it instead of asking S3 itself.
-	Bucket             *s3io.BucketProbe
+	Bucket *s3io.BucketProbe
+	// GC, when set, is the automatic garbage collection: status and metrics show its sweeps.
+	GC                 *gc.Sweeper
 	Etcd               *EtcdMetrics  // may be nil
 	Ready              []Check       // /readyz runs them all, each bounded by ReadyTimeout
 	ReadyTimeout       time.Duration // default 2 s

@@ -77,6 +77,8 @@ type Settings struct {
 	RetentionMaxBytes      uint64
 	RetentionMaxAge        time.Duration
 	GCGracePeriod          time.Duration
+	GCInterval             time.Duration // 0: no automatic garbage collection
+	GCMode                 string        // dry-run or delete
 	SegmentMaxBytes        int64
 
 	Demo       bool
@@ -301,6 +303,10 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.RetentionMaxAge })},
 	{name: "gc_grace_period", def: "1h", help: "garbage collection never deletes an unreferenced object younger than this",
 		apply: duration(func(s *Settings) *time.Duration { return &s.GCGracePeriod })},
+	{name: "gc_interval", def: "0", help: "automatic garbage collection: sweep the bucket this often, one node of the cluster at a time (an etcd lock); 0 turns it off",
+		apply: duration(func(s *Settings) *time.Duration { return &s.GCInterval })},
+	{name: "gc_mode", def: "dry-run", help: "what an automatic sweep does with the orphans: dry-run (report them) or delete (as `node gc --delete`)",
+		apply: str(func(s *Settings) *string { return &s.GCMode })},
 	{name: "segment_max_bytes", def: "500MB", demo: "32MiB", help: "local segment size of the logs the node opens (demo and declared streams)",
 		apply: size64(func(s *Settings) *int64 { return &s.SegmentMaxBytes })},
 

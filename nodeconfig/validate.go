@@ -13,6 +13,7 @@ import (
 	"streamtier/actors"
 	"streamtier/actors/governorcore"
 	"streamtier/actors/readercore"
+	"streamtier/gc"
 	"streamtier/manifest"
 	"streamtier/metadata"
 	"streamtier/s3io"
@@ -138,6 +139,10 @@ func (s Settings) Validate() error {
 		return bad("s3_probe_interval", "%v: negative (0 turns the probe off)", s.S3ProbeInterval)
 	case s.GCGracePeriod < 0:
 		return bad("gc_grace_period", "%v: negative", s.GCGracePeriod)
+	case s.GCInterval < 0:
+		return bad("gc_interval", "%v: negative (0 turns automatic garbage collection off)", s.GCInterval)
+	case s.GCMode != string(gc.ModeDryRun) && s.GCMode != string(gc.ModeDelete):
+		return bad("gc_mode", "%q: want dry-run or delete", s.GCMode)
 	case s.SegmentMaxBytes < 1 || s.SegmentMaxBytes > math.MaxUint32:
 		return bad("segment_max_bytes", "%d: want 1 byte to 4 GiB", s.SegmentMaxBytes)
 	}

@@ -158,6 +158,17 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 			fmt.Fprintf(out, "  bucket %s: %s for %s: %s\n", b.Bucket, strings.ToUpper(strings.ReplaceAll(b.Outcome, "_", " ")), ago(msAge(b.SinceMillis)), b.Error)
 		}
 	}
+	if g := n.GC; g != nil {
+		line := fmt.Sprintf("  gc %s every %s (grace %s): %d sweeps here, %d rounds swept by another node, %d deleted", g.Mode,
+			dur(secs(g.IntervalSeconds)), dur(secs(g.GraceSeconds)), g.Sweeps, g.SkippedLocked, g.ObjectsDeleted)
+		if l := g.Last; l != nil {
+			line += fmt.Sprintf("; last sweep %s ago: %d orphans (%s), %d young, %d pending, %d deleted", ago(msAge(l.StartedMs)), l.Orphans, human(l.OrphanBytes), l.Young, l.Pending, l.Deleted)
+			if l.Error != "" {
+				line += "; FAILED: " + l.Error
+			}
+		}
+		fmt.Fprintln(out, line)
+	}
 	fmt.Fprintln(out)
 	t := newTable(out)
 	t.row("STREAM", "PHASE", "COMMITTED", "UPLOADED", "PERSISTED", "LAG", "LAG AGE", "REMOTE", "FRAGMENTS", "IN FLIGHT", "ASSEMBLING", "PERSIST", "LAST PERSIST", "LOCAL")

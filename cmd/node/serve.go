@@ -18,6 +18,7 @@ import (
 	"streamtier/actors"
 	"streamtier/admin"
 	"streamtier/backends"
+	"streamtier/gc"
 	"streamtier/manifest"
 	"streamtier/nodeconfig"
 	"streamtier/s3io"
@@ -144,6 +145,7 @@ type process struct {
 
 	etcdMetrics *admin.EtcdMetrics
 	probe       *s3io.BucketProbe // nil when s3_probe_interval is 0
+	sweeper     *gc.Sweeper       // nil when gc_interval is 0
 	node        *actors.Node
 	admin       *admin.Server
 	// lis is the cluster listener until StartCluster takes it; cluster is set in cluster mode.
@@ -209,6 +211,19 @@ func (p *process) start(ctx context.Context) error {
 		opts.Bucket = probe
 	} else {
 		opts.Ready = append(opts.Ready, admin.Check{Name: "s3", Check: p.b.ProbeS3})
+	}
+	if s.GCInterval > 0 {
+		sw, err := gc.NewSweeper(gc.SweeperConfig{
+			Options:  gc.Options{Store: p.b.Store, Meta: p.b.Meta, KeyPrefix: p.b.KeyPrefix, Grace: s.GCGracePeriod},
+			Interval: s.GCInterval, Mode: gc.Mode(s.GCMode), NodeID: s.NodeID, Log: p.log.With().Str("component", "gc").Logger(),
+		})
+		if err != nil {
+			return err
+		}
+		p.sweeper = sw
+		sw.Start(context.Background()) // stopped by close
+		opts.GC = sw
+		p.log.Info().Str("mode", s.GCMode).Str("interval", s.GCInterval.String()).Str("grace", s.GCGracePeriod.String()).Msg("automatic garbage collection on")
 	}
 	info := backends.RunInfo{PID: os.Getpid(), NodeID: s.NodeID, Started: p.started}
 	if p.cluster != nil {
@@ -360,6 +375,9 @@ func (p *process) close() error {
 	p.mu.Unlock()
 	if p.probe != nil {
 		p.probe.Stop()
+	}
+	if p.sweeper != nil {
+		p.sweeper.Stop()
 	}
 	if p.admin != nil {
 		if err := p.admin.Close(ctx); err != nil {

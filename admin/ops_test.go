@@ -12,6 +12,8 @@ import (
 
 	"streamtier/actors"
 	"streamtier/admin"
+	"streamtier/gc"
+	"streamtier/manifest"
 	"streamtier/metadata/etcdtest"
 	"streamtier/s3io"
 	"streamtier/s3io/s3test"
@@ -109,5 +111,52 @@ func TestBucketProbeInStatus(t *testing.T) {
 	samples, _ = scrape(t, a.URL())
 	if samples["streamtier_s3_bucket_reachable{}"] != 1 || samples[`streamtier_s3_bucket_probe_state{outcome="ok"}`] != 1 {
 		t.Fatalf("metrics after recovery: %v", samples["streamtier_s3_bucket_reachable{}"])
+	}
+}
+
+// TestGCInStatus: automatic garbage collection's findings (a dry-run sweep that found one
+// orphan) are in /status and the metrics.
+func TestGCInStatus(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	etcd := etcdtest.Start(t)
+	meta := etcdtest.Store(t, etcd)
+	srv := s3test.Start(t, s3test.Options{})
+	store, err := s3io.NewStore(ctx, srv.NewBucket(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PutObject(ctx, manifest.FragmentKey(manifest.DefaultKeyPrefix, "gone", 0, 1, 7), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	node, err := actors.Start(ctx, actors.Config{Logger: zerolog.Nop()}, store, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Stop(context.Background())
+	sw, err := gc.NewSweeper(gc.SweeperConfig{Options: gc.Options{Store: store, Meta: meta}, Interval: time.Hour, NodeID: "n", Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := admin.Start("127.0.0.1:0", admin.Options{Node: node, NodeID: "n", GC: sw, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	if r := sw.SweepOnce(ctx); r.Err != nil || r.Orphans != 1 {
+		t.Fatalf("sweep: %+v", r)
+	}
+	rep, err := admin.Client{Base: a.URL()}.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := rep.Node.GC
+	if g == nil || g.Mode != "dry-run" || g.Sweeps != 1 || g.OrphansFound != 1 || g.Last == nil || g.Last.Orphans != 1 || g.Last.Deleted != 0 || g.Last.StartedMs == 0 {
+		t.Fatalf("status gc: %+v", g)
+	}
+	samples, _ := scrape(t, a.URL())
+	if samples[`streamtier_gc_last_sweep_objects{kind="orphans"}`] != 1 || samples[`streamtier_gc_sweeps_total{outcome="ok"}`] != 1 ||
+		samples[`streamtier_gc_objects_total{kind="deleted"}`] != 0 || samples["streamtier_gc_last_sweep_failed{}"] != 0 {
+		t.Fatalf("gc metrics: %v %v", samples[`streamtier_gc_last_sweep_objects{kind="orphans"}`], samples[`streamtier_gc_sweeps_total{outcome="ok"}`])
 	}
 }
