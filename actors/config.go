@@ -46,6 +46,9 @@ type Config struct {
 	PersistTimeout time.Duration
 	// GroupUploadTimeout bounds one group object PUT of a rebalance (default 60 s).
 	GroupUploadTimeout time.Duration
+	// ParkRetryInterval is how often the reader of a parked stream (one whose reader kept
+	// failing until its restart delay reached the ceiling) is retried (default 1 min).
+	ParkRetryInterval time.Duration
 	// Logger receives the node's structured logs.
 	Logger zerolog.Logger
 	// Replicas, when set, carries broadcasts and syncs to replica nodes; nil drops them
@@ -142,6 +145,9 @@ func (c Config) withDefaults() Config {
 	if c.GroupUploadTimeout == 0 {
 		c.GroupUploadTimeout = DefaultGroupUploadTimeout
 	}
+	if c.ParkRetryInterval == 0 {
+		c.ParkRetryInterval = DefaultParkRetryInterval
+	}
 	c.clock = orWall(c.clock)
 	return c
 }
@@ -151,6 +157,8 @@ const (
 	DefaultResolveTimeout     = 30 * time.Second
 	DefaultPersistTimeout     = 30 * time.Second
 	DefaultGroupUploadTimeout = 60 * time.Second
+	// DefaultParkRetryInterval is how often a parked stream's reader is retried.
+	DefaultParkRetryInterval = time.Minute
 )
 
 // Validate refuses a configuration the node cannot run with, naming the setting.
@@ -170,7 +178,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"resolve_timeout", c.ResolveTimeout}, {"persist_timeout", c.PersistTimeout}, {"group_upload_timeout", c.GroupUploadTimeout}} {
+	}{{"resolve_timeout", c.ResolveTimeout}, {"persist_timeout", c.PersistTimeout}, {"group_upload_timeout", c.GroupUploadTimeout}, {"stream_park_retry_interval", c.ParkRetryInterval}} {
 		if d.v < 0 {
 			return fmt.Errorf("node config: %s = %s: negative", d.name, d.v)
 		}

@@ -60,7 +60,11 @@ type Metrics struct {
 	BroadcastsDropped atomic.Int64
 	// StrayMessages counts messages a reader had no case for (dropped, never fed to the core).
 	StrayMessages atomic.Int64
-	Reaper        ReaperStats
+	// Parks counts streams parked because their reader kept failing (once per episode, not
+	// per failed retry); ParkRetries the periodic retries of parked readers.
+	Parks       atomic.Int64
+	ParkRetries atomic.Int64
+	Reaper      ReaperStats
 
 	mu             sync.Mutex
 	persistLatency []time.Duration // recent successful persists, for p50/p99

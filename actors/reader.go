@@ -78,6 +78,7 @@ type reader struct {
 	resolveTries int
 	resolveErr   string
 	running      bool // the core has Resolved and LogOpened
+	counted      bool // counted in StreamsRunning (start got that far)
 }
 
 func (r *reader) Receive(c actor.Context) {
@@ -86,11 +87,16 @@ func (r *reader) Receive(c actor.Context) {
 	case *actor.Started:
 		r.start(c)
 	case *actor.Stopping, *actor.Restarting:
-		r.cancel()
 		r.timers.stopAll()
+		if r.cancel == nil { // it failed before it started: nothing to cancel
+			return
+		}
+		r.cancel()
 		c.Send(r.n.governor, cancelOwner{Owner: r.shell.owner})
 	case *actor.Stopped:
-		r.n.metrics.StreamsRunning.Add(-1)
+		if r.counted {
+			r.n.metrics.StreamsRunning.Add(-1)
+		}
 	case resolveRetryMsg:
 		r.resolve(c)
 	case *resolvedMsg:
@@ -195,6 +201,7 @@ func (r *reader) start(c actor.Context) {
 	r.core = core
 	r.h.setReader(c.Self())
 	r.n.metrics.StreamsRunning.Add(1)
+	r.counted = true
 	log := r.h.spec.Log
 	r.drain = c.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		return &drain{log: log, logger: r.log, faults: r.n.cfg.faults, metrics: r.n.metrics}
@@ -238,6 +245,7 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 		return
 	}
 	r.running, r.resolveErr = true, ""
+	r.h.recovered()
 	for _, w := range r.h.outstanding() {
 		r.waiters[w.Waiter] = true
 		r.step(c, w)

@@ -34,7 +34,7 @@ var (
 	descUploadedBytes  = desc("uploaded_bytes_total", "Chunk bytes uploaded in fragment objects.")
 	descTransferErrors = desc("transfer_errors_total", "Failed fragment uploads by error class.", "class")
 	descPersists       = desc("persists_total", "Persist attempts by outcome (ok, conflict, not_found, failure).", "outcome")
-	descEvents         = desc("events_total", "Noteworthy pipeline events by kind (resolve_failure, reset, reinitialization, reader_crash, core_error, stall, remote_retention_run, local_segment_deleted, actor_restart, task_panic, task_overdue, broadcast_dropped, stray_message).", "event")
+	descEvents         = desc("events_total", "Noteworthy pipeline events by kind (resolve_failure, reset, reinitialization, reader_crash, core_error, stall, remote_retention_run, local_segment_deleted, actor_restart, task_panic, task_overdue, broadcast_dropped, stray_message, stream_parked, park_retry).", "event")
 	descGapOffsets     = desc("gap_offsets_total", "Offsets given up because the local log dropped them before upload.")
 	descReaper         = desc("reaper_total", "Reaper work by kind (deleted, failed, retries, group_gets).", "kind")
 	descStreams        = desc("streams_running", "Streams whose replica reader runs.")
@@ -60,6 +60,8 @@ var (
 	descStreamGaps    = desc("stream_gap_offsets", "Offsets of a stream's persisted root declared as gaps: lost from the local log before upload.", "stream")
 	descStreamDiverge = desc("stream_diverged", "1 while a stream's local log shares no chunk with its remote tier (waits for `node truncate`).", "stream")
 	descStreamBehind  = desc("stream_behind", "1 while a stream's local log is a prefix of its remote tier (waits for the log to catch up or fork).", "stream")
+	descStreamParked  = desc("stream_parked", "1 while a stream is parked: its reader kept failing and is retried every stream_park_retry_interval.", "stream")
+	descStreamsParked = desc("streams_parked", "Streams parked now (their reader keeps failing).")
 	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving and once stopped for good.", "stream")
 
 	descS3Requests   = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success; not_found is a 404 answer, not an error).", "op", "class")
@@ -114,6 +116,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		{"broadcast_dropped", m.BroadcastsDropped.Load()}, {"stray_message", m.StrayMessages.Load()},
 		{"drain_wakeup", m.DrainWakeups.Load()}, {"drain_reposition", m.DrainRepositions.Load()},
 		{"drain_stall", m.DrainStalls.Load()}, {"drain_pause", m.DrainPauses.Load()},
+		{"stream_parked", m.Parks.Load()}, {"park_retry", m.ParkRetries.Load()},
 	} {
 		counter(descEvents, float64(e.v), e.name)
 	}
@@ -140,16 +143,22 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descLatency, u99.Seconds(), "upload", "0.99")
 
 	rep := BuildReport(in, time.Now())
+	gauge(descStreamsParked, float64(rep.Node.StreamsParked))
 	gauge(descStage, float64(rep.Node.Stages.AssemblyBytes), "assembly")
 	gauge(descStage, float64(rep.Node.Stages.TransferBytes), "transfer")
 	gauge(descStage, float64(rep.Node.Stages.PersistBytes), "persist")
 	for _, s := range rep.Streams {
 		id := s.Stream
 		running := 0.0
-		if s.Error == "" && s.Phase != "starting" && s.Phase != "resolving" && s.Phase != "stopped" {
+		if s.Error == "" && s.Phase != "starting" && s.Phase != "resolving" && s.Phase != "stopped" && s.Phase != "parked" {
 			running = 1
 		}
 		gauge(descStreamUp, running, id)
+		parked := 0.0
+		if s.Parked != nil {
+			parked = 1
+		}
+		gauge(descStreamParked, parked, id)
 		if s.Error != "" {
 			continue
 		}

@@ -160,3 +160,18 @@ func TestGCInStatus(t *testing.T) {
 		t.Fatalf("gc metrics: %v %v", samples[`streamtier_gc_last_sweep_objects{kind="orphans"}`], samples[`streamtier_gc_sweeps_total{outcome="ok"}`])
 	}
 }
+
+// TestParkedInReport: a parked stream's status becomes the report's parked part (reason,
+// since, next retry), and the node counts it.
+func TestParkedInReport(t *testing.T) {
+	since := time.UnixMilli(1_700_000_000_000)
+	st := actors.StreamStatus{Stream: "pk", Phase: "parked", Parked: &actors.ParkedStatus{Since: since, Reason: "boom", Failures: 9, RetryAt: since.Add(time.Minute)}}
+	rep := admin.BuildReport(admin.NodeInput{Metrics: &actors.Metrics{}, Streams: []admin.StreamInput{{Status: st}, {Status: actors.StreamStatus{Stream: "ok", Phase: "running"}}}}, since)
+	if rep.Node.StreamsParked != 1 || rep.Streams[1].Parked == nil || rep.Streams[0].Parked != nil {
+		t.Fatalf("report: %+v", rep)
+	}
+	p := rep.Streams[1].Parked
+	if p.Reason != "boom" || p.Failures != 9 || p.SinceMillis != since.UnixMilli() || p.RetryAtMillis != since.Add(time.Minute).UnixMilli() {
+		t.Fatalf("parked: %+v", p)
+	}
+}

@@ -42,6 +42,7 @@ type NodeReport struct {
 	ID               string         `json:"id"`
 	UptimeSeconds    float64        `json:"uptime_seconds"`
 	StreamsRunning   int64          `json:"streams_running"`
+	StreamsParked    int            `json:"streams_parked"`
 	TransfersRunning int64          `json:"transfers_running"`
 	Governor         GovernorReport `json:"governor"`
 	Reaper           ReaperReport   `json:"reaper"`
@@ -213,6 +214,17 @@ type StreamReport struct {
 	Error    string           `json:"error,omitempty"`
 	// StopReason says why a stream in phase "stopped" stopped for good (deleted, deposed).
 	StopReason string `json:"stop_reason,omitempty"`
+	// Parked is set, with phase "parked", while the stream's reader keeps failing and is
+	// retried every stream_park_retry_interval.
+	Parked *ParkedReport `json:"parked,omitempty"`
+}
+
+// ParkedReport says why and since when a stream is parked, and when it is retried next.
+type ParkedReport struct {
+	SinceMillis   int64  `json:"since_ms"`
+	Reason        string `json:"reason"`
+	Failures      int    `json:"failures_last_minute"`
+	RetryAtMillis int64  `json:"retry_at_ms"`
 }
 
 // LocalReport is the stream's local log.
@@ -383,6 +395,9 @@ func BuildReport(in NodeInput, now time.Time) Report {
 		r.Node.Stages.AssemblyBytes += sr.Fragment.Bytes
 		r.Node.Stages.TransferBytes += sr.Pipeline.InFlightBytes
 		r.Node.Stages.PersistBytes += sr.Pipeline.UnpersistedBytes
+		if sr.Parked != nil {
+			r.Node.StreamsParked++
+		}
 		r.Streams = append(r.Streams, sr)
 	}
 	sort.Slice(r.Streams, func(i, j int) bool { return r.Streams[i].Stream < r.Streams[j].Stream })
@@ -433,6 +448,9 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 	}
 	if c.Diverged {
 		r.Remote.Diverged = &DivergedReport{Behind: c.Behind, RemoteFirst: c.RemoteFirst, RemoteNext: c.RemoteNext, LocalFirst: c.LocalFirst, LocalNext: c.LocalNext}
+	}
+	if p := s.Parked; p != nil {
+		r.Parked = &ParkedReport{SinceMillis: p.Since.UnixMilli(), Reason: p.Reason, Failures: p.Failures, RetryAtMillis: p.RetryAt.UnixMilli()}
 	}
 	if in.Err != nil {
 		r.Error = in.Err.Error()

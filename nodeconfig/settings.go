@@ -72,6 +72,7 @@ type Settings struct {
 	PersistTimeout         time.Duration
 	GroupUploadTimeout     time.Duration
 	ResolveTimeout         time.Duration
+	ParkRetryInterval      time.Duration
 	LocalHotWindowBytes    int64
 	LocalHotWindowAge      time.Duration
 	RetentionMaxBytes      uint64
@@ -293,6 +294,8 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.GroupUploadTimeout })},
 	{name: "resolve_timeout", def: "30s", help: "bound on one manifest resolution at a reader's start (anchor, etcd record, root object)",
 		apply: duration(func(s *Settings) *time.Duration { return &s.ResolveTimeout })},
+	{name: "stream_park_retry_interval", def: "1m", help: "how often the reader of a parked stream (one whose reader kept failing until its restart delay reached 10s) is retried",
+		apply: duration(func(s *Settings) *time.Duration { return &s.ParkRetryInterval })},
 	{name: "local_hot_window_bytes", def: "0", help: "uploaded bytes kept locally as a cache (0 deletes uploaded segments at once)",
 		apply: size64(func(s *Settings) *int64 { return &s.LocalHotWindowBytes })},
 	{name: "local_hot_window_age", def: "0", help: "uploaded segments younger than this are kept locally",

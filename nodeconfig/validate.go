@@ -153,6 +153,7 @@ func (s Settings) Validate() error {
 		{"persist_interval", s.PersistInterval}, {"upload_retry_delay", s.UploadRetryDelay},
 		{"transient_backoff_base", s.TransientBackoffBase}, {"retention_task_timeout", s.RetentionTaskTimeout},
 		{"persist_timeout", s.PersistTimeout}, {"group_upload_timeout", s.GroupUploadTimeout}, {"resolve_timeout", s.ResolveTimeout},
+		{"stream_park_retry_interval", s.ParkRetryInterval},
 	} {
 		if err := positive(p.name, p.d); err != nil {
 			return err
@@ -231,6 +232,7 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 		PersistTimeout:      s.PersistTimeout,
 		GroupUploadTimeout:  s.GroupUploadTimeout,
 		ResolveTimeout:      s.ResolveTimeout,
+		ParkRetryInterval:   s.ParkRetryInterval,
 		Logger:              log,
 	}
 }

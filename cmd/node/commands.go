@@ -210,6 +210,10 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 		if s.StopReason != "" {
 			fmt.Fprintf(out, "\n%s: stopped for good: %s\n", s.Stream, s.StopReason)
 		}
+		if p := s.Parked; p != nil {
+			fmt.Fprintf(out, "\n%s: PARKED for %s: its reader keeps failing (%d failures in a minute; last: %s); retried automatically in %s\n",
+				s.Stream, ago(msAge(p.SinceMillis)), p.Failures, p.Reason, dur(time.Until(time.UnixMilli(p.RetryAtMillis)).Round(time.Second)))
+		}
 		if d := s.Remote.Diverged; d != nil && d.Behind {
 			fmt.Fprintf(out, "\n%s: BEHIND: the local log [%d, %d) is a prefix of the remote tier [%d, %d); nothing is uploaded or deleted until it reaches %d (a match) or writes chunks of its own (a fork: the remote tier is then cut back to where they part).\n",
 				s.Stream, d.LocalFirst, d.LocalNext, d.RemoteFirst, d.RemoteNext, d.RemoteNext)
