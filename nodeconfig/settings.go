@@ -54,6 +54,9 @@ type Settings struct {
 	S3RequestTimeout  time.Duration
 	S3TransferTimeout time.Duration
 	S3ProbeInterval   time.Duration // 0: no periodic bucket probe
+	S3SSE             string        // "", AES256 or aws:kms
+	S3SSEKMSKeyID     string
+	S3ExpectedOwner   string // AWS account id the bucket must belong to
 
 	KeyPrefix              string
 	FragmentTargetSize     uint64
@@ -257,6 +260,12 @@ var table = []setting{
 	{name: "s3_transfer_timeout", def: "5m", help: "bound on a fragment PUT or GET",
 		apply: duration(func(s *Settings) *time.Duration { return &s.S3TransferTimeout })},
 
+	{name: "s3_sse", def: "", help: "server-side encryption asked for on every object PUT: empty (the bucket's default encryption, SSE-S3 on AWS), AES256 (SSE-S3) or aws:kms (SSE-KMS)",
+		apply: str(func(s *Settings) *string { return &s.S3SSE })},
+	{name: "s3_sse_kms_key_id", def: "", help: "KMS key id or ARN for s3_sse aws:kms; empty uses the account's aws/s3 key",
+		apply: str(func(s *Settings) *string { return &s.S3SSEKMSKeyID })},
+	{name: "s3_expected_bucket_owner", def: "", help: "AWS account id (12 digits) the bucket must belong to, sent with every request: S3 refuses requests to a bucket of that name owned by another account",
+		apply: str(func(s *Settings) *string { return &s.S3ExpectedOwner })},
 	{name: "s3_probe_interval", def: "30s", help: "how often the node lists one key of the bucket to report it unreachable or refusing access (status, /readyz, metrics); 0 turns the probe off (then /readyz lists the bucket itself)",
 		apply: duration(func(s *Settings) *time.Duration { return &s.S3ProbeInterval })},
 

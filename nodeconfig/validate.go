@@ -102,7 +102,7 @@ func (s Settings) Validate() error {
 		return err
 	}
 	if s.EmbeddedS3() {
-		for _, name := range []string{"s3_access_key", "s3_secret_key", "s3_ca_file"} {
+		for _, name := range []string{"s3_access_key", "s3_secret_key", "s3_ca_file", "s3_sse", "s3_sse_kms_key_id", "s3_expected_bucket_owner"} {
 			if s.Origins[name] != "" && s.Origins[name] != "default" {
 				return bad(name, "only applies to an external S3 (set s3_bucket)")
 			}
@@ -264,6 +264,7 @@ func (s Settings) S3Config() s3io.Config {
 		Endpoint: s.S3Endpoint, Region: s.S3Region, Bucket: s.S3Bucket, PathStyle: s.S3PathStyle,
 		AccessKey: s.S3AccessKey, SecretKey: s.S3SecretKey, CAFile: s.S3CAFile,
 		RequestTimeout: s.S3RequestTimeout, TransferTimeout: s.S3TransferTimeout,
+		SSE: s.S3SSE, SSEKMSKeyID: s.S3SSEKMSKeyID, ExpectedBucketOwner: s.S3ExpectedOwner,
 	}
 }
 

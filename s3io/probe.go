@@ -20,7 +20,7 @@ const DefaultProbeInterval = 30 * time.Second
 // policy refuse the listing (which the node needs), or the bucket does not exist. Unlike a
 // HEAD, a refused listing carries the server's error code and message.
 func (s *Store) ProbeBucket(ctx context.Context, prefix string) error {
-	in := &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(prefix), MaxKeys: aws.Int32(1)}
+	in := &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(prefix), MaxKeys: aws.Int32(1), ExpectedBucketOwner: s.cfg.owner()}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	start := time.Now()

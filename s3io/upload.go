@@ -134,6 +134,10 @@ func (s *Store) sendFragment(ctx context.Context, key string, u *fragmentUpload)
 		Body:          body,
 		ContentLength: aws.Int64(size),
 		ChecksumCRC32: aws.String(crcHeader(u.crc)),
+
+		ServerSideEncryption: s.cfg.sse(),
+		SSEKMSKeyId:          s.cfg.kmsKey(),
+		ExpectedBucketOwner:  s.cfg.owner(),
 	}, unsignedPayload)
 	// The transport may still hold the body after an early answer: read its state under lock.
 	st := body.state()
