@@ -77,6 +77,9 @@ var (
 	descGCLastTime   = desc("gc_last_sweep_timestamp_seconds", "Unix time this node's last sweep started (0 before the first).")
 	descGCLastDur    = desc("gc_last_sweep_duration_seconds", "How long this node's last sweep took.")
 	descGCLastErr    = desc("gc_last_sweep_failed", "1 when this node's last sweep failed (the error is in /status), else 0.")
+	descStreamReqs   = desc("stream_s3_requests_total", "A stream's S3 requests by kind as S3 bills them (put, get, head, list, delete); stream \"\" is requests of no one stream (the bucket probe, gc listings).", "stream", "kind")
+	descStreamCost   = desc("stream_cost_usd_per_month", "A stream's projected monthly S3 cost in dollars at the configured prices: its request rate so far for 30 days (part requests), its stored bytes for a month (part storage).", "stream", "part")
+	descNodeCost     = desc("cost_usd_per_month", "The node's projected monthly S3 cost in dollars (every request, its streams' stored bytes) by part (requests, storage).", "part")
 	descEtcdReqs     = desc("etcd_requests_total", "etcd key-value requests by operation and outcome class (none, retriable, other).", "op", "class")
 	descEtcdLat      = desc("etcd_request_duration_seconds", "etcd key-value request latency by operation.", "op")
 )
@@ -235,6 +238,21 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descBucketSince, time.Since(b.Since).Seconds())
 		}
 	}
+	for stream, req := range in.StreamRequests {
+		for k := s3io.Kind(0); k < s3io.NumKinds; k++ {
+			counter(descStreamReqs, float64(req[k]), stream, k.String())
+		}
+	}
+	for _, s := range rep.Streams {
+		if s.Cost != nil {
+			gauge(descStreamCost, s.Cost.RequestsPerMonthUSD, s.Stream, "requests")
+			gauge(descStreamCost, s.Cost.StoragePerMonthUSD, s.Stream, "storage")
+		}
+	}
+	if c := rep.Node.Cost; c != nil {
+		gauge(descNodeCost, c.RequestsPerMonthUSD, "requests")
+		gauge(descNodeCost, c.StoragePerMonthUSD, "storage")
+	}
 	if g := in.GC; g != nil {
 		counter(descGCSweeps, float64(g.Sweeps-g.SweepErrors), "ok")
 		counter(descGCSweeps, float64(g.SweepErrors), "failed")
@@ -291,6 +309,11 @@ func (s *Server) input(ctx context.Context) NodeInput {
 	}
 	if o.S3 != nil {
 		in.S3 = o.S3.Snapshot()
+		in.StreamRequests = o.S3.Streams()
+		in.Prices = DefaultPrices
+		if o.Prices != nil {
+			in.Prices = *o.Prices
+		}
 	} else {
 		for op := range in.S3 { // zero counters, each under its own operation's name
 			in.S3[op].Op = s3io.Op(op)

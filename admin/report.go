@@ -53,7 +53,10 @@ type NodeReport struct {
 	// Bucket is the last outcome of the periodic bucket probe (absent when it is off).
 	Bucket *BucketReport `json:"s3_bucket,omitempty"`
 	// GC is the automatic garbage collection (absent when gc_interval is 0).
-	GC    *GCReport     `json:"gc,omitempty"`
+	GC *GCReport `json:"gc,omitempty"`
+	// Cost is every S3 request of this node (the streams' and those of no stream: the
+	// probe, gc) and the bytes its streams store, projected to a month.
+	Cost  *CostReport   `json:"cost,omitempty"`
 	Etcd  RequestReport `json:"etcd"`
 	Error string        `json:"error,omitempty"` // a part of the status that could not be read
 }
@@ -217,6 +220,9 @@ type StreamReport struct {
 	// Parked is set, with phase "parked", while the stream's reader keeps failing and is
 	// retried every stream_park_retry_interval.
 	Parked *ParkedReport `json:"parked,omitempty"`
+	// Cost is the stream's S3 requests by kind and its stored bytes (the persisted
+	// manifest's total size), projected to a month.
+	Cost *CostReport `json:"cost,omitempty"`
 }
 
 // ParkedReport says why and since when a stream is parked, and when it is retried next.
@@ -319,14 +325,18 @@ type StreamInput struct {
 
 // NodeInput is everything BuildReport reads.
 type NodeInput struct {
-	NodeID             string
-	Started            time.Time
-	Metrics            *actors.Metrics
-	Governor           actors.GovernorStatus
-	GovernorErr        error
-	S3                 s3io.MetricsSnapshot
-	Bucket             *s3io.BucketHealth // nil without a bucket probe
-	GC                 *gc.SweeperStatus  // nil without automatic garbage collection
+	NodeID      string
+	Started     time.Time
+	Metrics     *actors.Metrics
+	Governor    actors.GovernorStatus
+	GovernorErr error
+	S3          s3io.MetricsSnapshot
+	Bucket      *s3io.BucketHealth // nil without a bucket probe
+	GC          *gc.SweeperStatus  // nil without automatic garbage collection
+	// StreamRequests are the S3 requests by stream ("" for none), for the cost; nil
+	// leaves the cost out.
+	StreamRequests     map[string]s3io.StreamRequests
+	Prices             Prices
 	Etcd               EtcdSnapshot
 	Streams            []StreamInput
 	RebalanceThreshold int
@@ -401,6 +411,22 @@ func BuildReport(in NodeInput, now time.Time) Report {
 		r.Streams = append(r.Streams, sr)
 	}
 	sort.Slice(r.Streams, func(i, j int) bool { return r.Streams[i].Stream < r.Streams[j].Stream })
+	if in.StreamRequests != nil {
+		uptime := now.Sub(in.Started)
+		var all s3io.StreamRequests
+		for _, req := range in.StreamRequests {
+			for k := range all {
+				all[k] += req[k]
+			}
+		}
+		var stored uint64
+		for i := range r.Streams {
+			s := &r.Streams[i]
+			s.Cost = cost(in.StreamRequests[s.Stream], s.Remote.TotalSize, uptime, in.Prices)
+			stored += s.Remote.TotalSize
+		}
+		r.Node.Cost = cost(all, stored, uptime, in.Prices)
+	}
 	return r
 }
 

@@ -39,7 +39,9 @@ type Options struct {
 	// outcome, and /readyz's "s3_bucket" check reads it instead of asking S3 itself.
 	Bucket *s3io.BucketProbe
 	// GC, when set, is the automatic garbage collection: status and metrics show its sweeps.
-	GC                 *gc.Sweeper
+	GC *gc.Sweeper
+	// Prices is the price table of the cost projection; nil means DefaultPrices.
+	Prices             *Prices
 	Etcd               *EtcdMetrics  // may be nil
 	Ready              []Check       // /readyz runs them all, each bounded by ReadyTimeout
 	ReadyTimeout       time.Duration // default 2 s

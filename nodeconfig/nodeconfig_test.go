@@ -109,6 +109,8 @@ func TestBadValuesNameTheSetting(t *testing.T) {
 		{Sources{Flags: map[string]string{"s3_bucket": "bkt", "s3_expected_bucket_owner": "me"}}, []string{"expected bucket owner", "12 digits"}},
 		{Sources{Flags: map[string]string{"s3_probe_interval": "-1s"}}, []string{"s3_probe_interval"}},
 		{Sources{Flags: map[string]string{"gc_interval": "-1s"}}, []string{"gc_interval"}},
+		{Sources{Flags: map[string]string{"cost_get_per_1000": "cheap"}}, []string{"cost_get_per_1000", "not a price"}},
+		{Sources{Flags: map[string]string{"cost_storage_gb_month": "-1"}}, []string{"cost_storage_gb_month", "not a price"}},
 		{Sources{Flags: map[string]string{"gc_mode": "yes"}}, []string{"gc_mode", "dry-run or delete"}},
 		{Sources{Flags: map[string]string{"stream_park_retry_interval": "0"}}, []string{"stream_park_retry_interval", "positive"}},
 	}
@@ -257,7 +259,8 @@ func TestEncryptionAndOwnerReachTheStore(t *testing.T) {
 	if c.SSE != "aws:kms" || c.SSEKMSKeyID != "alias/k" || c.ExpectedBucketOwner != "123456789012" {
 		t.Fatalf("s3 config: %+v", c)
 	}
-	if d := resolve(t, ModeRun, Sources{}); d.S3SSE != "" || d.S3ProbeInterval != 30*time.Second || d.GCInterval != 0 || d.GCMode != "dry-run" || d.ParkRetryInterval != time.Minute {
+	if d := resolve(t, ModeRun, Sources{}); d.S3SSE != "" || d.S3ProbeInterval != 30*time.Second || d.GCInterval != 0 || d.GCMode != "dry-run" || d.ParkRetryInterval != time.Minute ||
+		d.CostPutPer1000 != 0.005 || d.CostListPer1000 != 0.005 || d.CostGetPer1000 != 0.0004 || d.CostStoragePerGBMonth != 0.023 {
 		t.Fatalf("defaults: %+v", d)
 	}
 }

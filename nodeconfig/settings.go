@@ -7,6 +7,7 @@ package nodeconfig
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -84,6 +85,11 @@ type Settings struct {
 	GCInterval             time.Duration // 0: no automatic garbage collection
 	GCMode                 string        // dry-run or delete
 	SegmentMaxBytes        int64
+	// Prices of the cost projection, in dollars (defaults: S3 Standard's published prices).
+	CostPutPer1000        float64
+	CostListPer1000       float64
+	CostGetPer1000        float64
+	CostStoragePerGBMonth float64
 
 	Demo       bool
 	DemoStream string
@@ -194,6 +200,17 @@ func rate(f func(*Settings) *int64) func(*Settings, string) error {
 		n, err := ParseRate(v)
 		*f(s) = n
 		return err
+	}
+}
+
+func price(f func(*Settings) *float64) func(*Settings, string) error {
+	return func(s *Settings, v string) error {
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil || p < 0 || math.IsInf(p, 0) || math.IsNaN(p) {
+			return fmt.Errorf("%q is not a price (a non-negative number of dollars, such as 0.005)", v)
+		}
+		*f(s) = p
+		return nil
 	}
 }
 
@@ -321,6 +338,15 @@ var table = []setting{
 		apply: str(func(s *Settings) *string { return &s.GCMode })},
 	{name: "segment_max_bytes", def: "500MB", demo: "32MiB", help: "local segment size of the logs the node opens (demo and declared streams)",
 		apply: size64(func(s *Settings) *int64 { return &s.SegmentMaxBytes })},
+
+	{name: "cost_put_per_1000", def: "0.005", help: "price in dollars of 1000 PUT requests, for the cost projection in status (default: S3 Standard's published price)",
+		apply: price(func(s *Settings) *float64 { return &s.CostPutPer1000 })},
+	{name: "cost_list_per_1000", def: "0.005", help: "price in dollars of 1000 LIST requests (default: S3 Standard's published price)",
+		apply: price(func(s *Settings) *float64 { return &s.CostListPer1000 })},
+	{name: "cost_get_per_1000", def: "0.0004", help: "price in dollars of 1000 GET or HEAD requests (default: S3 Standard's published price)",
+		apply: price(func(s *Settings) *float64 { return &s.CostGetPer1000 })},
+	{name: "cost_storage_gb_month", def: "0.023", help: "price in dollars of a GB (2^30 bytes) stored for a month (default: S3 Standard's published price, first 50 TB)",
+		apply: price(func(s *Settings) *float64 { return &s.CostStoragePerGBMonth })},
 
 	{name: "demo", def: "false", demo: "true", bool: true, help: "feed a demo stream with the deterministic load generator",
 		apply: boolean(func(s *Settings) *bool { return &s.Demo })},

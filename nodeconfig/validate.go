@@ -264,7 +264,7 @@ func (s Settings) S3Config() s3io.Config {
 		Endpoint: s.S3Endpoint, Region: s.S3Region, Bucket: s.S3Bucket, PathStyle: s.S3PathStyle,
 		AccessKey: s.S3AccessKey, SecretKey: s.S3SecretKey, CAFile: s.S3CAFile,
 		RequestTimeout: s.S3RequestTimeout, TransferTimeout: s.S3TransferTimeout,
-		SSE: s.S3SSE, SSEKMSKeyID: s.S3SSEKMSKeyID, ExpectedBucketOwner: s.S3ExpectedOwner,
+		SSE: s.S3SSE, SSEKMSKeyID: s.S3SSEKMSKeyID, ExpectedBucketOwner: s.S3ExpectedOwner, KeyPrefix: s.KeyPrefix,
 	}
 }
 

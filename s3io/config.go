@@ -38,6 +38,10 @@ type Config struct {
 	// TransferTimeout bounds a fragment PUT or a whole-fragment GET.
 	TransferTimeout time.Duration
 
+	// KeyPrefix is the key prefix of the streams (default manifest.DefaultKeyPrefix): the
+	// store counts each stream's requests by the stream prefix their key lies under.
+	KeyPrefix string
+
 	// ListPageSize is the MaxKeys of each list request; 0 leaves it to the server (1000).
 	ListPageSize int32
 

@@ -64,7 +64,8 @@ var LatencyBuckets = [...]time.Duration{
 // how the system learns that an object does not exist yet (a new stream's root, a bucket
 // to create), an answer rather than a failure. Its error class is unchanged (Classify).
 type Metrics struct {
-	ops [NumOps]opMetrics
+	ops     [NumOps]opMetrics
+	streams streamTally
 }
 
 type opMetrics struct {
@@ -75,8 +76,10 @@ type opMetrics struct {
 	sumNs    atomic.Int64
 }
 
-// observe records one request of op that took d, moved n bytes and ended with err.
-func (m *Metrics) observe(op Op, d time.Duration, n int64, err error) {
+// observe records one request of op on key (an object key or a list prefix, for the
+// per-stream counts) that took d, moved n bytes and ended with err.
+func (m *Metrics) observe(op Op, key string, d time.Duration, n int64, err error) {
+	m.streams.add(key, op)
 	o := &m.ops[op]
 	if err != nil && IsNotFound(err) {
 		o.notFound.Add(1)
@@ -130,3 +133,7 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	}
 	return out
 }
+
+// Streams counts the requests of each stream by kind since the store was made; requests of
+// no single stream are under "".
+func (m *Metrics) Streams() map[string]StreamRequests { return m.streams.snapshot() }

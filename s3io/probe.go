@@ -25,7 +25,7 @@ func (s *Store) ProbeBucket(ctx context.Context, prefix string) error {
 	defer cancel()
 	start := time.Now()
 	_, err := s.client.ListObjectsV2(ctx, in)
-	s.metrics.observe(OpProbe, time.Since(start), 0, err)
+	s.metrics.observe(OpProbe, prefix, time.Since(start), 0, err)
 	if err != nil {
 		return fmt.Errorf("probe s3://%s/%s: %w", s.cfg.Bucket, prefix, err)
 	}

@@ -114,7 +114,7 @@ func newStore(ctx context.Context, c Config, apiOptions ...func(*middleware.Stac
 	return &Store{
 		cfg:     c,
 		client:  client,
-		metrics: &Metrics{},
+		metrics: &Metrics{streams: streamTally{keyPrefix: c.KeyPrefix}},
 		openSegment: func(dir, name string) (segmentFile, error) {
 			return segments.OpenSegment(dir, name)
 		},
@@ -170,7 +170,7 @@ func (s *Store) PutObject(ctx context.Context, key string, body []byte) error {
 		SSEKMSKeyId:          s.cfg.kmsKey(),
 		ExpectedBucketOwner:  s.cfg.owner(),
 	}, unsignedPayload)
-	s.metrics.observe(OpPutObject, time.Since(start), int64(len(body)), err)
+	s.metrics.observe(OpPutObject, key, time.Since(start), int64(len(body)), err)
 	if err != nil {
 		return fmt.Errorf("put s3://%s/%s: %w", s.cfg.Bucket, key, err)
 	}
@@ -216,7 +216,7 @@ func (s *Store) get(ctx context.Context, op Op, timeout time.Duration, key strin
 	if err == nil {
 		b, err = readBody(out.Body, aws.ToInt64(out.ContentLength))
 	}
-	s.metrics.observe(op, time.Since(start), int64(len(b)), err)
+	s.metrics.observe(op, key, time.Since(start), int64(len(b)), err)
 	if err != nil {
 		if rng != nil {
 			return nil, fmt.Errorf("get s3://%s/%s range %s: %w", s.cfg.Bucket, key, *rng, err)
@@ -256,7 +256,7 @@ func (s *Store) Head(ctx context.Context, key string) (ObjectInfo, error) {
 	defer cancel()
 	start := time.Now()
 	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(key), ExpectedBucketOwner: s.cfg.owner()})
-	s.metrics.observe(OpHead, time.Since(start), 0, err)
+	s.metrics.observe(OpHead, key, time.Since(start), 0, err)
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("head s3://%s/%s: %w", s.cfg.Bucket, key, err)
 	}
@@ -307,7 +307,7 @@ func (s *Store) deleteBatch(ctx context.Context, objs []types.ObjectIdentifier) 
 		Delete:              &types.Delete{Objects: objs, Quiet: aws.Bool(true)},
 		ExpectedBucketOwner: s.cfg.owner(),
 	})
-	s.metrics.observe(OpDeleteObjects, time.Since(start), 0, err)
+	s.metrics.observe(OpDeleteObjects, batchKey(s.cfg.KeyPrefix, objs), time.Since(start), 0, err)
 	return out, err
 }
 
@@ -350,7 +350,7 @@ func (s *Store) listPage(ctx context.Context, in *s3.ListObjectsV2Input) (*s3.Li
 	defer cancel()
 	start := time.Now()
 	out, err := s.client.ListObjectsV2(ctx, in)
-	s.metrics.observe(OpList, time.Since(start), 0, err)
+	s.metrics.observe(OpList, aws.ToString(in.Prefix), time.Since(start), 0, err)
 	return out, err
 }
 
@@ -360,7 +360,7 @@ func (s *Store) EnsureBucket(ctx context.Context) error {
 	defer cancel()
 	start := time.Now()
 	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.cfg.Bucket), ExpectedBucketOwner: s.cfg.owner()})
-	s.metrics.observe(OpEnsureBucket, time.Since(start), 0, err)
+	s.metrics.observe(OpEnsureBucket, "", time.Since(start), 0, err)
 	if err == nil {
 		return nil
 	}
@@ -373,7 +373,7 @@ func (s *Store) EnsureBucket(ctx context.Context) error {
 	}
 	start = time.Now()
 	_, err = s.client.CreateBucket(ctx, in)
-	s.metrics.observe(OpEnsureBucket, time.Since(start), 0, err)
+	s.metrics.observe(OpEnsureBucket, "", time.Since(start), 0, err)
 	var owned *types.BucketAlreadyOwnedByYou
 	if err != nil && !errors.As(err, &owned) {
 		return fmt.Errorf("create bucket %s: %w", s.cfg.Bucket, err)

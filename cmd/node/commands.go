@@ -158,6 +158,10 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 			fmt.Fprintf(out, "  bucket %s: %s for %s: %s\n", b.Bucket, strings.ToUpper(strings.ReplaceAll(b.Outcome, "_", " ")), ago(msAge(b.SinceMillis)), b.Error)
 		}
 	}
+	if c := n.Cost; c != nil {
+		fmt.Fprintf(out, "  S3 cost at this rate: %s a month (requests %s, storage %s for %s)\n",
+			usd(c.TotalPerMonthUSD), usd(c.RequestsPerMonthUSD), usd(c.StoragePerMonthUSD), human(c.StoredBytes))
+	}
 	if g := n.GC; g != nil {
 		line := fmt.Sprintf("  gc %s every %s (grace %s): %d sweeps here, %d rounds swept by another node, %d deleted", g.Mode,
 			dur(secs(g.IntervalSeconds)), dur(secs(g.GraceSeconds)), g.Sweeps, g.SkippedLocked, g.ObjectsDeleted)
@@ -210,6 +214,11 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 		if s.StopReason != "" {
 			fmt.Fprintf(out, "\n%s: stopped for good: %s\n", s.Stream, s.StopReason)
 		}
+		if c := s.Cost; c != nil {
+			fmt.Fprintf(out, "\n%s: S3 requests put %d, get %d, head %d, list %d, delete %d; at this rate %s a month (requests %s, storage %s)\n",
+				s.Stream, c.Requests["put"], c.Requests["get"], c.Requests["head"], c.Requests["list"], c.Requests["delete"],
+				usd(c.TotalPerMonthUSD), usd(c.RequestsPerMonthUSD), usd(c.StoragePerMonthUSD))
+		}
 		if p := s.Parked; p != nil {
 			fmt.Fprintf(out, "\n%s: PARKED for %s: its reader keeps failing (%d failures in a minute; last: %s); retried automatically in %s\n",
 				s.Stream, ago(msAge(p.SinceMillis)), p.Failures, p.Reason, dur(time.Until(time.UnixMilli(p.RetryAtMillis)).Round(time.Second)))
@@ -229,6 +238,14 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 }
 
 func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
+// usd renders dollars: cents, or four decimals below a cent.
+func usd(v float64) string {
+	if v != 0 && v < 0.01 {
+		return fmt.Sprintf("$%.4f", v)
+	}
+	return fmt.Sprintf("$%.2f", v)
+}
 
 // msAge is the age in seconds of a Unix time in milliseconds.
 func msAge(ms int64) float64 { return max(time.Since(time.UnixMilli(ms)).Seconds(), 0) }

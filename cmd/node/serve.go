@@ -200,6 +200,8 @@ func (p *process) start(ctx context.Context) error {
 		Node: node, NodeID: s.NodeID, Started: p.started, S3: p.b.Store.Metrics(), Etcd: p.etcdMetrics,
 		RebalanceThreshold: s.RebalanceThreshold, Log: p.log,
 		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}},
+		Prices: &admin.Prices{PutPer1000: s.CostPutPer1000, ListPer1000: s.CostListPer1000, GetPer1000: s.CostGetPer1000,
+			StoragePerGBMonth: s.CostStoragePerGBMonth},
 	}
 	if s.S3ProbeInterval > 0 {
 		probe, err := s3io.NewBucketProbe(p.b.Store, p.b.KeyPrefix+"/", s.S3ProbeInterval, p.log.With().Str("component", "bucket-probe").Logger())
