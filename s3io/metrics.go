@@ -1,8 +1,11 @@
 package s3io
 
 import (
+	"errors"
 	"sync/atomic"
 	"time"
+
+	smithy "github.com/aws/smithy-go"
 )
 
 // Op names an S3 operation for metrics. One S3 request is one observation: a list of three
@@ -81,7 +84,7 @@ type opMetrics struct {
 func (m *Metrics) observe(op Op, key string, d time.Duration, n int64, err error) {
 	m.streams.add(key, op)
 	o := &m.ops[op]
-	if err != nil && IsNotFound(err) {
+	if expectedNotFound(op, err) {
 		o.notFound.Add(1)
 	} else {
 		o.byClass[Classify(err)].Add(1)
@@ -95,6 +98,23 @@ func (m *Metrics) observe(op Op, key string, d time.Duration, n int64, err error
 	}
 	o.buckets[i].Add(1)
 	o.sumNs.Add(int64(d))
+}
+
+// expectedNotFound reports a 404 that answers a question: a GET or HEAD of a key that does
+// not exist (yet), or the bucket check before the bucket is created. A 404 to a PUT, a
+// LIST or a DELETE, or a missing bucket anywhere else, is an error.
+func expectedNotFound(op Op, err error) bool {
+	if err == nil || !IsNotFound(err) {
+		return false
+	}
+	switch op {
+	case OpEnsureBucket:
+		return true
+	case OpGetObject, OpGetRange, OpHead:
+		var apiErr smithy.APIError
+		return !errors.As(err, &apiErr) || apiErr.ErrorCode() != "NoSuchBucket"
+	}
+	return false
 }
 
 // OpSnapshot is a copy of one operation's counters.

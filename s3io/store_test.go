@@ -125,6 +125,19 @@ func TestSmallObjects(t *testing.T) {
 	if h := snap[s3io.OpHead]; h.NotFound != 1 || h.Errors() != 0 {
 		t.Fatalf("head metrics: %+v", h)
 	}
+	// A missing bucket is an error, not an answer, except to the bucket check.
+	cfg := srv.Config()
+	cfg.Bucket = "no-such-bucket-at-all"
+	gone := newStore(t, cfg)
+	if _, err := gone.GetObject(ctx, "meta/root"); !s3io.IsNotFound(err) {
+		t.Fatalf("get from a missing bucket: %v", err)
+	}
+	if err := gone.PutObject(ctx, "meta/root", body); err == nil {
+		t.Fatal("put into a missing bucket succeeded")
+	}
+	if g := gone.Metrics().Snapshot(); g[s3io.OpGetObject].Errors() != 1 || g[s3io.OpGetObject].NotFound != 0 || g[s3io.OpPutObject].Errors() != 1 {
+		t.Fatalf("missing bucket metrics: get %+v put %+v", g[s3io.OpGetObject], g[s3io.OpPutObject])
+	}
 	var inBuckets uint64
 	for _, n := range snap[s3io.OpGetObject].Buckets {
 		inBuckets += n
