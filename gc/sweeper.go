@@ -33,6 +33,9 @@ func ParseMode(s string) (Mode, error) {
 // after about this long.
 const DefaultLockTTL = 30 * time.Second
 
+// DefaultSweepTimeout bounds one automatic sweep by default.
+const DefaultSweepTimeout = 30 * time.Minute
+
 // SweeperConfig configures automatic garbage collection on one node.
 type SweeperConfig struct {
 	// Options are those of `node gc` (store, metadata, key prefix, grace): a sweep is Scan,
@@ -42,7 +45,10 @@ type SweeperConfig struct {
 	Mode     Mode          // default ModeDryRun
 	NodeID   string        // written into the lock key's value, for operators
 	LockTTL  time.Duration // default DefaultLockTTL; at least 1 s (etcd leases are whole seconds)
-	Log      zerolog.Logger
+	// Timeout bounds one sweep, scan and delete (default DefaultSweepTimeout): a sweep past
+	// it fails and the next round starts afresh.
+	Timeout time.Duration
+	Log     zerolog.Logger
 	// Observe, when set, is called with every sweep's result (also a skipped one) once it
 	// ended, before the lock is released: tests record sweep intervals with it.
 	Observe func(SweepResult)
@@ -119,6 +125,9 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	}
 	if cfg.LockTTL == 0 {
 		cfg.LockTTL = DefaultLockTTL
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultSweepTimeout
 	}
 	if cfg.LockTTL < time.Second {
 		return nil, fmt.Errorf("gc sweeper: lock ttl %v: at least 1s", cfg.LockTTL)
@@ -220,7 +229,7 @@ func (s *Sweeper) SweepOnce(ctx context.Context) SweepResult {
 	}
 	// The sweep runs under the lock's lease: should the lease be lost (etcd unreachable
 	// longer than its TTL), another node may take the lock, so this sweep stops.
-	sweepCtx, stop := context.WithCancel(ctx)
+	sweepCtx, stop := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer stop()
 	go func() { // owned by this sweep: stop ends it
 		select {
@@ -231,8 +240,12 @@ func (s *Sweeper) SweepOnce(ctx context.Context) SweepResult {
 	}()
 	res.Started = time.Now()
 	s.sweep(sweepCtx, &res)
-	if res.Err == nil && sweepCtx.Err() != nil && ctx.Err() == nil {
-		res.Err = errors.New("gc lock: the lease was lost during the sweep; stopped")
+	if sweepCtx.Err() != nil && ctx.Err() == nil { // cut short by the deadline or the lease
+		why := errors.New("gc lock: the lease was lost during the sweep; stopped")
+		if errors.Is(sweepCtx.Err(), context.DeadlineExceeded) {
+			why = fmt.Errorf("gc sweep: not done after %v; stopped", s.cfg.Timeout)
+		}
+		res.Err = errors.Join(why, res.Err)
 	}
 	res.Finished = time.Now()
 	if ctx.Err() == nil { // a sweep cut short by Stop is not reported

@@ -196,3 +196,34 @@ func TestSweeperDryRun(t *testing.T) {
 }
 
 func clientPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
+
+// TestSweepTimeout: a sweep that takes longer than its timeout (every listing held) stops
+// and reports why, and the lock is free again for the next round.
+func TestSweepTimeout(t *testing.T) {
+	ctx := context.Background()
+	etcd := etcdtest.Start(t)
+	meta := etcdtest.Store(t, etcd)
+	srv := s3test.Start(t, s3test.Options{})
+	inj := s3test.NewInjector(t, srv)
+	cfg := inj.Config()
+	cfg.Bucket = srv.NewBucket(t).Bucket
+	store, err := s3io.NewStore(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj.Add(s3test.Rule{Method: "GET", KeyRegexp: "^$", Fault: s3test.FaultDelay, Delay: 5 * time.Second, Count: 1})
+	s, err := gc.NewSweeper(gc.SweeperConfig{Options: gc.Options{Store: store, Meta: meta}, Interval: time.Hour, NodeID: "a",
+		Timeout: 200 * time.Millisecond, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.SweepOnce(ctx); r.Err == nil || !strings.Contains(r.Err.Error(), "not done after 200ms") {
+		t.Fatalf("sweep past its timeout: %+v", r)
+	}
+	if st := s.Status(); st.SweepErrors != 1 || st.Last == nil || st.Last.Err == nil {
+		t.Fatalf("status: %+v", st)
+	}
+	if r := s.SweepOnce(ctx); r.Err != nil || r.Skipped {
+		t.Fatalf("the next sweep: %+v", r)
+	}
+}
