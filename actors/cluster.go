@@ -17,6 +17,7 @@ import (
 	"streamtier/messages"
 	"streamtier/metadata"
 	"streamtier/s3io"
+	"streamtier/segments"
 )
 
 // ClusterConfig is what a node needs to take part in a cluster: how long its membership
@@ -123,6 +124,7 @@ type writerRole struct {
 type replicaRole struct {
 	pid  *actor.PID
 	snap *replicaSnapshot
+	log  *segments.Log // the replica's local log, nil when the node has none; for readers
 }
 
 // fenceEvent says the stored epoch of stream rose above the epoch its local writer runs at.
@@ -534,7 +536,7 @@ func (c *Cluster) ensureReplica(p metadata.Placement) {
 		return
 	}
 	c.mu.Lock()
-	c.replicas[p.Stream] = &replicaRole{pid: pid, snap: snap}
+	c.replicas[p.Stream] = &replicaRole{pid: pid, snap: snap, log: spec.Log}
 	c.cstats.ReplicasStarted++
 	c.mu.Unlock()
 	c.log.Info().Str("stream", p.Stream).Str("writer", p.Writer).Uint64("epoch", p.Epoch).Msg("replica cache started")

@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"streamtier/actors/fetchcore"
 	"streamtier/actors/governorcore"
 	"streamtier/actors/readercore"
 	"streamtier/manifest"
@@ -32,6 +33,13 @@ type Config struct {
 	// LocalHotWindowBytes keeps up to this many bytes of already-uploaded segments locally
 	// as a cache; 0 deletes them right after the persist that made them durable.
 	LocalHotWindowBytes int64
+	// ReadBudgetBytes bounds what the node's remote readers hold together (in flight,
+	// buffered, delivered and not consumed), divided evenly among the open readers
+	// (default 256 MiB).
+	ReadBudgetBytes int64
+	// Read holds the remote readers' range size and concurrency ceiling (zero: the
+	// defaults, 4 MiB and 32); its Budget is ignored (ReadBudgetBytes divides it).
+	Read fetchcore.Config
 	// LocalHotWindowAge keeps uploaded segments younger than this; 0 means no age window.
 	LocalHotWindowAge time.Duration
 	// RetentionInterval is how often remote retention is evaluated besides after each
@@ -169,6 +177,12 @@ func (c Config) Validate() error {
 	if c.LocalHotWindowBytes < 0 {
 		return fmt.Errorf("node config: local_hot_window_bytes = %d: negative", c.LocalHotWindowBytes)
 	}
+	if c.ReadBudgetBytes < 0 {
+		return fmt.Errorf("node config: read_budget_bytes = %d: negative", c.ReadBudgetBytes)
+	}
+	if err := c.Read.Validate(); err != nil {
+		return fmt.Errorf("node config: read_range_bytes / read_max_concurrency: %w", err)
+	}
 	if c.RetentionInterval < 0 {
 		return fmt.Errorf("node config: retention_interval = %s: negative", c.RetentionInterval)
 	}
@@ -220,6 +234,9 @@ type StreamSpec struct {
 	PersistThreshold   int
 	PersistInterval    time.Duration
 	RebalanceThreshold int
+	// FragmentMaxAge overrides the idle cut (readercore.Config.FragmentMaxAge): zero takes
+	// the node's, a negative value disables it for this stream.
+	FragmentMaxAge time.Duration
 }
 
 // Validate refuses a spec with a hostile id or no log.
@@ -267,6 +284,9 @@ func (c Config) coreConfig(s StreamSpec) readercore.Config {
 	}
 	if s.RebalanceThreshold != 0 {
 		cfg.RebalanceThreshold = s.RebalanceThreshold
+	}
+	if s.FragmentMaxAge != 0 {
+		cfg.FragmentMaxAge = s.FragmentMaxAge
 	}
 	return cfg
 }

@@ -65,6 +65,10 @@ type Metrics struct {
 	Parks       atomic.Int64
 	ParkRetries atomic.Int64
 	Reaper      ReaperStats
+	// RemoteRead are the remote readers' counters and gauges (readmetrics.go).
+	RemoteRead RemoteReadStats
+	// Read counts the cross-tier readers' work (Node.OpenReader).
+	Read ReadMetrics
 
 	mu             sync.Mutex
 	persistLatency []time.Duration // recent successful persists, for p50/p99

@@ -35,7 +35,10 @@ type Node struct {
 	governor *actor.PID
 	reaper   *actor.PID
 	metrics  *Metrics
-	owners   atomic.Uint64 // numbers reader incarnations node-wide, for the governor
+	// readBudget is the node's read budget (read_budget_bytes), divided among the open
+	// remote readers (readbudget.go).
+	readBudget *readBudget
+	owners     atomic.Uint64 // numbers reader incarnations node-wide, for the governor
 
 	mu      sync.Mutex
 	streams map[string]*streamHandle
@@ -59,7 +62,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 	}
 	n := &Node{
 		cfg: cfg, store: store, meta: meta, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
-		metrics: &Metrics{}, streams: make(map[string]*streamHandle),
+		metrics: &Metrics{}, streams: make(map[string]*streamHandle), readBudget: newReadBudget(cfg.ReadBudgetBytes),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	n.system = cfg.System
@@ -92,6 +95,21 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 	}
 	n.log.Info().Str("governor_rate", rateString(cfg.Governor.RateBytesPerSec)).Dur("transfer_deadline", cfg.Stream.TransferDeadline).Msg("node started")
 	return n, nil
+}
+
+// remoteEnvFor completes env with what a remote reader takes from the node: its actor
+// system, its read budget, its metrics, its clock and the read settings. Node.OpenReader
+// calls it (through readSide) before openRemoteSource.
+func (n *Node) remoteEnvFor(env remoteEnv) remoteEnv {
+	env.System, env.Budget, env.Metrics, env.Clock = n.system, n.readBudget, n.metrics, n.cfg.clock
+	env.Fetch = n.cfg.Read
+	if env.KeyPrefix == "" {
+		env.KeyPrefix = n.cfg.KeyPrefix
+	}
+	if env.Store == nil {
+		env.Store = n.store
+	}
+	return env
 }
 
 // readerPIDs lists the current reader of every stream that has one.

@@ -122,6 +122,11 @@ func (r *reader) Receive(c actor.Context) {
 	case readercore.PersistTimer:
 		delete(r.persistTimers, m.Ref)
 		r.step(c, m)
+	case readercore.CutTimer:
+		if r.shell.cutTimer.ref == m.Ref {
+			r.shell.cutTimer.ref, r.shell.cutTimer.id = 0, 0
+		}
+		r.step(c, m)
 	case readercore.TransferDeadline:
 		r.step(c, m)
 	case readercore.AwaitOffset:
@@ -322,7 +327,8 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 	root := c.ActorSystem().Root
 	switch e := e.(type) {
 	case readercore.StartDrain, readercore.ContinueDrain, readercore.DrainStalled, readercore.DrainUnstalled,
-		readercore.PauseDrain, readercore.ResumeDrain, readercore.ArmRetryTimer, readercore.CancelRetryTimer, readercore.RetryDrainAfter:
+		readercore.PauseDrain, readercore.ResumeDrain, readercore.ArmRetryTimer, readercore.CancelRetryTimer, readercore.RetryDrainAfter,
+		readercore.ArmCutTimer, readercore.CancelCutTimer:
 		r.executeFlow(c, e)
 	case readercore.DeclareGap:
 		r.n.metrics.Gaps.Add(1)

@@ -219,3 +219,49 @@ func TestReaderStrayMessagesNotFed(t *testing.T) {
 		t.Fatalf("%d strays logged, want %d", got, len(strays))
 	}
 }
+
+// TestReaderQuietStreamFullyPersisted: a stream that stops writing is fully persisted
+// without a forced cut, within the fragment max age plus a margin for the upload and the
+// persist, although its tail is far below the fragment target, below the persist threshold,
+// and the persist interval is a minute: the idle cut cuts the tail once its oldest chunk
+// waited the max age, and the persist follows the upload at once because the pipeline has
+// drained. Without the idle cut the tail would stay local; without the drained persist it
+// would wait for the interval. The same again for a second burst on the running stream.
+func TestReaderQuietStreamFullyPersisted(t *testing.T) {
+	const maxAge, margin = 300 * time.Millisecond, 10 * time.Second
+	w := newWorld(t, worldOptions{})
+	log, _ := testLogger(t)
+	n := w.startNode(Config{Logger: log, Stream: readercore.Config{
+		FragmentTargetSize: 8 << 20, PersistThreshold: 100, PersistInterval: time.Minute, FragmentMaxAge: maxAge,
+	}})
+	lg := openLog(t, segments.Options{})
+	quiet := func(seed uint64) {
+		t.Helper()
+		writeLog(t, lg, seed, loadgen.Limit{Bytes: 96 << 10})
+		next := lg.NextOffset()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), maxAge+margin)
+		defer cancel()
+		if err := n.AwaitOffset(ctx, "quiet", next-1); err != nil {
+			t.Fatalf("offset %d not persisted within %s: %v; %s", next-1, maxAge+margin, err, status(t, n, "quiet").Core)
+		}
+		st := status(t, n, "quiet")
+		if st.Core.PersistedNext != next {
+			t.Fatalf("persisted next %d, the log's committed next %d", st.Core.PersistedNext, next)
+		}
+		t.Logf("persisted [.., %d) %s after the writes stopped (max age %s, persist interval 1m)", next, time.Since(start).Round(time.Millisecond), maxAge)
+	}
+	writeLog(t, lg, 21, loadgen.Limit{Bytes: 64 << 10})
+	if err := n.AddStream(StreamSpec{ID: "quiet", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	quiet(22)
+	quiet(23)
+	st := status(t, n, "quiet")
+	if k := st.Core.Counters; k.IdleCuts < 2 || k.IdleCuts != k.Cuts {
+		t.Fatalf("%d idle cuts of %d cuts, want every cut an idle one (at least 2)", k.IdleCuts, k.Cuts)
+	}
+	if st.Core.HeldBytes != 0 || st.Core.CutTimerArmed || st.Core.PersistState != "idle" {
+		t.Fatalf("quiet stream still holds work: %s", st.Core)
+	}
+}

@@ -45,7 +45,7 @@ func (r *reader) onChunks(c actor.Context, m *chunksDrained) {
 
 // executeFlow carries out the core's flow-control effects: (re)starting and acknowledging the
 // drain, its stalls and pauses (logged, counted, shown in status), the resume, and the
-// stream's retry timers.
+// stream's retry and idle cut timers.
 func (r *reader) executeFlow(c actor.Context, e readercore.Effect) {
 	root := c.ActorSystem().Root
 	switch e := e.(type) {
@@ -80,6 +80,17 @@ func (r *reader) executeFlow(c actor.Context, e readercore.Effect) {
 		if r.shell.retryTimer.ref == e.Ref {
 			r.timers.cancel(r.shell.retryTimer.id)
 			r.shell.retryTimer.ref, r.shell.retryTimer.id = 0, 0
+		}
+	case readercore.ArmCutTimer:
+		// armed while the effects of the chunk's own Step are executed: the fragment max age
+		// counts from the oldest chunk's arrival at the core
+		r.timers.cancel(r.shell.cutTimer.id) // the core cancels before it arms; kept for safety
+		r.shell.cutTimer.ref = e.Ref
+		r.shell.cutTimer.id = r.timers.after(root, c.Self(), e.After, readercore.CutTimer{Ref: e.Ref})
+	case readercore.CancelCutTimer:
+		if r.shell.cutTimer.ref == e.Ref {
+			r.timers.cancel(r.shell.cutTimer.id)
+			r.shell.cutTimer.ref, r.shell.cutTimer.id = 0, 0
 		}
 	}
 }

@@ -33,6 +33,11 @@ type readerShell struct {
 		ref readercore.Ref
 		id  uint64
 	}
+	// cutTimer is the stream's one idle cut timer (ArmCutTimer), by its core ref.
+	cutTimer struct {
+		ref readercore.Ref
+		id  uint64
+	}
 }
 
 // armedDeadline is the deadline timer of one attempt.

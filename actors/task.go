@@ -113,11 +113,12 @@ func (s *taskSet) track(c actor.Context, tm *timers, name string, timeout time.D
 }
 
 // spawn starts spec as a child task of the actor behind c, with the owner's context ctx,
-// tracked on tm.
-func (s *taskSet) spawn(c actor.Context, ctx context.Context, tm *timers, spec taskSpec) {
+// tracked on tm, and returns its id (what settle takes to stop waiting for it).
+func (s *taskSet) spawn(c actor.Context, ctx context.Context, tm *timers, spec taskSpec) uint64 {
 	id := s.track(c, tm, spec.name, spec.timeout, spec.failed)
 	t := &task{id: id, ctx: ctx, spec: spec, log: s.log, metrics: s.metrics, faults: s.faults}
 	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return t }))
+	return id
 }
 
 // settle reports whether the operation id is still waited for, and stops waiting for it.

@@ -38,6 +38,13 @@ var (
 	descGapOffsets     = desc("gap_offsets_total", "Offsets given up because the local log dropped them before upload.")
 	descReaper         = desc("reaper_total", "Reaper work by kind (deleted, failed, retries, group_gets).", "kind")
 	descStreams        = desc("streams_running", "Streams whose replica reader runs.")
+	descReadersOpen    = desc("read_readers_open", "Cross-tier readers open now (consumers, node read).")
+	descReadersOpened  = desc("read_readers_opened_total", "Cross-tier readers opened.")
+	descReadBytes      = desc("read_bytes_total", "Chunk bytes delivered to readers by tier (local, remote).", "tier")
+	descReadChunks     = desc("read_chunks_total", "Chunks delivered to readers by tier (local, remote).", "tier")
+	descReadEvents     = desc("read_events_total", "Reader events by kind (gap, skipped, handoff).", "event")
+	descReadErrors     = desc("read_errors_total", "Reader failures by class (unavailable, corrupt, missing, remote, local, canceled, other).", "class")
+	descReadFirstChunk = desc("read_first_chunk_seconds", "Recent quantiles (last 1024 readers) of the time from open to the first chunk.", "quantile")
 	descTransfers      = desc("transfers_running", "Fragment uploads running now.")
 	descGovQueued      = desc("governor_queued", "Transfers waiting for the governor.")
 	descGovQueuedBytes = desc("governor_queued_bytes", "Chunk bytes of the transfers waiting for the governor.")
@@ -97,6 +104,22 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	counter(descFragments, float64(m.FragmentsUploaded.Load()))
+	rm := &m.Read
+	gauge(descReadersOpen, float64(rm.ReadersOpen.Load()))
+	counter(descReadersOpened, float64(rm.ReadersOpened.Load()))
+	counter(descReadBytes, float64(rm.BytesLocal.Load()), "local")
+	counter(descReadBytes, float64(rm.BytesRemote.Load()), "remote")
+	counter(descReadChunks, float64(rm.ChunksLocal.Load()), "local")
+	counter(descReadChunks, float64(rm.ChunksRemote.Load()), "remote")
+	counter(descReadEvents, float64(rm.Gaps.Load()), "gap")
+	counter(descReadEvents, float64(rm.Skipped.Load()), "skipped")
+	counter(descReadEvents, float64(rm.Handoffs.Load()), "handoff")
+	for _, cl := range actors.ReadErrorClasses() {
+		counter(descReadErrors, float64(rm.Errors[cl].Load()), cl.String())
+	}
+	p50, p99 := rm.FirstChunkQuantiles()
+	gauge(descReadFirstChunk, p50.Seconds(), "0.5")
+	gauge(descReadFirstChunk, p99.Seconds(), "0.99")
 	counter(descUploadedBytes, float64(m.BytesUploaded.Load()))
 	for cl := range m.TransferErrors {
 		if cl != int(s3io.ClassNone) {

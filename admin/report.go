@@ -48,6 +48,7 @@ type NodeReport struct {
 	Reaper           ReaperReport   `json:"reaper"`
 	Uploads          UploadReport   `json:"uploads"`
 	Persists         PersistReport  `json:"persists"`
+	Reads            ReadReport     `json:"reads"`
 	Stages           StageReport    `json:"stages"`
 	S3               RequestReport  `json:"s3"`
 	// Bucket is the last outcome of the periodic bucket probe (absent when it is off).
@@ -59,6 +60,20 @@ type NodeReport struct {
 	Cost  *CostReport   `json:"cost,omitempty"`
 	Etcd  RequestReport `json:"etcd"`
 	Error string        `json:"error,omitempty"` // a part of the status that could not be read
+}
+
+// ReadReport is what the node's cross-tier readers did.
+type ReadReport struct {
+	Open             int64            `json:"open"`
+	Opened           int64            `json:"opened"`
+	BytesLocal       int64            `json:"bytes_local"`
+	BytesRemote      int64            `json:"bytes_remote"`
+	Gaps             int64            `json:"gaps"`
+	Skipped          int64            `json:"skipped"`
+	Handoffs         int64            `json:"handoffs"`
+	ErrorsByClass    map[string]int64 `json:"errors_by_class"`
+	FirstChunkP50Sec float64          `json:"first_chunk_p50_secs"`
+	FirstChunkP99Sec float64          `json:"first_chunk_p99_secs"`
 }
 
 // GovernorReport is the governor's token bucket and queue.
@@ -367,8 +382,9 @@ func BuildReport(in NodeInput, now time.Time) Report {
 			OK: m.Persists.Load(), Conflicts: m.PersistConflicts.Load(), NotFound: m.PersistNotFound.Load(), Failures: m.PersistFailures.Load(),
 			LatencyP50Secs: p50.Seconds(), LatencyP99Secs: p99.Seconds(),
 		},
-		S3:   RequestReport{Requests: map[string]uint64{}, ErrorsByClass: map[string]uint64{}},
-		Etcd: RequestReport{Requests: map[string]uint64{}, ErrorsByClass: map[string]uint64{}},
+		Reads: readReport(&m.Read),
+		S3:    RequestReport{Requests: map[string]uint64{}, ErrorsByClass: map[string]uint64{}},
+		Etcd:  RequestReport{Requests: map[string]uint64{}, ErrorsByClass: map[string]uint64{}},
 	}
 	if in.GovernorErr != nil {
 		n.Error = in.GovernorErr.Error()
@@ -480,6 +496,19 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 	}
 	if in.Err != nil {
 		r.Error = in.Err.Error()
+	}
+	return r
+}
+
+func readReport(m *actors.ReadMetrics) ReadReport {
+	p50, p99 := m.FirstChunkQuantiles()
+	r := ReadReport{
+		Open: m.ReadersOpen.Load(), Opened: m.ReadersOpened.Load(), BytesLocal: m.BytesLocal.Load(), BytesRemote: m.BytesRemote.Load(),
+		Gaps: m.Gaps.Load(), Skipped: m.Skipped.Load(), Handoffs: m.Handoffs.Load(), ErrorsByClass: map[string]int64{},
+		FirstChunkP50Sec: p50.Seconds(), FirstChunkP99Sec: p99.Seconds(),
+	}
+	for _, c := range actors.ReadErrorClasses() {
+		r.ErrorsByClass[c.String()] = m.Errors[c].Load()
 	}
 	return r
 }

@@ -47,6 +47,7 @@ type Options struct {
 	ReadyTimeout       time.Duration // default 2 s
 	RebalanceThreshold int           // to count the fragments below groups in /status
 	Cluster            ClusterSource // set in cluster mode: /status then has a "cluster" part
+	Reads              ReadOpener    // opens readers for GET /streams/{id}/read; nil: not served
 	Log                zerolog.Logger
 }
 
@@ -113,6 +114,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /streams/{id}/cut", s.cut)
 	mux.HandleFunc("POST /streams/{id}/truncate", s.truncate)
 	mux.HandleFunc("POST /streams/{id}/retention", s.retention)
+	mux.HandleFunc("GET /streams/{id}/read", s.read)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -139,9 +141,9 @@ func writeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, actors.ErrUnknownStream), errors.Is(err, manifest.ErrInvalidStreamID):
 		code = http.StatusNotFound
-	case errors.Is(err, actors.ErrNodeStopped):
+	case errors.Is(err, actors.ErrNodeStopped), errors.Is(err, actors.ErrReadUnavailable):
 		code = http.StatusServiceUnavailable
-	case errors.Is(err, errBadRequest):
+	case errors.Is(err, errBadRequest), errors.Is(err, actors.ErrOffsetAhead):
 		code = http.StatusBadRequest
 	case errors.Is(err, actors.ErrStreamStarting):
 		code = http.StatusConflict

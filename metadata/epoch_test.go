@@ -8,18 +8,12 @@ import (
 
 	"streamtier/manifest"
 	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
 )
 
 // TestReadEpoch: absent before the first persist, the persisting writer's epoch after each
 // persist, absent after the stream is deleted, a corrupt value refused naming the key.
 func TestReadEpoch(t *testing.T) {
-	e := etcdtest.Start(t)
-	s := etcdtest.Store(t, e)
-	ctx := testCtx(t, 10*time.Second)
-	if err := s.Anchor(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
+	e, s, ctx := anchored(t, 10*time.Second)
 	if ep, found, err := s.ReadEpoch(ctx, "s1"); err != nil || found || ep != 0 {
 		t.Fatalf("before any persist: %d %t %v", ep, found, err)
 	}

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"streamtier/metadata"
+	"streamtier/metadata/etcdtest"
 )
 
 // TestMain fails the package's tests if any goroutine outlives them: every watcher,
@@ -20,4 +23,17 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// anchored starts an etcd, a store on it and a context of d, and anchors stream s1: the
+// opening of most tests here.
+func anchored(t *testing.T, d time.Duration) (*metadata.Embedded, *metadata.Store, context.Context) {
+	t.Helper()
+	e := etcdtest.Start(t)
+	s := etcdtest.Store(t, e)
+	ctx := testCtx(t, d)
+	if err := s.Anchor(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	return e, s, ctx
 }

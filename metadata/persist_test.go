@@ -100,12 +100,7 @@ func TestPersistConflictFromSecondWriter(t *testing.T) {
 }
 
 func TestEpochFencing(t *testing.T) {
-	e := etcdtest.Start(t)
-	s := etcdtest.Store(t, e)
-	ctx := testCtx(t, 10*time.Second)
-	if err := s.Anchor(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
+	_, s, ctx := anchored(t, 10*time.Second)
 	mustPersist(t, ctx, s, "s1", 0, record(3, 10), metadata.PersistOK)
 	high := record(9, 20)
 	mustPersist(t, ctx, s, "s1", 1, high, metadata.PersistOK)
@@ -126,12 +121,7 @@ func TestEpochFencing(t *testing.T) {
 }
 
 func TestPersistNotFoundAfterDelete(t *testing.T) {
-	e := etcdtest.Start(t)
-	s := etcdtest.Store(t, e)
-	ctx := testCtx(t, 10*time.Second)
-	if err := s.Anchor(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
+	e, s, ctx := anchored(t, 10*time.Second)
 	if err := s.PutPlacement(ctx, metadata.Placement{Stream: "s1", Writer: "n1", Epoch: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -170,12 +160,7 @@ func TestPersistUnanchoredIsNotFound(t *testing.T) {
 // TestPersistRetryOfAppliedAttemptIsOK: a persist whose reply was lost is retried with the same
 // arguments; it must report OK (the stored record is its own), never a conflict.
 func TestPersistRetryOfAppliedAttemptIsOK(t *testing.T) {
-	e := etcdtest.Start(t)
-	s := etcdtest.Store(t, e)
-	ctx := testCtx(t, 10*time.Second)
-	if err := s.Anchor(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
+	_, s, ctx := anchored(t, 10*time.Second)
 	rec1 := record(2, 10)
 	mustPersist(t, ctx, s, "s1", 0, rec1, metadata.PersistOK)
 	if res := mustPersist(t, ctx, s, "s1", 0, rec1, metadata.PersistOK); res.Revision != 1 {
@@ -278,12 +263,7 @@ func TestPersistBadInput(t *testing.T) {
 }
 
 func TestPersistGarbageEpoch(t *testing.T) {
-	e := etcdtest.Start(t)
-	s := etcdtest.Store(t, e)
-	ctx := testCtx(t, 10*time.Second)
-	if err := s.Anchor(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
+	e, s, ctx := anchored(t, 10*time.Second)
 	mustPersist(t, ctx, s, "s1", 0, record(3, 10), metadata.PersistOK)
 	key := manifest.EtcdEpochKey(s.Prefix(), "s1")
 	if _, err := e.Client().Put(ctx, key, "three"); err != nil {

@@ -113,12 +113,7 @@ func TestDeleteStreamWritesTombstone(t *testing.T) {
 // TestDeleteNeverPersistedStream: a stream anchored but never persisted gets a tombstone at
 // revision 0, and a writer that was about to create its record is refused.
 func TestDeleteNeverPersistedStream(t *testing.T) {
-	e := etcdtest.Start(t)
-	s := etcdtest.Store(t, e)
-	ctx := testCtx(t, 10*time.Second)
-	if err := s.Anchor(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
+	_, s, ctx := anchored(t, 10*time.Second)
 	if err := s.DeleteStream(ctx, "s1"); err != nil {
 		t.Fatal(err)
 	}
@@ -132,12 +127,7 @@ func TestDeleteNeverPersistedStream(t *testing.T) {
 // TestDeleteStreamRacingPersists: a writer persists as fast as it can while the stream is
 // deleted; the tombstone records exactly the writer's last successful persist.
 func TestDeleteStreamRacingPersists(t *testing.T) {
-	e := etcdtest.Start(t)
-	s := etcdtest.Store(t, e)
-	ctx := testCtx(t, 30*time.Second)
-	if err := s.Anchor(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
+	_, s, ctx := anchored(t, 30*time.Second)
 	var (
 		wg     sync.WaitGroup
 		lastOK int64
@@ -211,12 +201,7 @@ func TestCorruptTombstoneStillDeletes(t *testing.T) {
 // tombstone, the records still there) already refuses the writer, reads as deleted, and the
 // next DeleteStream completes it with what the records said.
 func TestInterruptedDeletionFencesAndCompletes(t *testing.T) {
-	e := etcdtest.Start(t)
-	s := etcdtest.Store(t, e)
-	ctx := testCtx(t, 10*time.Second)
-	if err := s.Anchor(ctx, "s1"); err != nil {
-		t.Fatal(err)
-	}
+	e, s, ctx := anchored(t, 10*time.Second)
 	mustPersist(t, ctx, s, "s1", 0, record(3, 40), metadata.PersistOK)
 	mustPersist(t, ctx, s, "s1", 1, record(3, 70), metadata.PersistOK)
 	key := metadata.TombstoneKey(s.Prefix(), "s1")

@@ -207,6 +207,17 @@ var streamKeys = map[string]func(st *StreamSettings, v string) error{
 		st.PersistInterval = d
 		return err
 	},
+	"fragment_max_age": func(st *StreamSettings, v string) error {
+		d, err := ParseDuration(v)
+		switch {
+		case err != nil:
+			return err
+		case d < 0:
+			return fmt.Errorf("%q is negative (0 disables the idle cut for this stream)", v)
+		}
+		st.FragmentMaxAge = CoreFragmentMaxAge(d) // given here: 0 disables, it does not inherit
+		return nil
+	},
 }
 
 func parseStreams(name string, v *yaml.Node) ([]StreamSettings, error) {

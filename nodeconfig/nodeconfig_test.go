@@ -289,3 +289,35 @@ func TestMaxUnpersistedBytesReachesTheNode(t *testing.T) {
 		t.Fatalf("default max unpersisted bytes %d, want 0 (the core's four fragment target sizes)", c.Stream.MaxUnpersistedBytes)
 	}
 }
+
+// TestFragmentMaxAgeReachesTheNode: the idle cut is on by default (60s, demo 5s); the
+// setting's 0 disables it, which the core takes as a negative age (its zero is the default);
+// a stream may override it, its own 0 disabling it for that stream alone; negatives are refused.
+func TestFragmentMaxAgeReachesTheNode(t *testing.T) {
+	s := resolve(t, ModeRun, Sources{})
+	if c := s.NodeConfig(zerolog.Nop()); s.FragmentMaxAge != time.Minute || c.Stream.FragmentMaxAge != time.Minute {
+		t.Fatalf("default fragment max age %v, core %v", s.FragmentMaxAge, c.Stream.FragmentMaxAge)
+	}
+	if d := resolve(t, ModeDemo, Sources{}); d.FragmentMaxAge != 5*time.Second {
+		t.Fatalf("demo fragment max age %v", d.FragmentMaxAge)
+	}
+	s = resolve(t, ModeRun, Sources{Flags: map[string]string{"fragment_max_age": "0"}})
+	if c := s.NodeConfig(zerolog.Nop()); c.Stream.FragmentMaxAge >= 0 {
+		t.Fatalf("fragment_max_age 0: core age %v, want negative (disabled)", c.Stream.FragmentMaxAge)
+	}
+	file := []byte("streams:\n  - id: quiet\n    fragment_max_age: 0\n  - id: fast\n    fragment_max_age: 500ms\n  - id: plain\n")
+	s = resolve(t, ModeRun, Sources{File: file, FileName: "n.yaml"})
+	if q, f, p := s.Streams[0], s.Streams[1], s.Streams[2]; q.FragmentMaxAge >= 0 || f.FragmentMaxAge != 500*time.Millisecond || p.FragmentMaxAge != 0 {
+		t.Fatalf("per-stream fragment max age: quiet %v, fast %v, plain %v", q.FragmentMaxAge, f.FragmentMaxAge, p.FragmentMaxAge)
+	}
+	for _, src := range []Sources{
+		{Flags: map[string]string{"fragment_max_age": "-1s"}},
+		{File: []byte("streams:\n  - id: a\n    fragment_max_age: -5s\n"), FileName: "n.yaml"},
+	} {
+		src.Dir = "/work"
+		_, err := Resolve(ModeRun, src)
+		if err == nil || !strings.Contains(err.Error(), "fragment_max_age") || !strings.Contains(err.Error(), "negative") {
+			t.Errorf("%+v: error %v, want one naming fragment_max_age as negative", src, err)
+		}
+	}
+}

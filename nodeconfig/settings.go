@@ -78,6 +78,9 @@ type Settings struct {
 	ResolveTimeout         time.Duration
 	ParkRetryInterval      time.Duration
 	LocalHotWindowBytes    int64
+	ReadBudgetBytes        int64
+	ReadRangeBytes         int64
+	ReadMaxConcurrency     int
 	LocalHotWindowAge      time.Duration
 	RetentionMaxBytes      uint64
 	RetentionMaxAge        time.Duration
@@ -90,6 +93,7 @@ type Settings struct {
 	CostListPer1000       float64
 	CostGetPer1000        float64
 	CostStoragePerGBMonth float64
+	FragmentMaxAge        time.Duration // 0: the idle cut is disabled
 
 	Demo       bool
 	DemoStream string
@@ -126,6 +130,9 @@ type StreamSettings struct {
 	FragmentTargetSize uint64
 	PersistThreshold   int
 	PersistInterval    time.Duration
+	// FragmentMaxAge overrides fragment_max_age: 0 takes the node's, a negative value
+	// disables the idle cut for this stream (the file's "0").
+	FragmentMaxAge time.Duration
 }
 
 // setting is one row of the settings table.
@@ -322,6 +329,12 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.ResolveTimeout })},
 	{name: "stream_park_retry_interval", def: "1m", help: "how often the reader of a parked stream (one whose reader kept failing until its restart delay reached 10s) is retried",
 		apply: duration(func(s *Settings) *time.Duration { return &s.ParkRetryInterval })},
+	{name: "read_budget_bytes", def: "256MiB", help: "node-wide bound on the bytes remote readers hold (in flight, buffered, delivered and not consumed), divided evenly among the open readers",
+		apply: size64(func(s *Settings) *int64 { return &s.ReadBudgetBytes })},
+	{name: "read_range_bytes", def: "4MiB", help: "length of one range GET of a remote reader",
+		apply: size64(func(s *Settings) *int64 { return &s.ReadRangeBytes })},
+	{name: "read_max_concurrency", def: "32", help: "ceiling of a remote reader's search for the number of range GETs in flight",
+		apply: integer(func(s *Settings) *int { return &s.ReadMaxConcurrency })},
 	{name: "local_hot_window_bytes", def: "0", help: "uploaded bytes kept locally as a cache (0 deletes uploaded segments at once)",
 		apply: size64(func(s *Settings) *int64 { return &s.LocalHotWindowBytes })},
 	{name: "local_hot_window_age", def: "0", help: "uploaded segments younger than this are kept locally",
@@ -338,6 +351,8 @@ var table = []setting{
 		apply: str(func(s *Settings) *string { return &s.GCMode })},
 	{name: "segment_max_bytes", def: "500MB", demo: "32MiB", help: "local segment size of the logs the node opens (demo and declared streams)",
 		apply: size64(func(s *Settings) *int64 { return &s.SegmentMaxBytes })},
+	{name: "fragment_max_age", def: "60s", demo: "5s", help: "cut a fragment below fragment_target_size once its oldest chunk was drained this long ago, so that a quiet stream's tail is uploaded; 0 disables",
+		apply: duration(func(s *Settings) *time.Duration { return &s.FragmentMaxAge })},
 
 	{name: "cost_put_per_1000", def: "0.005", help: "price in dollars of 1000 PUT requests, for the cost projection in status (default: S3 Standard's published price)",
 		apply: price(func(s *Settings) *float64 { return &s.CostPutPer1000 })},

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"streamtier/actors"
+	"streamtier/actors/fetchcore"
 	"streamtier/actors/governorcore"
 	"streamtier/actors/readercore"
 	"streamtier/gc"
@@ -145,6 +146,8 @@ func (s Settings) Validate() error {
 		return bad("gc_mode", "%q: want dry-run or delete", s.GCMode)
 	case s.SegmentMaxBytes < 1 || s.SegmentMaxBytes > math.MaxUint32:
 		return bad("segment_max_bytes", "%d: want 1 byte to 4 GiB", s.SegmentMaxBytes)
+	case s.FragmentMaxAge < 0:
+		return bad("fragment_max_age", "%v: negative (0 disables the idle cut)", s.FragmentMaxAge)
 	}
 	for _, p := range []struct {
 		name string
@@ -226,8 +229,11 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 			TransferDeadline:     s.EffectiveTransferDeadline(),
 			RetentionTimeout:     s.RetentionTaskTimeout,
 			MaxUnpersistedBytes:  s.MaxUnpersistedBytes,
+			FragmentMaxAge:       CoreFragmentMaxAge(s.FragmentMaxAge),
 		},
 		LocalHotWindowBytes: s.LocalHotWindowBytes,
+		ReadBudgetBytes:     s.ReadBudgetBytes,
+		Read:                fetchcore.Config{RangeSize: s.ReadRangeBytes, MaxConcurrency: s.ReadMaxConcurrency},
 		LocalHotWindowAge:   s.LocalHotWindowAge,
 		PersistTimeout:      s.PersistTimeout,
 		GroupUploadTimeout:  s.GroupUploadTimeout,
@@ -235,6 +241,15 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 		ParkRetryInterval:   s.ParkRetryInterval,
 		Logger:              log,
 	}
+}
+
+// CoreFragmentMaxAge is fragment_max_age as the reader's core takes it: the setting's 0
+// (disabled) is the core's negative value, since a zero core setting takes the default.
+func CoreFragmentMaxAge(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // EffectiveTransferDeadline is transfer_deadline, or four times s3_transfer_timeout when 0.

@@ -15,6 +15,7 @@ var pureCores = []string{
 	"streamtier/actors/replicacore",
 	"streamtier/actors/governorcore",
 	"streamtier/actors/divergence",
+	"streamtier/actors/fetchcore",
 }
 
 // TestPureCoresLinkNoIO lists each pure package's dependency closure (go list -deps) and

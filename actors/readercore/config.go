@@ -20,6 +20,9 @@ const (
 	DefaultTransientBackoffMax  = 5 * time.Second
 	DefaultTransferDeadline     = 20 * time.Minute // four times s3io's default transfer timeout (5 min)
 	DefaultRetentionTimeout     = 60 * time.Second
+	// DefaultFragmentMaxAge is how long the oldest chunk of a fragment being assembled may
+	// wait (from its arrival at the core) before the fragment is cut below its target size.
+	DefaultFragmentMaxAge = 60 * time.Second
 	// DefaultUnpersistedFragments is how many fragment target sizes a stream may hold cut or
 	// assembled and not yet persisted when MaxUnpersistedBytes is zero: 256 MiB at the
 	// default 64 MiB target.
@@ -33,7 +36,11 @@ type Config struct {
 	StreamID string // validated like an S3 key component
 	Epoch    uint64 // the writer's epoch; LogOpened may raise it, never lower it
 
-	FragmentTargetSize uint64        // cut when a fragment's chunk bytes reach this (crossing chunk included)
+	FragmentTargetSize uint64 // cut when a fragment's chunk bytes reach this (crossing chunk included)
+	// FragmentMaxAge cuts the fragment being assembled, whatever its size, once its oldest
+	// chunk arrived this long ago (the idle cut: the tail of a stream that went quiet is
+	// uploaded). Zero takes the default (60 s); a negative value disables the idle cut.
+	FragmentMaxAge     time.Duration
 	PersistThreshold   int           // unpersisted edits that trigger a persist
 	PersistInterval    time.Duration // longest an edit waits for a persist
 	RebalanceThreshold int           // M: entries per group object
@@ -71,6 +78,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.FragmentTargetSize == 0 {
 		c.FragmentTargetSize = DefaultFragmentTargetSize
+	}
+	if c.FragmentMaxAge == 0 {
+		c.FragmentMaxAge = DefaultFragmentMaxAge
 	}
 	if c.PersistThreshold == 0 {
 		c.PersistThreshold = DefaultPersistThreshold

@@ -140,6 +140,7 @@ type Core struct {
 
 	drainNext uint64
 	asm       *fragment.Assembly
+	cutTimer  Ref         // the armed idle cut timer (idlecut.go), 0 when none
 	transfers []*transfer // cut order
 
 	// Flow control (flow.go): the drain's disagreement with drainNext, its retry timer, the
@@ -177,6 +178,7 @@ type Core struct {
 // Counters are the core's monotonic counts, for status and metrics.
 type Counters struct {
 	Cuts                uint64
+	IdleCuts            uint64 // cuts made by the fragment max age (included in Cuts)
 	Completions         uint64
 	TransientRetries    uint64
 	NonTransientRetries uint64
@@ -258,6 +260,8 @@ func (c *Core) Step(ev Event) ([]Effect, error) {
 		c.onRetryTimer(e)
 	case PersistTimer:
 		c.onPersistTimer(e)
+	case CutTimer:
+		c.onCutTimer(e)
 	case PersistResult:
 		err = c.onPersistResult(e)
 	case GroupUploadResult:
@@ -341,6 +345,7 @@ func (c *Core) dropAll() {
 	c.drainRetry = 0
 	c.paused = false
 	c.asm.Discard()
+	c.cancelCutTimer()
 	c.inflight = nil
 	c.rebalance = nil
 	c.rebalanceHeld = false

@@ -17,6 +17,7 @@ func TestNewFillsDefaults(t *testing.T) {
 	want := Config{
 		StreamID:             "s",
 		FragmentTargetSize:   64 << 20,
+		FragmentMaxAge:       60 * time.Second,
 		PersistThreshold:     5,
 		PersistInterval:      2 * time.Second,
 		RebalanceThreshold:   1024,

@@ -35,6 +35,8 @@ func (c *Core) onChunk(e ChunkDrained) error {
 	}
 	if cut {
 		c.cut()
+	} else {
+		c.armCutTimer() // the first chunk of a new assembly: its arrival starts the idle cut
 	}
 	if c.held() >= c.cfg.MaxUnpersistedBytes {
 		c.pause()
@@ -56,8 +58,10 @@ func (c *Core) onDrainSegmentGone(e DrainSegmentGone) error {
 	return nil
 }
 
-// cut seals the assembled fragment (if any) and submits it to the governor, with a deadline.
+// cut seals the assembled fragment (if any) and submits it to the governor, with a deadline;
+// the idle cut armed for it is cancelled.
 func (c *Core) cut() {
+	c.cancelCutTimer()
 	d, ok := c.asm.Cut()
 	if !ok {
 		return

@@ -143,6 +143,10 @@ type RetryTimer struct {
 // PersistTimer fires when an ArmPersistTimer's delay passed.
 type PersistTimer struct{ Ref Ref }
 
+// CutTimer fires when an ArmCutTimer's delay passed: the fragment being assembled since
+// then (if it is still the same one) is cut, whatever its size.
+type CutTimer struct{ Ref Ref }
+
 // PersistOutcome classifies a persist attempt's result.
 type PersistOutcome uint8
 
@@ -257,6 +261,7 @@ func (TransferResult) isEvent()         {}
 func (TransferDeadline) isEvent()       {}
 func (RetryTimer) isEvent()             {}
 func (PersistTimer) isEvent()           {}
+func (CutTimer) isEvent()               {}
 func (PersistResult) isEvent()          {}
 func (GroupUploadResult) isEvent()      {}
 func (RetentionGroupFetched) isEvent()  {}

@@ -450,6 +450,22 @@ func (w *world) fireTimer(i int) {
 	ev := tm.ev
 	if tm.timed {
 		w.mono = max(w.mono, tm.due)
+	}
+	if ct, ok := ev.(CutTimer); ok {
+		cuts := w.c.stats.Cuts
+		w.step(ev)
+		if !tm.stale && w.idle.armed == ct.Ref {
+			w.idle.armed = 0 // fired: the core forgets it
+		}
+		if tm.stale {
+			modelStats["stale-cut-timers-fired"]++
+			if w.c.stats.Cuts != cuts {
+				w.t.Fatalf("cancelled cut timer %d cut a fragment", ct.Ref)
+			}
+		}
+		return
+	}
+	if tm.timed {
 		r := ev.(RetryTimer)
 		r.At = w.mono
 		ev = r

@@ -255,6 +255,7 @@ func (w *world) checkInvariants() {
 		}
 	}
 	w.checkFlow()
+	w.checkIdleCut()
 	if c.phase != phaseRunning {
 		return
 	}
@@ -338,6 +339,9 @@ func (w *world) quiesce() {
 		case w.canRead():
 			w.readBatch(t)
 			w.deliverBatch()
+		case w.c.phase == phaseRunning && !w.c.asm.Empty() && w.cfg.FragmentMaxAge > 0:
+			// the stream stopped writing: its tail is cut by the idle cut, no force needed
+			w.fireCutTimer()
 		case w.c.phase == phaseRunning && !w.c.asm.Empty():
 			w.step(ForceCut{})
 		case w.firePersistOrRetryTimer():

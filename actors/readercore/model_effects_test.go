@@ -26,6 +26,7 @@ func (w *world) feed(ev Event) error {
 	}
 	memNext := w.c.mem.NextOffset
 	ignored := w.c.stats.IgnoredResults
+	w.beforeFeed(ev)
 	effs, err := w.c.Step(ev)
 	if err != nil {
 		w.fed = append(w.fed, fedEvent{ev: ev, refused: true})
@@ -52,9 +53,12 @@ func (w *world) feed(ev Event) error {
 	if r, ok := ev.(TransferResult); ok {
 		w.noteResult(r, counted)
 	}
+	if r, ok := ev.(PersistResult); ok {
+		w.notePersistResult(r, counted)
+	}
 	w.resubmitted = w.resubmitted[:0]
 	for _, e := range effs {
-		if !w.executeFlow(ev, e) {
+		if !w.executeFlow(ev, e) && !w.executeIdleCut(ev, e) {
 			w.execute(ev, e)
 		}
 	}
@@ -110,11 +114,7 @@ func (w *world) execute(ev Event, e Effect) {
 		w.closeDrain()
 	case SubmitTransfer:
 		w.checkFragment(e.Fragment, e.Size)
-		if e.Fragment.Size < w.cfg.FragmentTargetSize {
-			if _, forced := ev.(ForceCut); !forced {
-				t.Fatalf("fragment of %d bytes cut below the target %d without a forced cut", e.Fragment.Size, w.cfg.FragmentTargetSize)
-			}
-		}
+		w.checkCut(ev, e)
 		if e.Attempt != 1 {
 			t.Fatalf("first submission with attempt %d", e.Attempt)
 		}
@@ -140,6 +140,7 @@ func (w *world) execute(ev Event, e Effect) {
 		}
 	case StartPersist:
 		w.checkStartPersist(e)
+		w.checkPersistStart(ev)
 		w.persistsInFlight++
 		w.tasks = append(w.tasks, &mTask{kind: taskPersist, ref: e.Ref, persist: e, core: w.c})
 	case ArmPersistTimer:
@@ -215,6 +216,7 @@ func (w *world) execute(ev Event, e Effect) {
 		}
 		w.closeDrain()
 		w.paused = false // everything in flight is dropped, the pause with it
+		w.idle.persistFails = 0
 		w.xfers = map[Ref]*mXfer{}
 		w.truncation = nil
 		w.tasks = append(w.tasks, &mTask{kind: taskResolve, core: w.c})

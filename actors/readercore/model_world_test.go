@@ -203,6 +203,8 @@ type world struct {
 	copies     map[uint64]manifest.Entry // replacements the shell made, by uid
 	cutEnds    map[uint64]bool           // where truncations' bases ended
 
+	idle idleCutState // the idle cut and the persist failures (model_idlecut_test.go)
+
 	persistsInFlight int // persist tasks of the current core
 	coreCfg          Config
 	fed              []fedEvent // every event fed to the current core, for the replay check
@@ -248,6 +250,7 @@ func newWorld(t *rapid.T) *world {
 		FragmentTargetSize: uint64(rapid.IntRange(100, 1500).Draw(t, "target")),
 		PersistThreshold:   rapid.IntRange(1, 5).Draw(t, "threshold"),
 		RebalanceThreshold: rapid.IntRange(2, 4).Draw(t, "rebalance"),
+		FragmentMaxAge:     drawFragmentMaxAge(t),
 	}
 	// the bound on bytes not yet durable: mostly tight, so that the drain pauses
 	switch rapid.IntRange(0, 3).Draw(t, "bound") {
@@ -305,6 +308,7 @@ func (w *world) startCore() {
 	w.paused = false
 	w.xfers = map[Ref]*mXfer{}
 	w.armedRetry = 0
+	w.idle = idleCutState{}
 	w.truncation = nil
 	w.resolve()
 }

@@ -25,12 +25,20 @@ func (c *Core) maybePersist() {
 		return
 	}
 	// Paused at the bound on bytes not yet durable, only a persist frees the budget: the
-	// uploaded appends are persisted now rather than at the threshold or the timer.
-	due := c.persistDue || (!c.persistBackoff && (c.reset != nil || len(c.pending) >= c.cfg.PersistThreshold || c.paused))
+	// uploaded appends are persisted now rather than at the threshold or the timer. Drained
+	// (nothing assembled, no transfer outstanding), no edit will join these soon: waiting
+	// for the threshold or the timer would only delay them.
+	due := c.persistDue || (!c.persistBackoff && (c.reset != nil || len(c.pending) >= c.cfg.PersistThreshold || c.paused || c.drained()))
 	if due {
 		c.startPersist()
 	}
 }
+
+// drained says the upload pipeline holds nothing: no chunk is being assembled and every
+// cut fragment is applied. Unpersisted edits are then persisted at once (the drained
+// persist) rather than at the threshold or the persist interval, which still bound a busy
+// stream, whose assembly is never empty for long.
+func (c *Core) drained() bool { return c.asm.Empty() && len(c.transfers) == 0 }
 
 // startPersist captures the in-memory manifest and the edits since the last persist.
 func (c *Core) startPersist() {

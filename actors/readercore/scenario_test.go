@@ -40,6 +40,7 @@ type harness struct {
 	persist   Ref
 	expected  int64
 	timer     Ref
+	cutTimer  Ref
 	group     Ref
 	fetch     Ref
 	nextID    uint64 // where the next drained chunk starts
@@ -155,6 +156,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 	case "persist-timer":
 		evs = append(evs, PersistTimer{Ref: Ref(argU(t, d, "ref", uint64(h.timer)))})
+	case "cut-timer":
+		// the idle cut timer last armed (even if cancelled since) fires, or ref=<r>
+		evs = append(evs, CutTimer{Ref: Ref(argU(t, d, "ref", uint64(h.cutTimer)))})
 	case "persist-result":
 		e := PersistResult{Ref: Ref(argU(t, d, "ref", uint64(h.persist))), Reason: argS(d, "reason", ""), Now: int64(argU(t, d, "now", 0))}
 		switch {
@@ -289,6 +293,8 @@ func (h *harness) observe(e Effect) {
 		h.persist, h.expected = e.Ref, e.ExpectedRevision
 	case ArmPersistTimer:
 		h.timer = e.Ref
+	case ArmCutTimer:
+		h.cutTimer = e.Ref
 	case UploadGroup:
 		h.group = e.Ref
 		h.attempts[e.Ref] = e.Attempt
@@ -311,6 +317,12 @@ func (h *harness) init(t *testing.T, d *datadriven.TestData) error {
 		RefBase:            argU(t, d, "ref-base", 0),
 		// bound=<bytes>; the scenarios written before the bound existed never reach 1 GiB
 		MaxUnpersistedBytes: argU(t, d, "bound", 1<<30),
+		// fragment-max-age=<duration>; the scenarios written before the idle cut existed
+		// run without it (a negative age disables it)
+		FragmentMaxAge: -1,
+	}
+	if d.HasArg("fragment-max-age") {
+		cfg.FragmentMaxAge = argD(t, d, "fragment-max-age")
 	}
 	if cfg.TransferDeadline == 0 {
 		cfg.TransferDeadline = 3 * time.Minute // the scenarios were written with this deadline

@@ -190,6 +190,7 @@ func (c *Core) declareGap(reason GapReason, to uint64) {
 	from := c.mem.NextOffset
 	dropped := len(c.transfers)
 	chunks := c.asm.Discard()
+	c.cancelCutTimer()
 	c.transfers = nil
 	c.drainNext = to
 	ed, err := manifest.GapEdit(c.mem, to)

@@ -60,6 +60,8 @@ type Status struct {
 	Paused    bool
 	// RetryArmed says the stream's one transfer retry timer is armed.
 	RetryArmed bool
+	// CutTimerArmed says the idle cut (Config.FragmentMaxAge) is armed for the assembly.
+	CutTimerArmed bool
 	// DrainStalled: the drain's position disagreed with the core's again right after a
 	// reposition (a chunk the core keeps refusing); it is retried after a delay.
 	DrainStalled       bool
@@ -103,6 +105,7 @@ func (c *Core) Status() Status {
 		HeldBound:        c.cfg.MaxUnpersistedBytes,
 		Paused:           c.paused,
 		RetryArmed:       c.retryTimer != 0,
+		CutTimerArmed:    c.cutTimer != 0,
 	}
 	if m := c.drainMiss; m != nil && m.failures > 0 {
 		s.DrainStalled, s.DrainStalledOffset, s.DrainStallFailures, s.DrainStallReason = true, m.at, m.failures, m.reason
@@ -193,6 +196,9 @@ func (s Status) String() string {
 	if k.RetryTimers+k.DrainRepositions+k.DrainStalls+k.DrainPauses+k.DeferredChunks > 0 || s.RetryArmed {
 		fmt.Fprintf(&b, "\nflow: held=%d/%d retry-armed=%t retry-timers=%d drain-repositions=%d drain-stalls=%d pauses=%d deferred-chunks=%d",
 			s.HeldBytes, s.HeldBound, s.RetryArmed, k.RetryTimers, k.DrainRepositions, k.DrainStalls, k.DrainPauses, k.DeferredChunks)
+	}
+	if k.IdleCuts > 0 || s.CutTimerArmed {
+		fmt.Fprintf(&b, "\nidle-cut: armed=%t idle-cuts=%d", s.CutTimerArmed, k.IdleCuts)
 	}
 	return b.String()
 }

@@ -1,7 +1,7 @@
 // Command node is the streamtier node binary. With no command it runs the demo: an
 // embedded etcd and S3 endpoint under ./streamtier-data and a stream fed by the load
 // generator, tiered live. `node run` runs a node on the configured etcd and S3; the other
-// commands inspect and operate one (status, cut, retention, gc, verify), place a stream's
+// commands inspect and operate one (status, cut, retention, gc, verify, read, restore), place a stream's
 // writer and replicas for cluster members (place), or read a local log (segments dump). See docs/operations.md.
 package main
 
@@ -55,6 +55,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return gcCmd(rest, stdout, stderr)
 	case cmd == "verify":
 		return verifyCmd(rest, stdout, stderr)
+	case cmd == "read":
+		return readCmd(rest, stdout, stderr)
+	case cmd == "restore":
+		return restoreCmd(rest, stdout, stderr)
 	case cmd == "place":
 		return placeCmd(rest, stdout, stderr)
 	case cmd == "segments" && len(rest) >= 1 && rest[0] == "dump":
@@ -83,6 +87,11 @@ const usage = `usage:
                                     list (or delete) objects no persisted manifest references
   node verify <stream> [--json] [--log-dir DIR]
                                     check the stream's remote tier object by object
+  node read <stream> [--from first|last|next|OFFSET|@TIME] [--to OFFSET] [--format json|records|raw] [--follow]
+                                    read the stream's chunks across the tiers (running node: up to the
+                                    committed next offset, or on with --follow; else the remote tier)
+  node restore <stream> --to DIR [--from first|last|OFFSET|@TIME] [--until OFFSET]
+                                    rebuild an osiris stream directory from the remote tier
   node place <stream> --writer NODE --epoch N [--replicas A,B]
                                     write the stream's placement (cluster mode: who writes, who replicates)
   node segments dump <dir>          list every chunk of an osiris stream directory as JSON lines

@@ -228,8 +228,10 @@ func (p *process) start(ctx context.Context) error {
 		p.log.Info().Str("mode", s.GCMode).Str("interval", s.GCInterval.String()).Str("grace", s.GCGracePeriod.String()).Msg("automatic garbage collection on")
 	}
 	info := backends.RunInfo{PID: os.Getpid(), NodeID: s.NodeID, Started: p.started}
+	opts.Reads = node
 	if p.cluster != nil {
 		opts.Cluster = p.cluster
+		opts.Reads = p.cluster
 		info.ClusterAddress = p.cluster.Address()
 	}
 	var err error
@@ -289,6 +291,7 @@ func (p *process) openClusterStream(id string) (actors.StreamSpec, error) {
 	return actors.StreamSpec{
 		Log: ost.log, Retention: p.s.Retention(st),
 		FragmentTargetSize: st.FragmentTargetSize, PersistThreshold: st.PersistThreshold, PersistInterval: st.PersistInterval,
+		FragmentMaxAge: st.FragmentMaxAge,
 	}, nil
 }
 
@@ -323,6 +326,7 @@ func (p *process) addStream(st nodeconfig.StreamSettings, demo *nodeconfig.Setti
 	spec := actors.StreamSpec{
 		ID: st.ID, Log: lg, Epoch: max(st.Epoch, lg.Epoch(), 1), Retention: p.s.Retention(st),
 		FragmentTargetSize: st.FragmentTargetSize, PersistThreshold: st.PersistThreshold, PersistInterval: st.PersistInterval,
+		FragmentMaxAge: st.FragmentMaxAge,
 	}
 	if err := p.node.AddStream(spec); err != nil {
 		return err

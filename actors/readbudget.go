@@ -1,0 +1,62 @@
+package actors
+
+import (
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// DefaultReadBudgetBytes is the node-wide read budget when the setting is zero.
+const DefaultReadBudgetBytes = 256 << 20
+
+// readBudget divides the node's read budget (read_budget_bytes) evenly among the open
+// remote readers: each holds at most its share (fetched, buffered, delivered and not yet
+// consumed), so many readers stay bounded together, and a slow consumer fills only its own
+// share and stops its own fetching without slowing anyone else. A reader that opens or
+// closes changes every share: each reader gets its new share as a budgetShare message.
+type readBudget struct {
+	total int64
+
+	mu      sync.Mutex
+	readers map[*actor.PID]*actor.RootContext
+}
+
+// budgetShare tells a remote reader its share of the node's read budget.
+type budgetShare struct{ bytes int64 }
+
+func newReadBudget(total int64) *readBudget {
+	if total <= 0 {
+		total = DefaultReadBudgetBytes
+	}
+	return &readBudget{total: total, readers: make(map[*actor.PID]*actor.RootContext)}
+}
+
+// join adds a reader and returns its share (everyone else gets theirs by message).
+func (b *readBudget) join(root *actor.RootContext, pid *actor.PID) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.readers[pid] = root
+	return b.spreadLocked(pid)
+}
+
+// leave removes a reader; the others get the larger share.
+func (b *readBudget) leave(pid *actor.PID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.readers[pid]; !ok {
+		return
+	}
+	delete(b.readers, pid)
+	b.spreadLocked(nil)
+}
+
+func (b *readBudget) spreadLocked(except *actor.PID) int64 {
+	share := b.total / int64(max(len(b.readers), 1))
+	share = max(share, 1)
+	for pid, root := range b.readers {
+		if pid != except {
+			root.Send(pid, budgetShare{bytes: share})
+		}
+	}
+	return share
+}

@@ -1,0 +1,290 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"streamtier/actors/fetchcore"
+	"streamtier/chunk"
+	"streamtier/fragment"
+	"streamtier/manifest"
+	"streamtier/s3io"
+	"streamtier/s3io/s3test"
+)
+
+// benchTier is a remote tier written for the benchmark: objects of objBytes chunk-region
+// bytes each, chunks of 100 KiB to 400 KiB, a manifest of fragment entries.
+type benchTier struct {
+	store *s3io.Store
+	m     manifest.Manifest
+	keys  []string
+	sizes []uint64 // chunk-region bytes per object
+	total int64
+}
+
+func writeBenchTier(b *testing.B, store *s3io.Store, stream string, objects int, objBytes int) benchTier {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	data := make([]byte, 512<<10)
+	for i := range data {
+		data[i] = byte(rnd.Uint32())
+	}
+	t := benchTier{store: store, m: manifest.Empty()}
+	next := uint64(0)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	errs := make(chan error, objects)
+	for o := 0; o < objects; o++ {
+		obj := fragment.AppendObjectHeader(make([]byte, 0, objBytes+64<<10))
+		var recs []fragment.IndexRecord
+		first := next
+		for len(obj)-fragment.ObjectHeaderSize < objBytes {
+			n := 100<<10 + rnd.IntN(300<<10)
+			h := chunk.Header{Type: chunk.TypeUser, Entries: 1, Records: 1, Timestamp: int64(next), Epoch: 1, ChunkID: next,
+				DataCRC: crc32.ChecksumIEEE(data[:n]), DataLen: uint32(n)}
+			recs = append(recs, fragment.IndexRecord{ChunkID: next, Timestamp: int64(next), Position: uint32(len(obj))})
+			obj = chunk.AppendHeader(obj, h)
+			obj = append(obj, data[:n]...)
+			next++
+		}
+		size := uint64(len(obj) - fragment.ObjectHeaderSize)
+		for _, r := range recs {
+			obj = fragment.AppendIndexRecord(obj, r)
+		}
+		e := manifest.Entry{FirstOffset: first, FirstTimestamp: int64(first), LastTimestamp: int64(next - 1), Size: size, UID: uint64(o + 1), Kind: manifest.KindFragment}
+		ed, err := manifest.AppendEdit(t.m, e, next)
+		if err == nil {
+			t.m, err = t.m.Apply(ed)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		key := manifest.FragmentKey(manifest.DefaultKeyPrefix, stream, first, 1, e.UID)
+		t.keys, t.sizes, t.total = append(t.keys, key), append(t.sizes, size), t.total+int64(size)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := store.PutObject(context.Background(), key, obj); err != nil {
+				errs <- err
+			}
+			mu.Lock()
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	return t
+}
+
+// rawRead GETs every object's chunk region in 4 MiB ranges with n parallel workers, no
+// verification, buffers reused: the baseline. It returns the time and the time to the first
+// range.
+func (t benchTier) rawRead(n int, rangeSize int64) (time.Duration, time.Duration, error) {
+	type job struct {
+		key      string
+		off, len int64
+	}
+	jobs := make(chan job, 64)
+	go func() {
+		for i, k := range t.keys {
+			end := int64(fragment.ObjectHeaderSize) + int64(t.sizes[i])
+			for off := int64(fragment.ObjectHeaderSize); off < end; off += rangeSize {
+				jobs <- job{k, off, min(rangeSize, end-off)}
+			}
+		}
+		close(jobs)
+	}()
+	start := time.Now()
+	var first atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, rangeSize)
+			for j := range jobs {
+				if os.Getenv("RAW_ALLOC") != "" {
+					buf = nil
+				}
+				got, err := t.store.GetRangePartial(context.Background(), j.key, j.off, j.len, buf)
+				if err == nil && int64(len(got)) != j.len {
+					err = fmt.Errorf("short read of %s", j.key)
+				}
+				if err != nil {
+					errs <- err
+					for range jobs {
+					}
+					return
+				}
+				first.CompareAndSwap(0, int64(time.Since(start)))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return 0, 0, err
+	}
+	return time.Since(start), time.Duration(first.Load()), nil
+}
+
+// heapSampler records the peak of live heap objects while it runs.
+type heapSampler struct {
+	stop chan struct{}
+	done chan struct{}
+	peak atomic.Uint64
+}
+
+func sampleHeap() *heapSampler {
+	h := &heapSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	go func() {
+		defer close(h.done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > h.peak.Load() {
+				h.peak.Store(v)
+			}
+			select {
+			case <-h.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return h
+}
+
+func (h *heapSampler) finish() uint64 {
+	close(h.stop)
+	<-h.done
+	return h.peak.Load()
+}
+
+// BenchmarkRemoteRead reads a tiered stream of STREAMTIER_BENCH_MIB (default 1024) MiB from
+// the remote tier through the remote source and, interleaved in the same run against the
+// same server and objects, with raw parallel 4 MiB range GETs (N = 2, 4, 8, 16; the best
+// per round is the baseline). It prints the throughput ratio source/baseline (min, median,
+// max over STREAMTIER_BENCH_ROUNDS rounds, default 3), the times to the first chunk, and
+// the peak live heap of the source's reads against its budget.
+func BenchmarkRemoteRead(b *testing.B) {
+	mib, rounds := envInt("STREAMTIER_BENCH_MIB", 1024), envInt("STREAMTIER_BENCH_ROUNDS", 3)
+	budget := int64(envInt("STREAMTIER_BENCH_BUDGET_MIB", 256)) << 20
+	srv := s3test.Start(b, s3test.Options{})
+	store, err := s3io.NewStore(context.Background(), srv.NewBucket(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const objBytes = 16 << 20
+	tier := writeBenchTier(b, store, "bench", max(mib<<20/objBytes, 1), objBytes)
+	mb := float64(tier.total) / (1 << 20)
+	b.Logf("tier: %d objects, %.0f MiB, %d chunks", len(tier.keys), mb, tier.m.NextOffset)
+	env := remoteEnv{Store: store, KeyPrefix: manifest.DefaultKeyPrefix, Stream: "bench", Log: zerolog.Nop(),
+		Latest:  func(context.Context) (manifest.Manifest, int64, error) { return tier.m, 1, nil },
+		Budget:  newReadBudget(budget),
+		Metrics: &Metrics{}, Fetch: fetchcore.Config{MaxConcurrency: envInt("STREAMTIER_BENCH_CEILING", 0), FixedConcurrency: envInt("STREAMTIER_BENCH_FIXED", 0)}}
+	var ratios []float64
+	var srcTTFC, rawTTFC []time.Duration
+	var peak uint64
+	var concs []int64
+	b.ResetTimer()
+	for r := 0; r < rounds; r++ {
+		best, bestN, bestFirst := time.Duration(0), 0, time.Duration(0)
+		for _, n := range []int{2, 4, 8, 16} {
+			d, first, err := tier.rawRead(n, 4<<20)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if best == 0 || d < best {
+				best, bestN, bestFirst = d, n, first
+			}
+		}
+		runtime.GC()
+		before := store.Metrics().Snapshot()[s3io.OpGetRange]
+		hs := sampleHeap()
+		base := hs.peak.Load()
+		d, first, conc, err := readSource(env)
+		p := hs.finish()
+		after := store.Metrics().Snapshot()[s3io.OpGetRange]
+		if os.Getenv("STREAMTIER_BENCH_DEBUG") != "" {
+			fmt.Printf("source GETs %d, mean latency %v\n", after.Requests-before.Requests, (after.Sum-before.Sum)/time.Duration(max(after.Requests-before.Requests, 1)))
+			fmt.Printf("wall %v, sum of GET latencies / 4 = %v\n", d, (after.Sum-before.Sum)/4)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if p > base {
+			peak = max(peak, p-base)
+		}
+		ratio := best.Seconds() / d.Seconds()
+		ratios, srcTTFC, rawTTFC, concs = append(ratios, ratio), append(srcTTFC, first), append(rawTTFC, bestFirst), append(concs, conc)
+		fmt.Printf("round %d: source %.0f MiB/s (c=%d at the end), raw best N=%d %.0f MiB/s, ratio %.3f\n",
+			r+1, mb/d.Seconds(), conc, bestN, mb/best.Seconds(), ratio)
+	}
+	sort.Float64s(ratios)
+	fmt.Printf("ratio source/raw: min %.3f median %.3f max %.3f (%d rounds, %.0f MiB)\n", ratios[0], ratios[len(ratios)/2], ratios[len(ratios)-1], rounds, mb)
+	fmt.Printf("time to first chunk: source %v, raw first range %v (median)\n", medianDur(srcTTFC), medianDur(rawTTFC))
+	fmt.Printf("peak live heap during a source read: %.1f MiB above the start, budget %.0f MiB\n", float64(peak)/(1<<20), float64(budget)/(1<<20))
+}
+
+// readSource reads the whole tier through a remote source, dropping the chunks as they
+// come, and returns the time, the time to the first chunk and the concurrency at the end.
+func readSource(env remoteEnv) (time.Duration, time.Duration, int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	src, err := openRemoteSource(ctx, env, 0)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer src.Close()
+	var first time.Duration
+	for {
+		it, err := src.Next(ctx)
+		if errors.Is(err, ErrRemoteEnd) {
+			break
+		}
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if first == 0 && it.Kind == ItemChunk {
+			first = time.Since(start)
+		}
+	}
+	return time.Since(start), first, env.Metrics.RemoteRead.Concurrency.Load(), nil
+}
+
+func medianDur(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,374 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"streamtier/actors/fetchcore"
+)
+
+// The remote reader: one actor per open remote source. Its decisions are the pure
+// fetchcore.Core's; the actor executes the effects: range GETs, index fetches and manifest
+// walks as task actors (each under a deadline, cancelled with the reader), backoff timers on
+// the injected clock, items handed to the consumer's queue. The source (remoteRead) is what
+// the cross-tier reader holds: Next pops that queue and reports what it consumed.
+
+func init() { openRemoteSource = openRemoteRead }
+
+// Messages of the remote reader actor.
+type (
+	remoteTimer    struct{ id uint64 }
+	remoteConsumed struct{ bytes int64 }
+	remoteResume   struct{}
+	remoteGetDone  struct {
+		id   uint64
+		data []byte
+		err  error
+		at   time.Duration
+	}
+	remoteIndexDone struct{ ev fetchcore.IndexFetched }
+	remoteWalkDone  struct{ ev fetchcore.LeavesFetched }
+)
+
+// walkTimeout bounds one manifest walk (a manifest read, a few group objects, a listing).
+const walkTimeout = 2 * time.Minute
+
+// remoteReader is the actor.
+type remoteReader struct {
+	env     remoteEnv
+	core    *fetchcore.Core
+	src     *remoteRead
+	walker  *leafWalker
+	log     zerolog.Logger
+	metrics *RemoteReadStats
+	clock   clock
+	opened  time.Time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	tm     timers
+	tasks  taskSet
+	gets   map[uint64]runningGet // core get id -> its task
+
+	firstChunk bool
+	shownConc  int64 // what this reader adds to the node's gauges
+	shownHeld  int64
+}
+
+type runningGet struct {
+	task   uint64
+	cancel context.CancelFunc
+}
+
+// openRemoteRead opens the remote reader of env.Stream at from.
+func openRemoteRead(ctx context.Context, env remoteEnv, from uint64) (remoteSource, error) {
+	if env.Store == nil || env.Latest == nil || env.Stream == "" {
+		return nil, errors.New("open remote read: a store, a stream and a manifest source are required")
+	}
+	ownSystem := env.System == nil
+	if ownSystem {
+		env.System = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(zerologHandler{log: env.Log.With().Str("component", "protoactor").Logger()})
+		}))
+	}
+	if env.Budget == nil {
+		env.Budget = newReadBudget(0)
+	}
+	if env.Metrics == nil {
+		env.Metrics = &Metrics{}
+	}
+	env.Clock = orWall(env.Clock)
+	cfg := env.Fetch
+	cfg.Budget = env.Budget.total
+	core, err := fetchcore.New(cfg, from)
+	if err != nil {
+		return nil, fmt.Errorf("open remote read of %s: %w", env.Stream, err)
+	}
+	src := &remoteRead{root: env.System.Root, signal: make(chan struct{}, 1), budget: env.Budget, stats: &env.Metrics.RemoteRead}
+	if ownSystem {
+		src.system = env.System
+	}
+	log := env.Log.With().Str("actor", "remote-reader").Str("stream", env.Stream).Uint64("from", from).Logger()
+	r := &remoteReader{
+		env: env, core: core, src: src, walker: newLeafWalker(env), log: log,
+		metrics: &env.Metrics.RemoteRead, clock: env.Clock, opened: env.Clock.Now(), gets: map[uint64]runningGet{},
+	}
+	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.tm.clock = env.Clock
+	r.tasks = taskSet{log: log, metrics: env.Metrics}
+	props := actor.PropsFromProducer(func() actor.Actor { return r },
+		actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
+	src.pid = env.System.Root.Spawn(props)
+	env.Budget.join(env.System.Root, src.pid) // every reader, this one too, gets its share by message
+	env.Metrics.RemoteRead.Open.Add(1)
+	return src, nil
+}
+
+func (r *remoteReader) Receive(c actor.Context) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.src.finish(fmt.Errorf("remote reader of %s crashed: %v", r.env.Stream, p))
+			r.log.Error().Str("panic", fmt.Sprint(p)).Msg("remote reader crashed; the read fails")
+			c.Stop(c.Self())
+		}
+	}()
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		r.execute(c, r.core.Start())
+	case *actor.Stopping:
+		r.cancel()
+		r.tm.stopAll()
+		r.metrics.Concurrency.Add(-r.shownConc)
+		r.metrics.Buffered.Add(-r.shownHeld)
+		r.shownConc, r.shownHeld = 0, 0
+	case budgetShare:
+		r.step(c, fetchcore.SetBudget{Bytes: m.bytes})
+	case remoteConsumed:
+		r.step(c, fetchcore.Consumed{Bytes: m.bytes})
+	case remoteResume:
+		r.step(c, fetchcore.Resume{})
+	case remoteTimer:
+		r.step(c, fetchcore.TimerFired{ID: m.id})
+	case taskDone:
+		if res, ok := r.tasks.done(&r.tm, m); ok {
+			r.onResult(c, res)
+		}
+	case taskOverdue:
+		if res, _, ok := r.tasks.overdue(m); ok {
+			r.onResult(c, res)
+		}
+	}
+}
+
+func (r *remoteReader) onResult(c actor.Context, res any) {
+	switch m := res.(type) {
+	case remoteGetDone:
+		if g, ok := r.gets[m.id]; ok {
+			g.cancel()
+			delete(r.gets, m.id)
+		}
+		ev := fetchcore.RangeDone{ID: m.id, Data: m.data, Outcome: outcomeOf(m.err), Err: m.err, At: m.at}
+		r.metrics.Bytes.Add(int64(len(m.data)))
+		r.countError(ev.Outcome)
+		r.step(c, ev)
+	case remoteIndexDone:
+		r.countError(m.ev.Outcome)
+		r.step(c, m.ev)
+	case remoteWalkDone:
+		r.countError(m.ev.Outcome)
+		r.step(c, m.ev)
+	}
+}
+
+func (r *remoteReader) countError(o fetchcore.Outcome) {
+	switch o {
+	case fetchcore.Retriable:
+		r.metrics.Errors[RemoteErrRetriable].Add(1)
+	case fetchcore.NotFound:
+		r.metrics.Errors[RemoteErrNotFound].Add(1)
+	case fetchcore.Fatal:
+		r.metrics.Errors[RemoteErrFatal].Add(1)
+	}
+}
+
+func (r *remoteReader) step(c actor.Context, ev fetchcore.Event) { r.execute(c, r.core.Step(ev)) }
+
+func (r *remoteReader) since() time.Duration { return r.clock.Now().Sub(r.opened) }
+
+// execute carries out the core's effects in order.
+func (r *remoteReader) execute(c actor.Context, effs []fetchcore.Effect) {
+	for _, e := range effs {
+		switch e := e.(type) {
+		case fetchcore.Get:
+			r.spawnGet(c, e)
+		case fetchcore.Cancel:
+			if g, ok := r.gets[e.ID]; ok {
+				g.cancel()
+				r.tasks.settle(&r.tm, g.task)
+				delete(r.gets, e.ID)
+			}
+		case fetchcore.FetchIndex:
+			store := r.env.Store
+			r.tasks.spawn(c, r.ctx, &r.tm, taskSpec{
+				name: "remote-read-index", timeout: 2 * store.TransferTimeout(),
+				run: func(ctx context.Context) any {
+					recs, err := store.ReadFragmentIndex(ctx, e.Key, 0, e.Size)
+					return remoteIndexDone{ev: fetchcore.IndexFetched{ID: e.ID, Records: recs, Outcome: outcomeOf(err), Err: err}}
+				},
+				failed: func(reason string) any {
+					return remoteIndexDone{ev: fetchcore.IndexFetched{ID: e.ID, Outcome: fetchcore.Retriable, Err: errors.New(reason)}}
+				},
+			})
+		case fetchcore.NeedLeaves:
+			w := r.walker
+			r.tasks.spawn(c, r.ctx, &r.tm, taskSpec{
+				name: "remote-read-walk", timeout: walkTimeout,
+				run: func(ctx context.Context) any { return remoteWalkDone{ev: w.walk(ctx, e.ID, e.From, e.Fresh)} },
+				failed: func(reason string) any {
+					return remoteWalkDone{ev: fetchcore.LeavesFetched{ID: e.ID, Outcome: fetchcore.Retriable, Err: errors.New(reason)}}
+				},
+			})
+		case fetchcore.ArmTimer:
+			r.tm.after(c.ActorSystem().Root, c.Self(), e.After, remoteTimer{id: e.ID})
+		case fetchcore.Deliver:
+			it := ReadItem{Kind: ReadItemKind(e.Item.Kind), Tier: TierRemote, Offset: e.Item.Offset, End: e.Item.End}
+			if e.Item.Kind == fetchcore.ItemChunk {
+				it.Header, it.Chunk = e.Item.Header, e.Item.Chunk
+				if !r.firstChunk {
+					r.firstChunk = true
+					r.metrics.observeFirstChunk(r.since())
+				}
+			}
+			r.src.push(it)
+		case fetchcore.End:
+			r.src.end(e.At)
+		case fetchcore.Fail:
+			r.log.Error().Err(e.Err).Msg("remote read failed")
+			r.src.finish(fmt.Errorf("remote read of %s: %w", r.env.Stream, e.Err))
+		}
+	}
+	st := r.core.Status()
+	conc, held := int64(st.Concurrency), r.core.Held()
+	if st.Err != nil {
+		conc = 0
+	}
+	r.metrics.Concurrency.Add(conc - r.shownConc)
+	r.metrics.Buffered.Add(held - r.shownHeld)
+	r.shownConc, r.shownHeld = conc, held
+}
+
+func (r *remoteReader) spawnGet(c actor.Context, e fetchcore.Get) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	store, clk, opened := r.env.Store, r.clock, r.opened
+	r.metrics.GETs.Add(1)
+	task := r.tasks.spawn(c, ctx, &r.tm, taskSpec{
+		name: "remote-read-get", timeout: store.TransferTimeout(),
+		run: func(ctx context.Context) any {
+			data, err := store.GetRangePartial(ctx, e.Key, e.Off, e.Len, nil)
+			return remoteGetDone{id: e.ID, data: data, err: err, at: clk.Now().Sub(opened)}
+		},
+		failed: func(reason string) any {
+			return remoteGetDone{id: e.ID, err: fmt.Errorf("%s: %w", reason, context.DeadlineExceeded), at: clk.Now().Sub(opened)}
+		},
+	})
+	r.gets[e.ID] = runningGet{task: task, cancel: cancel}
+}
+
+// remoteRead is the consumer's side of a remote reader: the queue of delivered items.
+type remoteRead struct {
+	root   *actor.RootContext
+	pid    *actor.PID
+	system *actor.ActorSystem // owned (an offline read): shut down on Close
+	budget *readBudget
+	stats  *RemoteReadStats
+	signal chan struct{}
+
+	mu        sync.Mutex
+	items     []ReadItem
+	endAt     *uint64
+	ended     bool // the last Next returned the end: the next one resumes
+	err       error
+	closed    bool
+	closeOnce sync.Once
+}
+
+func (s *remoteRead) wake() {
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (s *remoteRead) push(it ReadItem) {
+	s.mu.Lock()
+	s.items = append(s.items, it)
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *remoteRead) end(at uint64) {
+	s.mu.Lock()
+	s.endAt = &at
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *remoteRead) finish(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+	s.wake()
+}
+
+// errSourceClosed is what Next returns after Close.
+var errSourceClosed = errors.New("remote source closed")
+
+// Next returns the next item in offset order, a *RemoteEndError at the end of the remote
+// tier (a later Next asks the manifest again), or the error the read failed with.
+func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
+	for {
+		s.mu.Lock()
+		switch {
+		case s.closed:
+			s.mu.Unlock()
+			return ReadItem{}, errSourceClosed
+		case len(s.items) > 0:
+			it := s.items[0]
+			s.items[0] = ReadItem{}
+			s.items = s.items[1:]
+			s.mu.Unlock()
+			if n := len(it.Chunk); n > 0 {
+				s.root.Send(s.pid, remoteConsumed{bytes: int64(n)})
+			}
+			return it, nil
+		case s.err != nil:
+			err := s.err
+			s.mu.Unlock()
+			return ReadItem{}, err
+		case s.endAt != nil:
+			at := *s.endAt
+			s.endAt, s.ended = nil, true
+			s.mu.Unlock()
+			return ReadItem{}, &RemoteEndError{At: at}
+		case s.ended:
+			s.ended = false
+			s.mu.Unlock()
+			s.root.Send(s.pid, remoteResume{})
+			continue
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.signal:
+		case <-ctx.Done():
+			return ReadItem{}, ctx.Err()
+		}
+	}
+}
+
+// Close stops the reader's actor and its tasks (their GETs are cancelled) and waits for
+// them; the budget share goes back to the other readers.
+func (s *remoteRead) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed, s.items = true, nil
+		s.mu.Unlock()
+		s.budget.leave(s.pid)
+		if err := s.root.StopFuture(s.pid).Wait(); err != nil {
+			s.finish(err)
+		}
+		s.stats.Open.Add(-1)
+		if s.system != nil {
+			s.system.Shutdown()
+		}
+	})
+	return nil
+}

@@ -1,0 +1,231 @@
+package actors
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"streamtier/actors/fetchcore"
+	"streamtier/manifest"
+	"streamtier/s3io/s3test"
+	"streamtier/tiertest"
+)
+
+// remoteFixture is a stream's remote tier written by hand (fragments, groups, root, etcd
+// records) on a real S3 server behind the fault injector, and the chunks it holds.
+type remoteFixture struct {
+	w      *world
+	st     tiertest.Stream
+	chunks map[uint64][]byte // chunk id -> bytes as written
+	order  []uint64
+	env    remoteEnv
+}
+
+func newRemoteFixture(t *testing.T, chunks int) *remoteFixture {
+	w := newWorld(t, worldOptions{})
+	st := tiertest.Write(t, tiertest.Env{Store: w.store, Meta: w.meta}, tiertest.Spec{
+		Stream: "remote-read", Seed: 5, Chunks: chunks, FragmentSize: 48 << 10, Rebalance: 3,
+	})
+	f := &remoteFixture{w: w, st: st, chunks: map[uint64][]byte{}}
+	segs := map[string][]byte{}
+	for _, c := range st.Chunks {
+		b, ok := segs[c.Location.Segment]
+		if !ok {
+			var err error
+			if b, err = os.ReadFile(filepath.Join(st.Dir, c.Location.Segment)); err != nil {
+				t.Fatal(err)
+			}
+			segs[c.Location.Segment] = b
+		}
+		f.chunks[c.Header.ChunkID] = b[c.Location.Position : c.Location.Position+c.Location.Size]
+		f.order = append(f.order, c.Header.ChunkID)
+	}
+	log, _ := testLogger(t)
+	m := st.Manifest
+	f.env = remoteEnv{
+		Store: w.store, KeyPrefix: manifest.DefaultKeyPrefix, Stream: st.ID, Log: log,
+		Latest:  func(context.Context) (manifest.Manifest, int64, error) { return m, st.Revision, nil },
+		System:  newSystem(t, log),
+		Metrics: &Metrics{},
+		Fetch:   fetchcore.Config{RangeSize: 16 << 10, MaxConcurrency: 8},
+	}
+	return f
+}
+
+// readAll reads a source until the end of the remote tier, checking that the items tile the
+// offsets from `from` on and that every chunk is the one written, byte for byte.
+func (f *remoteFixture) readAll(t *testing.T, src remoteSource, from uint64) (chunks int, end uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	expect, first := from, true
+	for {
+		it, err := src.Next(ctx)
+		var endErr *RemoteEndError
+		if errors.As(err, &endErr) {
+			if endErr.At != expect {
+				t.Fatalf("end at %d, delivered up to %d", endErr.At, expect)
+			}
+			return chunks, endErr.At
+		}
+		if err != nil {
+			t.Fatalf("next after %d chunks (at %d): %v", chunks, expect, err)
+		}
+		if it.Kind != ItemChunk || it.Tier != TierRemote {
+			t.Fatalf("item %s from tier %s at %d: want remote chunks only", it.Kind, it.Tier, it.Offset)
+		}
+		if it.Offset > expect || it.End <= expect || (!first && it.Offset != expect) {
+			t.Fatalf("chunk [%d,%d) does not follow offset %d (a duplicate or a loss)", it.Offset, it.End, expect)
+		}
+		if want, ok := f.chunks[it.Offset]; !ok || !bytes.Equal(want, it.Chunk) {
+			t.Fatalf("chunk %d differs from the chunk written", it.Offset)
+		}
+		first, expect = false, it.End
+		chunks++
+	}
+}
+
+func (f *remoteFixture) open(t *testing.T, env remoteEnv, from uint64) remoteSource {
+	t.Helper()
+	src, err := openRemoteSource(context.Background(), env, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	return src
+}
+
+// TestRemoteReadThroughFaults reads a stream's remote tier through a storm of 503s, bodies
+// reset mid-way and slow responses: every chunk comes once, in order, byte for byte, the
+// end is at the manifest's next offset, and a read afterwards (from the middle of a
+// fragment, positioned through its index) works at once.
+func TestRemoteReadThroughFaults(t *testing.T) {
+	f := newRemoteFixture(t, 600)
+	m := f.st.Manifest
+	data := `/data/.*\.fragment$`
+	f.w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: data, Fault: s3test.FaultSlowDown, Count: 25})
+	f.w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: data, Fault: s3test.FaultResetResponse, AfterBytes: 5000, Count: 8})
+	f.w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: data, Fault: s3test.FaultTruncateResponse, AfterBytes: 7000, Count: 4})
+	f.w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: data, Fault: s3test.FaultDelay, Delay: 100 * time.Millisecond, Count: 6})
+
+	src := f.open(t, f.env, m.FirstOffset)
+	n, end := f.readAll(t, src, m.FirstOffset)
+	if n != len(f.order) || end != m.NextOffset {
+		t.Fatalf("read %d chunks up to %d, the tier holds %d up to %d", n, end, len(f.order), m.NextOffset)
+	}
+	rs := &f.env.Metrics.RemoteRead
+	if rs.Errors[RemoteErrRetriable].Load() < 25 {
+		t.Errorf("%d retriable errors counted, at least the 25 503s were injected", rs.Errors[RemoteErrRetriable].Load())
+	}
+	if p50, _ := rs.FirstChunkQuantiles(); p50 <= 0 {
+		t.Errorf("no time to first chunk recorded")
+	}
+	t.Logf("%d chunks, %d GETs, %d bytes, %d retriable errors", n, rs.GETs.Load(), rs.Bytes.Load(), rs.Errors[RemoteErrRetriable].Load())
+	// The source stays usable at the end: it asks the manifest again and ends again.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := src.Next(ctx); !errors.Is(err, ErrRemoteEnd) {
+		t.Fatalf("next after the end: %v, want the end again", err)
+	}
+	src.Close()
+
+	// Progress afterwards, from inside a fragment: the chunk holding the offset comes first.
+	f.w.inj.Clear()
+	mid := f.order[len(f.order)/2] + 1
+	src2 := f.open(t, f.env, mid)
+	n2, _ := f.readAll(t, src2, mid)
+	if n2 == 0 || n2 >= n {
+		t.Fatalf("read %d chunks from offset %d, want some and fewer than %d", n2, mid, n)
+	}
+	src2.Close()
+	if open := rs.Open.Load(); open != 0 {
+		t.Fatalf("%d readers still counted open", open)
+	}
+}
+
+// TestRemoteReadSlowReaderDoesNotSlowAnother opens two readers under one small node-wide
+// budget: one consumer takes nothing, the other reads the whole tier. The slow one fills
+// its share and stops fetching; the fast one is not held back; what the node holds stays
+// within the shares.
+func TestRemoteReadSlowReaderDoesNotSlowAnother(t *testing.T) {
+	f := newRemoteFixture(t, 400)
+	m := f.st.Manifest
+	const total = 256 << 10
+	env := f.env
+	env.Budget = newReadBudget(total)
+	slow := f.open(t, env, m.FirstOffset)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := slow.Next(ctx); err != nil { // it has started and holds its share
+		t.Fatal(err)
+	}
+	fast := f.open(t, env, m.FirstOffset)
+	n, _ := f.readAll(t, fast, m.FirstOffset)
+	if n != len(f.order) {
+		t.Fatalf("the fast reader read %d chunks of %d", n, len(f.order))
+	}
+	fast.Close()
+	var largest int64
+	for _, b := range f.chunks {
+		largest = max(largest, int64(len(b)))
+	}
+	bound := max(int64(total), largest+env.Fetch.RangeSize)
+	if held := f.env.Metrics.RemoteRead.Buffered.Load(); held > bound || held == 0 {
+		t.Fatalf("the slow reader holds %d bytes, want some and at most %d", held, bound)
+	}
+	// The slow reader still delivers everything once its consumer takes it.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if _, err := slow.Next(ctx); err != nil {
+				if !errors.Is(err, ErrRemoteEnd) {
+					t.Errorf("slow reader: %v", err)
+				}
+				return
+			}
+		}
+	}()
+	wg.Wait()
+}
+
+// TestRemoteReadLostObjectFails deletes a fragment the manifest still lists: the reader
+// delivers everything before it, then fails with a typed error naming the object; it never
+// skips what the persisted manifest says is remote.
+func TestRemoteReadLostObjectFails(t *testing.T) {
+	f := newRemoteFixture(t, 200)
+	m := f.st.Manifest
+	var lost manifest.Entry
+	for e := range f.st.Keys {
+		if e.Kind == manifest.KindFragment && e.FirstOffset > m.FirstOffset && (lost.UID == 0 || e.FirstOffset < lost.FirstOffset) {
+			lost = e
+		}
+	}
+	if failed, err := f.w.store.DeleteObjects(context.Background(), []string{f.st.Keys[lost]}); err != nil || len(failed) > 0 {
+		t.Fatalf("delete: %v %v", failed, err)
+	}
+	src := f.open(t, f.env, m.FirstOffset)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	expect := m.FirstOffset
+	for {
+		it, err := src.Next(ctx)
+		if err != nil {
+			var missing *fetchcore.MissingObjectError
+			if !errors.As(err, &missing) || missing.First != lost.FirstOffset {
+				t.Fatalf("read failed with %v, want the missing object at %d", err, lost.FirstOffset)
+			}
+			if expect != lost.FirstOffset {
+				t.Fatalf("delivered up to %d, the lost fragment starts at %d", expect, lost.FirstOffset)
+			}
+			return
+		}
+		expect = it.End
+	}
+}

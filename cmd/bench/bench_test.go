@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if a goroutine outlives the benchmarks: each one stops its node
+// and servers before it returns. Two of the embedded S3 gateway's HTTP library outlive any
+// server by design: its process-wide date updater, and a stopped worker pool's cleaner,
+// which ends after its next 10 s sleep.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"))
+}
+
+// TestSubcommandsAtTinySizes runs every subcommand at a tiny size, in process, and checks
+// that it exits 0 and prints its ratio rows with a minimum, a median and a maximum, so that
+// the benchmark keeps working. It asserts nothing about speed.
+func TestSubcommandsAtTinySizes(t *testing.T) {
+	cases := []struct {
+		args   []string
+		ratios []string // ratio rows that must be printed
+	}{
+		{[]string{"upload", "--bytes", "16MiB", "--fragment", "4MiB", "--rounds", "2", "--warmup", "0", "--set", "persist_interval=100ms"},
+			[]string{"ratio A/B throughput (node/raw)"}},
+		{[]string{"upload", "--bytes", "4MiB", "--fragment", "1MiB", "--streams", "3", "--rounds", "1", "--warmup", "1", "--set", "persist_interval=100ms"},
+			[]string{"ratio A/B throughput (node/raw)"}},
+		{[]string{"idle", "--streams", "20", "--windows", "2", "--window", "200ms", "--settle", "0s"},
+			[]string{"ratio A/B RSS", "ratio A/B goroutines", "ratio A/B descriptors", "ratio A/B CPU"}},
+		{[]string{"latency", "--rate", "4MB/s", "--fragment", "256KiB", "--duration", "1s", "--rounds", "2", "--set", "persist_interval=100ms"},
+			[]string{"ratio A/B p50", "ratio A/B p99"}},
+		{[]string{"requests", "--bytes", "16MiB", "--fragment", "4MiB", "--rounds", "1", "--warmup", "0", "--set", "persist_interval=100ms"},
+			[]string{"ratio A/B requests (node/raw)"}},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args[:1], ""), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var out, errs bytes.Buffer
+			if code := run(ctx, c.args, &out, &errs); code != exitOK {
+				t.Fatalf("bench %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(c.args, " "), code, out.String(), errs.String())
+			}
+			for _, name := range c.ratios {
+				line := findRow(out.String(), name)
+				if line == "" {
+					t.Fatalf("bench %s: no row %q in\n%s", c.args[0], name, out.String())
+				}
+				f := strings.Fields(strings.TrimPrefix(line, name))
+				if len(f) != 4 || !strings.HasPrefix(f[3], "n=") {
+					t.Fatalf("bench %s: row %q: want min, median, max and n, got %q", c.args[0], name, line)
+				}
+				for _, v := range f[:3] {
+					if x, err := strconv.ParseFloat(v, 64); err != nil || math.IsNaN(x) || x <= 0 {
+						t.Fatalf("bench %s: row %q: %q is not a positive ratio", c.args[0], name, v)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestBadFlags checks that a bad command line exits 2 with a message naming what was wrong.
+func TestBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nosuch"}, `unknown subcommand "nosuch"`},
+		{[]string{"upload", "--bytes", "lots"}, `"lots" is not a size`},
+		{[]string{"upload", "--streams", "0"}, "--streams 0: at least 1"},
+		{[]string{"idle", "--set", "persist_interval"}, "want name=value"},
+		{[]string{"latency", "--set", "persist_interval=soon"}, "setting persist_interval (from flag --persist-interval)"},
+	} {
+		var out, errs bytes.Buffer
+		if code := run(context.Background(), c.args, &out, &errs); code != exitUsage || !strings.Contains(errs.String(), c.want) {
+			t.Errorf("bench %s: exit %d, stderr %q; want exit %d naming %q", strings.Join(c.args, " "), code, errs.String(), exitUsage, c.want)
+		}
+	}
+}
+
+// findRow returns the report row that starts with name, or "".
+func findRow(out, name string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			return line
+		}
+	}
+	return ""
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"time"
+
+	"streamtier/s3io"
+)
+
+// summary is a figure's minimum, median and maximum over rounds (or samples).
+type summary struct {
+	min, median, max float64
+	n                int
+}
+
+// summarize computes the summary of xs (NaN figures when xs is empty).
+func summarize(xs []float64) summary {
+	if len(xs) == 0 {
+		return summary{math.NaN(), math.NaN(), math.NaN(), 0}
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return summary{s[0], med, s[len(s)-1], len(s)}
+}
+
+// quantile is the q-quantile (0 to 1) of sorted by the nearest-rank method.
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// report prints the figure rows of a benchmark: a column header, then one row per figure
+// with its minimum, median and maximum over the rounds. Ratio rows start with "ratio".
+type report struct {
+	w io.Writer
+}
+
+const rowFormat = "%-40s %12s %12s %12s   %s\n"
+
+func (r report) columns(note string) {
+	fmt.Fprintf(r.w, rowFormat, "", "min", "median", "max", note)
+}
+
+// row prints one figure; digits is the number of decimals.
+func (r report) row(name string, xs []float64, digits int) {
+	s := summarize(xs)
+	f := func(v float64) string { return fmt.Sprintf("%.*f", digits, v) }
+	fmt.Fprintf(r.w, rowFormat, name, f(s.min), f(s.median), f(s.max), fmt.Sprintf("n=%d", s.n))
+}
+
+// ratios divides a by b pair by pair (round by round).
+func ratios(a, b []float64) []float64 {
+	out := make([]float64, 0, len(a))
+	for i := range min(len(a), len(b)) {
+		out = append(out, a[i]/b[i])
+	}
+	return out
+}
+
+// ms turns durations into float milliseconds.
+func ms(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = float64(d) / float64(time.Millisecond)
+	}
+	return out
+}
+
+// mib is bytes in MiB.
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// delta is the requests made between two snapshots, per operation.
+func delta(after, before s3io.MetricsSnapshot) s3io.MetricsSnapshot {
+	var out s3io.MetricsSnapshot
+	for op := range out {
+		a, b := after[op], before[op]
+		out[op] = s3io.OpSnapshot{Op: a.Op, Requests: a.Requests - b.Requests, Bytes: a.Bytes - b.Bytes, Sum: a.Sum - b.Sum}
+		for c := range a.ByClass {
+			out[op].ByClass[c] = a.ByClass[c] - b.ByClass[c]
+		}
+	}
+	return out
+}
