@@ -79,6 +79,7 @@ type reader struct {
 	resolveErr   string
 	running      bool // the core has Resolved and LogOpened
 	counted      bool // counted in StreamsRunning (start got that far)
+	retLog       retentionLog
 }
 
 func (r *reader) Receive(c actor.Context) {
@@ -87,6 +88,7 @@ func (r *reader) Receive(c actor.Context) {
 	case *actor.Started:
 		r.start(c)
 	case *actor.Stopping, *actor.Restarting:
+		r.retLog.flush(r.log, r.n.cfg.clock.Now())
 		r.timers.stopAll()
 		if r.cancel == nil { // it failed before it started: nothing to cancel
 			return
@@ -382,7 +384,7 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.fetchGroup(c, e)
 	case readercore.RemoteRetention:
 		r.n.metrics.RemoteRetentionRuns.Add(1)
-		r.log.Info().Str("edit", readercore.FormatEdit(e.Edit)).Int("deferred_deletes", len(e.Deferred)).Msg("remote retention")
+		r.retLog.note(r.log, r.n.cfg.clock.Now(), e.Edit, len(e.Deferred))
 	case readercore.UpdateRange:
 		r.h.noteRevision(e.Revision)
 		r.h.cache.Store(&Persisted{Manifest: e.Manifest, Revision: e.Revision})

@@ -29,12 +29,77 @@ type Sources struct {
 	// Dir is the directory relative paths are resolved against (the working directory at
 	// start: the embedded S3 endpoint changes the working directory later).
 	Dir string
+	// Remembered are the backend settings the data directory recorded when a node last
+	// ran on it (see Remembered): below the file, above the defaults, and refused when a
+	// higher source names other values.
+	Remembered Remembered
+}
+
+// Remembered is what a data directory recorded of the etcd and bucket its streams are
+// tiered to, by setting name (etcd_endpoints, etcd_prefix, s3_endpoint, s3_bucket,
+// s3_region, s3_path_style, key_prefix; never a credential). A setting left at its
+// default takes the remembered value. One given otherwise must agree with it where it
+// says which data (the etcd prefix, the bucket, the key prefix, and whether etcd is the
+// embedded one), or Resolve refuses with an error that says where the data went; the
+// addresses of external servers (etcd endpoints, S3 endpoint, region, addressing) may
+// differ: another route to the same servers (a proxy, another member of the cluster).
+type Remembered struct {
+	Values map[string]string
+	// File is the record's path and Where describes the backends, for messages.
+	File  string
+	Where string
+}
+
+// rememberable are the settings a data directory may record: where its data went.
+var rememberable = map[string]bool{"etcd_endpoints": true, "etcd_prefix": true, "s3_endpoint": true, "s3_bucket": true,
+	"s3_region": true, "s3_path_style": true, "key_prefix": true}
+
+// identifies are the remembered settings that say which data, not how to reach it.
+var identifies = map[string]bool{"etcd_prefix": true, "s3_bucket": true, "key_prefix": true}
+
+// conflicts reports whether a setting's value v disagrees with the remembered rv.
+func conflicts(name, v, rv string) bool {
+	v, rv = canonical(name, v), canonical(name, rv)
+	switch {
+	case identifies[name]:
+		return v != rv
+	case name == "etcd_endpoints": // the embedded etcd, or an external one
+		return (v == "") != (rv == "")
+	}
+	return false
+}
+
+// canonical renders a setting's value for comparison with a remembered one.
+func canonical(name, v string) string {
+	switch name {
+	case "etcd_endpoints":
+		return strings.Join(ParseList(v), ",")
+	case "s3_path_style":
+		if b, err := ParseBool(v); err == nil {
+			return strconv.FormatBool(b)
+		}
+	case "s3_endpoint":
+		return strings.TrimRight(v, "/")
+	}
+	return v
 }
 
 // Resolve computes the settings of mode from src: for each setting the flag, else the
 // environment variable, else the file, else the default. Every value is parsed and the
 // whole is validated; the first problem is returned naming the setting and its origin.
 func Resolve(mode Mode, src Sources) (Settings, error) {
+	s, err := resolveSources(mode, src)
+	if err != nil {
+		return Settings{}, err
+	}
+	if err := s.Validate(); err != nil {
+		return Settings{}, err
+	}
+	return s, nil
+}
+
+// resolveSources is Resolve without the validation of the whole.
+func resolveSources(mode Mode, src Sources) (Settings, error) {
 	file, streams, err := parseFile(src.FileName, src.File)
 	if err != nil {
 		return Settings{}, err
@@ -52,11 +117,21 @@ func Resolve(mode Mode, src Sources) (Settings, error) {
 			return Settings{}, fmt.Errorf("unknown setting %q", name)
 		}
 	}
+	for name := range src.Remembered.Values {
+		if !rememberable[name] {
+			return Settings{}, fmt.Errorf("%s: %q is not a setting a data directory records", src.Remembered.File, name)
+		}
+	}
+	var clashes []string
 	s := Settings{Origins: map[string]string{}, raw: map[string]string{}}
 	for _, d := range table {
 		v, origin := d.def, "default"
 		if mode == ModeDemo && d.demo != "" {
 			v = d.demo
+		}
+		rv, remembered := src.Remembered.Values[d.name]
+		if remembered {
+			v, origin = rv, "data dir record "+src.Remembered.File
 		}
 		if fv, ok := file[d.name]; ok {
 			v, origin = fv, "file "+src.FileName
@@ -66,6 +141,9 @@ func Resolve(mode Mode, src Sources) (Settings, error) {
 		}
 		if fv, ok := src.Flags[d.name]; ok {
 			v, origin = fv, "flag --"+flagName(d.name)
+		}
+		if remembered && conflicts(d.name, v, rv) {
+			clashes = append(clashes, fmt.Sprintf("%s is %q (from %s), the data dir's is %q", d.name, v, origin, rv))
 		}
 		if d.path && v != "" {
 			v = absPath(src.Dir, v)
@@ -84,12 +162,12 @@ func Resolve(mode Mode, src Sources) (Settings, error) {
 		}
 		streams[i] = st
 	}
+	if len(clashes) > 0 {
+		return Settings{}, &ConflictError{Remembered: src.Remembered, DataDir: s.DataDir, Conflicts: clashes}
+	}
 	s.Streams = streams
 	if src.FileName != "" {
 		s.ConfigFile = absPath(src.Dir, src.FileName)
-	}
-	if err := s.Validate(); err != nil {
-		return Settings{}, err
 	}
 	return s, nil
 }
@@ -302,6 +380,28 @@ func (f *Flags) Set(name, value string) { f.set[name] = value }
 // the settings of mode from the flags, environ and that file; relative paths are resolved
 // against the current working directory.
 func Load(mode Mode, f *Flags, environ []string) (Settings, error) {
+	return LoadRemembering(mode, f, environ, nil)
+}
+
+// ConflictError refuses settings that name other backends than the ones a data directory
+// recorded: its streams' data went there, and a command on other backends would find
+// nothing (or a node would tier the local logs a second time elsewhere).
+type ConflictError struct {
+	Remembered Remembered
+	DataDir    string
+	Conflicts  []string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("data dir %s was tiered to %s (recorded in %s), but %s: give the data dir's settings or leave them out (they are then taken from the record), "+
+		"or use another --data-dir; if the data moved, remove %s",
+		e.DataDir, e.Remembered.Where, e.Remembered.File, strings.Join(e.Conflicts, "; "), e.Remembered.File)
+}
+
+// LoadRemembering is Load, then, when remember finds a record in the resolved data
+// directory, Load again with it as the Remembered source (the data directory is only known
+// once the first pass resolved it). A nil remember reads no record.
+func LoadRemembering(mode Mode, f *Flags, environ []string, remember func(dataDir string) (Remembered, bool, error)) (Settings, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return Settings{}, fmt.Errorf("working directory: %w", err)
@@ -321,6 +421,21 @@ func Load(mode Mode, f *Flags, environ []string) (Settings, error) {
 			return Settings{}, fmt.Errorf("config file: %w", err)
 		}
 		src.File, src.FileName = b, name
+	}
+	if remember != nil {
+		// A first pass finds the data directory; the whole is validated only with the
+		// record (a setting such as s3_access_key is valid only with the recorded bucket).
+		s, err := resolveSources(mode, src)
+		if err != nil {
+			return Settings{}, err
+		}
+		rem, found, err := remember(s.DataDir)
+		if err != nil {
+			return Settings{}, err
+		}
+		if found {
+			src.Remembered = rem
+		}
 	}
 	return Resolve(mode, src)
 }

@@ -1,6 +1,7 @@
 package nodeconfig
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -319,5 +320,73 @@ func TestFragmentMaxAgeReachesTheNode(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "fragment_max_age") || !strings.Contains(err.Error(), "negative") {
 			t.Errorf("%+v: error %v, want one naming fragment_max_age as negative", src, err)
 		}
+	}
+}
+
+// TestDemoRetentionDefault: the demo stream keeps 4 GiB remotely unless retention_max_bytes
+// is set, to a size or to 0 (no limit); declared streams are not given the demo's bound.
+func TestDemoRetentionDefault(t *testing.T) {
+	d := resolve(t, ModeDemo, Sources{})
+	if got := d.Retention(d.DemoStreamSettings()).MaxBytes; got != 4<<30 {
+		t.Fatalf("demo stream retention %d, want 4 GiB", got)
+	}
+	if st := d.DemoStreamSettings(); st.ID != "demo" || st.LogDir != "/work/streamtier-data/streams/demo" || st.Epoch != 1 {
+		t.Fatalf("demo stream: %+v", st)
+	}
+	if got := d.Retention(StreamSettings{ID: "other"}).MaxBytes; got != 0 {
+		t.Fatalf("a declared stream got the demo's bound: %d", got)
+	}
+	for v, want := range map[string]uint64{"0": 0, "1GiB": 1 << 30} {
+		s := resolve(t, ModeDemo, Sources{Flags: map[string]string{"retention_max_bytes": v}})
+		if got := s.Retention(s.DemoStreamSettings()).MaxBytes; got != want {
+			t.Errorf("retention_max_bytes %s: demo stream keeps %d, want %d", v, got, want)
+		}
+	}
+	s := resolve(t, ModeDemo, Sources{Flags: map[string]string{"demo_retention_max_bytes": "64MiB"}})
+	if got := s.Retention(s.DemoStreamSettings()).MaxBytes; got != 64<<20 {
+		t.Errorf("demo_retention_max_bytes 64MiB: %d", got)
+	}
+}
+
+// TestRemembered: a data directory's record fills the backend settings left at their
+// defaults; the same values given again agree; other values from any source are refused
+// naming the setting, its origin and the record.
+func TestRemembered(t *testing.T) {
+	rem := Remembered{File: "/d/backends.json", Where: "bucket tier at http://s3",
+		Values: map[string]string{"etcd_endpoints": "", "etcd_prefix": "/streamtier", "s3_endpoint": "http://s3", "s3_bucket": "tier",
+			"s3_region": "us-east-1", "s3_path_style": "true", "key_prefix": "streams"}}
+	s := resolve(t, ModeRun, Sources{Remembered: rem, Flags: map[string]string{"s3_access_key": "k", "s3_secret_key": "s"}})
+	if s.EmbeddedS3() || s.S3Endpoint != "http://s3" || s.S3Bucket != "tier" || !s.S3PathStyle || !s.EmbeddedEtcd() {
+		t.Fatalf("remembered backends not taken: %+v", s)
+	}
+	if s.Origins["s3_bucket"] != "data dir record /d/backends.json" {
+		t.Fatalf("origin %q", s.Origins["s3_bucket"])
+	}
+	same := resolve(t, ModeRun, Sources{Remembered: rem, Flags: map[string]string{"s3_endpoint": "http://s3/", "s3_path_style": "1"},
+		Env: []string{"STREAMTIER_S3_BUCKET=tier"}})
+	if same.S3Bucket != "tier" {
+		t.Fatalf("%+v", same)
+	}
+	// Another route to the same bucket (a proxy) is no conflict.
+	proxy := resolve(t, ModeRun, Sources{Remembered: rem, Flags: map[string]string{"s3_endpoint": "http://proxy:9000", "s3_region": "eu-west-1"}})
+	if proxy.S3Endpoint != "http://proxy:9000" || proxy.S3Bucket != "tier" || proxy.S3Region != "eu-west-1" {
+		t.Fatalf("%+v", proxy)
+	}
+	for _, src := range []Sources{
+		{Flags: map[string]string{"s3_bucket": "other"}},
+		{Env: []string{"STREAMTIER_KEY_PREFIX=other"}},
+		{Flags: map[string]string{"etcd_prefix": "/elsewhere"}},
+		{File: []byte("etcd_endpoints: [127.0.0.1:2379]\n"), FileName: "n.yaml"},
+	} {
+		src.Remembered, src.Dir = rem, "/work"
+		_, err := Resolve(ModeRun, src)
+		var ce *ConflictError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "was tiered to bucket tier at http://s3 (recorded in /d/backends.json)") ||
+			!strings.Contains(err.Error(), "remove /d/backends.json") {
+			t.Errorf("%+v: want a conflict naming the record, got %v", src, err)
+		}
+	}
+	if _, err := Resolve(ModeRun, Sources{Dir: "/work", Remembered: Remembered{File: "/d/backends.json", Values: map[string]string{"s3_secret_key": "x"}}}); err == nil {
+		t.Fatal("a record naming a credential was read")
 	}
 }

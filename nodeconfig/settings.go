@@ -99,6 +99,10 @@ type Settings struct {
 	DemoStream string
 	DemoRate   int64
 	DemoSeed   uint64
+	// DemoRetentionMaxBytes is the demo stream's remote max_bytes while retention_max_bytes
+	// keeps its default: the demo writes 20 MB/s and would fill the disk under the
+	// embedded S3 endpoint (about 1.2 GB a minute) with no retention.
+	DemoRetentionMaxBytes uint64
 
 	// Cluster runs the node as a cluster member: placement records in etcd decide which
 	// streams it writes and which it replicates (see docs/cluster.md).
@@ -371,6 +375,8 @@ var table = []setting{
 		apply: rate(func(s *Settings) *int64 { return &s.DemoRate })},
 	{name: "demo_seed", def: "1", help: "seed of the demo load (a restart resumes the same load)",
 		apply: unsigned(func(s *Settings) *uint64 { return &s.DemoSeed })},
+	{name: "demo_retention_max_bytes", def: "4GiB", help: "remote retention of the demo stream when retention_max_bytes is not set, so that the demo does not fill the disk (0: no limit)",
+		apply: size(func(s *Settings) *uint64 { return &s.DemoRetentionMaxBytes })},
 
 	{name: "cluster", def: "false", bool: true, help: "run as a cluster member: etcd placement records decide which streams this node writes and replicates",
 		apply: boolean(func(s *Settings) *bool { return &s.Cluster })},

@@ -273,6 +273,17 @@ func (s Settings) Retention(st StreamSettings) manifest.Policy {
 	return p
 }
 
+// DemoStreamSettings is the demo stream: its local log under the data directory, epoch 1,
+// and remote retention demo_retention_max_bytes unless retention_max_bytes was set
+// (then the node's policy, as for any stream; 0 set explicitly means no limit).
+func (s Settings) DemoStreamSettings() StreamSettings {
+	st := StreamSettings{ID: s.DemoStream, LogDir: filepath.Join(s.DataDir, "streams", s.DemoStream), Epoch: 1}
+	if s.Origins["retention_max_bytes"] == "default" {
+		st.RetentionMaxBytes = s.DemoRetentionMaxBytes
+	}
+	return st
+}
+
 // S3Config is the external S3 configuration (meaningless when EmbeddedS3).
 func (s Settings) S3Config() s3io.Config {
 	return s3io.Config{

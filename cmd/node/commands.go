@@ -61,8 +61,14 @@ func fail(stderr io.Writer, cmd string, err error) int {
 	return exitFailed
 }
 
+// badUsage reports a usage error: the problem, the command's synopsis and where to look
+// further (not the whole usage text, nor the flag package's hundred-line dump).
 func badUsage(stderr io.Writer, cmd, msg string) int {
-	fmt.Fprintf(stderr, "node %s: %s\n\n%s", cmd, msg, usage)
+	who := "node " + cmd
+	if cmd == demoName {
+		who = "node"
+	}
+	fmt.Fprintf(stderr, "%s: %s\nusage: %s\nsee `node help` for the commands, `node settings` for every setting and its flag\n", who, msg, usageLine(cmd))
 	return exitBadInput
 }
 

@@ -21,8 +21,12 @@ type demoLoad struct {
 	gen     *loadgen.Generator
 	rate    int64 // record bytes per second
 	logger  zerolog.Logger
-	written atomic.Int64 // record bytes written by this run
-	chunks  atomic.Int64
+	written atomic.Int64 // record bytes written by this run (what rate paces)
+	// logBytes are the chunk bytes (headers and all) appended by this run: what the
+	// uploads carry, so that the display compares a write rate with an upload rate in
+	// the same bytes.
+	logBytes atomic.Int64
+	chunks   atomic.Int64
 }
 
 // demoTick is how often the writer catches up with the rate.
@@ -74,6 +78,7 @@ func (d *demoLoad) run(ctx context.Context) error {
 				return fmt.Errorf("demo load: commit %d: %w", h.ChunkID, err)
 			}
 			d.written.Add(d.gen.Bytes() - before)
+			d.logBytes.Add(h.Size())
 			d.chunks.Add(1)
 		}
 		select {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -53,10 +55,45 @@ func writeJSON(out io.Writer, v any) error {
 }
 
 // commandName is how the user runs this binary, for the hints printed at the end of the
-// demo: "go run ./cmd/node" under go run, else the program path as typed.
+// demo: "go run ./cmd/node" when the executable is one `go run` built (in a go-build
+// temporary directory or the Go build cache), else the program path as typed.
 func commandName() string {
-	if strings.Contains(os.Args[0], "go-build") {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	if builtByGoRun(exe, os.Getenv("GOCACHE"), os.Getenv("GOTMPDIR")) || builtByGoRun(os.Args[0], "", "") {
 		return "go run ./cmd/node"
 	}
 	return os.Args[0]
+}
+
+// buildCacheDir is the name of an executable's directory in the Go build cache
+// (<cache>/<2 hex>/<64 hex>-d/<name>), where `go run` keeps what it built since Go 1.24.
+var buildCacheDir = regexp.MustCompile(`^[0-9a-f]{64}-d$`)
+
+// builtByGoRun reports whether exe lies where `go run` puts the executables it builds: a
+// "go-build*" directory (os.TempDir's or GOTMPDIR's, or the default build cache
+// ~/.cache/go-build), the build cache at GOCACHE, or any directory shaped like a build
+// cache entry. It is pure: the caller passes the environment.
+func builtByGoRun(exe, goCache, goTmpDir string) bool {
+	exe = filepath.Clean(exe)
+	dir := filepath.Dir(exe)
+	if buildCacheDir.MatchString(filepath.Base(dir)) {
+		return true
+	}
+	for _, root := range []string{goCache, goTmpDir} {
+		if root == "" {
+			continue
+		}
+		if rel, err := filepath.Rel(filepath.Clean(root), exe); err == nil && !strings.HasPrefix(rel, "..") {
+			return true
+		}
+	}
+	for _, part := range strings.Split(filepath.ToSlash(dir), "/") {
+		if strings.HasPrefix(part, "go-build") {
+			return true
+		}
+	}
+	return false
 }

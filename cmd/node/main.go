@@ -15,11 +15,14 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"streamtier/backends"
 	"streamtier/nodeconfig"
 )
 
 func main() {
 	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00" // milliseconds in every log line
+	// Durations carry their unit ("took":"530.24ms", not a bare 530.24).
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -70,6 +73,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitBadInput
 }
 
+// usageLine is the synopsis of one command from the usage text ("node gc [stream] ..."),
+// or "node <name> [flags]" for a command the text does not list.
+func usageLine(name string) string {
+	prefix := "  node " + name
+	if name == demoName {
+		prefix = "  node ["
+	}
+	for _, l := range strings.Split(usage, "\n") {
+		if !strings.HasPrefix(l, prefix) {
+			continue
+		}
+		l = strings.TrimSpace(l)
+		if i := strings.Index(l, "   "); i > 0 {
+			l = l[:i]
+		}
+		return l
+	}
+	return "node " + name + " [flags]"
+}
+
+// demoName is the demo's name in messages (it has no command word).
+const demoName = "(demo)"
+
 func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" }
 
 const usage = `usage:
@@ -106,7 +132,9 @@ STREAMTIER_* environment variables or a YAML file (--config); see docs/operation
 // ok is false when the command must stop with code (help asked, or bad input reported).
 func parseFlags(name string, mode nodeconfig.Mode, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (s nodeconfig.Settings, positional []string, code int, ok bool) {
 	fs := flag.NewFlagSet("node "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// The flag package prints the error and then every flag (over a hundred lines) on bad
+	// input: it writes nowhere, and a bad flag gets one line of usage and a pointer.
+	fs.SetOutput(io.Discard)
 	f := nodeconfig.RegisterFlags(fs)
 	if extra != nil {
 		extra(fs)
@@ -114,9 +142,12 @@ func parseFlags(name string, mode nodeconfig.Mode, args []string, stderr io.Writ
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintf(stderr, "usage: %s\n\nflags:\n", usageLine(name))
+				fs.SetOutput(stderr)
+				fs.PrintDefaults()
 				return s, nil, exitOK, false
 			}
-			return s, nil, exitBadInput, false // the flag package printed the problem
+			return s, nil, badUsage(stderr, name, err.Error()), false
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -128,7 +159,9 @@ func parseFlags(name string, mode nodeconfig.Mode, args []string, stderr io.Writ
 	if grace := fs.Lookup("grace"); grace != nil && grace.Value.String() != "" {
 		f.Set("gc_grace_period", grace.Value.String())
 	}
-	s, err := nodeconfig.Load(mode, f, os.Environ())
+	// The data directory's record of its backends fills the backend settings left out,
+	// and refuses other ones (backends.LocationFile).
+	s, err := nodeconfig.LoadRemembering(mode, f, os.Environ(), backends.Remembered)
 	if err != nil {
 		fmt.Fprintf(stderr, "node %s: %v\n", name, err)
 		return s, nil, exitBadInput, false

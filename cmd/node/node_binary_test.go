@@ -148,13 +148,19 @@ type running struct {
 // startNode starts the binary in dir and waits until its admin server answers.
 func startNode(t *testing.T, dir string, args ...string) *running {
 	t.Helper()
+	return startNodeWith(t, nodeBinary(t), dir, args...)
+}
+
+// startNodeWith is startNode with the executable exe (a copy of the binary elsewhere).
+func startNodeWith(t *testing.T, exe, dir string, args ...string) *running {
+	t.Helper()
 	r := &running{t: t, dataDir: filepath.Join(dir, "streamtier-data"), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	for i, a := range args {
 		if a == "--data-dir" {
 			r.dataDir = args[i+1]
 		}
 	}
-	r.cmd = exec.Command(nodeBinary(t), args...)
+	r.cmd = exec.Command(exe, args...)
 	r.cmd.Dir = dir
 	r.cmd.Env = testEnv()
 	r.cmd.Stdout, r.cmd.Stderr = r.stdout, r.stderr

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,8 +100,8 @@ func newLogger(s nodeconfig.Settings, stderr io.Writer, d *display) zerolog.Logg
 type sample struct {
 	at       time.Time
 	streams  []actors.StreamStatus
-	uploaded int64 // node-wide bytes uploaded
-	written  map[string]int64
+	uploaded int64            // node-wide fragment bytes uploaded
+	written  map[string]int64 // per demo stream, chunk bytes appended to its log
 }
 
 func (p *process) sample(ctx context.Context) sample {
@@ -115,10 +116,38 @@ func (p *process) sample(ctx context.Context) sample {
 		}
 		sm.streams = append(sm.streams, s)
 		if st.demo != nil {
-			sm.written[st.id] = st.demo.written.Load()
+			sm.written[st.id] = st.demo.logBytes.Load()
 		}
 	}
 	return sm
+}
+
+// rateWindow is the span over which the display and the progress line compute the write
+// and upload rates: both from the same two samples, and long enough that fragments
+// completing in bursts (an 8 MiB one every ~0.4 s at the demo's rate) average out; over
+// one 500 ms redraw the upload rate jumped between 0, 16 and 32 MiB/s against a steady
+// write rate while the lag stayed flat.
+const rateWindow = 10 * time.Second
+
+// window keeps the samples of the last rateWindow; its oldest and newest give the rates.
+type window struct{ samples []sample }
+
+// add appends s and drops the samples that the next-oldest one still covers the window
+// without; it returns the oldest sample kept.
+func (w *window) add(s sample) sample {
+	w.samples = append(w.samples, s)
+	for len(w.samples) > 2 && s.at.Sub(w.samples[1].at) >= rateWindow {
+		w.samples = w.samples[1:]
+	}
+	return w.samples[0]
+}
+
+// header is what the first line of the display says besides the rates.
+type header struct {
+	adminURL string
+	// demoRetention is the demo stream's remote retention for the header ("" without a
+	// demo stream).
+	demoRetention string
 }
 
 // progress shows the display (every 500 ms) or logs a progress line per stream (every
@@ -134,7 +163,9 @@ func (p *process) progress(ctx context.Context) {
 	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	prev := p.sample(ctx)
+	h := header{adminURL: p.admin.URL(), demoRetention: p.demoRetention()}
+	var w window
+	w.add(p.sample(ctx))
 	for {
 		select {
 		case <-ctx.Done():
@@ -142,13 +173,32 @@ func (p *process) progress(ctx context.Context) {
 		case <-tick.C:
 		}
 		cur := p.sample(ctx)
+		prev := w.add(cur)
 		if p.display.active {
-			p.display.show(renderProgress(prev, cur, p.admin.URL(), p.node.Metrics()))
+			p.display.show(renderProgress(prev, cur, h, p.node.Metrics()))
 		} else {
 			p.logProgress(prev, cur)
 		}
-		prev = cur
 	}
+}
+
+// demoRetention describes the demo stream's remote retention for the display.
+func (p *process) demoRetention() string {
+	if !p.s.Demo {
+		return ""
+	}
+	pol := p.s.Retention(p.s.DemoStreamSettings())
+	var parts []string
+	if pol.MaxBytes > 0 {
+		parts = append(parts, "the last "+human(pol.MaxBytes))
+	}
+	if pol.MaxAgeMillis > 0 {
+		parts = append(parts, "at most "+dur(time.Duration(pol.MaxAgeMillis)*time.Millisecond)+" old")
+	}
+	if len(parts) == 0 {
+		return "keeps everything in S3 (no retention)"
+	}
+	return "keeps " + strings.Join(parts, ", ") + " in S3"
 }
 
 func (p *process) logProgress(prev, cur sample) {
@@ -158,7 +208,13 @@ func (p *process) logProgress(prev, cur sample) {
 		ev := p.log.Info().Str("stream", s.Stream).Str("phase", s.Phase).
 			Uint64("committed", s.LocalCommitted).Uint64("uploaded", c.Next).Uint64("persisted", c.PersistedNext).
 			Uint64("remote_bytes", c.TotalSize).Int("in_flight", c.InFlight).Int64("lag_bytes", s.LagBytes).
-			Float64("lag_seconds", round2(s.LagSeconds)).Float64("upload_mb_per_s", round2(float64(cur.uploaded-prev.uploaded)/dt/1e6))
+			Float64("lag_seconds", round2(s.LagSeconds)).Float64("upload_mb_per_s", round2(float64(cur.uploaded-prev.uploaded)/dt/1e6)).
+			Dur("rate_window", cur.at.Sub(prev.at).Round(time.Millisecond))
+		if w, ok := cur.written[s.Stream]; ok {
+			if pw, had := prev.written[s.Stream]; had {
+				ev = ev.Float64("write_mb_per_s", round2(float64(w-pw)/dt/1e6))
+			}
+		}
 		if c.LastPersistAt > 0 {
 			ev = ev.Float64("last_persist_age_seconds", round2(time.Since(time.UnixMilli(c.LastPersistAt)).Seconds()))
 		}
@@ -181,18 +237,24 @@ func (p *process) logProgress(prev, cur sample) {
 func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
 
 // renderProgress draws the display's lines from two samples. It is pure.
-func renderProgress(prev, cur sample, adminURL string, m *actors.Metrics) []string {
+// The rates are over the same span, prev to cur (up to rateWindow).
+func renderProgress(prev, cur sample, h header, m *actors.Metrics) []string {
 	dt := cur.at.Sub(prev.at).Seconds()
 	if dt <= 0 {
 		dt = 1
 	}
-	out := []string{fmt.Sprintf("streamtier · admin %s · upload %s/s · Ctrl-C stops cleanly",
-		adminURL, human(float64(cur.uploaded-prev.uploaded)/dt))}
-	for i, s := range cur.streams {
+	out := []string{fmt.Sprintf("streamtier · admin %s · upload %s/s (last %s) · Ctrl-C stops cleanly",
+		h.adminURL, human(float64(cur.uploaded-prev.uploaded)/dt), dur(cur.at.Sub(prev.at)))}
+	if h.demoRetention != "" {
+		out = append(out, "  demo stream "+h.demoRetention+" (--demo-retention-max-bytes or --retention-max-bytes to change)")
+	}
+	for _, s := range cur.streams {
 		c := s.Core
 		in := ""
-		if w, ok := cur.written[s.Stream]; ok && i < len(prev.streams) {
-			in = fmt.Sprintf(" · writing %s/s", human(float64(w-prev.written[s.Stream])/dt))
+		w, ok := cur.written[s.Stream]
+		if pw, had := prev.written[s.Stream]; ok && had {
+			w -= pw
+			in = fmt.Sprintf(" · writing %s/s", human(float64(w)/dt))
 		}
 		last := "no persist yet"
 		if c.LastPersistAt > 0 {

@@ -45,12 +45,40 @@ func TestRenderProgress(t *testing.T) {
 	cur := sample{at: now, uploaded: 20 << 20, written: map[string]int64{"demo": 10 << 20}, streams: []actors.StreamStatus{st}}
 	m := &actors.Metrics{}
 	m.FragmentsUploaded.Add(3)
-	out := strings.Join(renderProgress(prev, cur, "http://127.0.0.1:1", m), "\n")
-	for _, want := range []string{"admin http://127.0.0.1:1", "upload 20.0 MiB/s", "writing 10.0 MiB/s", "committed 500", "uploaded 400",
+	out := strings.Join(renderProgress(prev, cur, header{adminURL: "http://127.0.0.1:1", demoRetention: "keeps the last 4.00 GiB in S3"}, m), "\n")
+	for _, want := range []string{"admin http://127.0.0.1:1", "upload 20.0 MiB/s (last 1s)", "demo stream keeps the last 4.00 GiB in S3", "writing 10.0 MiB/s", "committed 500", "uploaded 400",
 		"persisted 300", "assembling 2.00 MiB", "2 fragments in flight (16.0 MiB)", "persist timer", "STALLED at 300", "lag        1.00 MiB · 1.5 s",
 		"remote 1.00 GiB", "local 2 segments", "in 3 fragments"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("display lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestRateWindow: the display's rates come from the oldest sample within rateWindow, so
+// an upload rate made of whole fragments completing averages over many of them.
+func TestRateWindow(t *testing.T) {
+	t0 := time.Now()
+	var w window
+	const frag = 8 << 20
+	var up, wr int64
+	var prev, cur sample
+	for i := range 60 { // 30 s of redraws every 500 ms at 20 MiB/s, fragments of 8 MiB
+		at := t0.Add(time.Duration(i) * 500 * time.Millisecond)
+		wr = int64(i) * 10 << 20
+		up = wr / frag * frag // what whole fragments have been uploaded
+		cur = sample{at: at, uploaded: up, written: map[string]int64{"demo": wr}}
+		prev = w.add(cur)
+	}
+	if span := cur.at.Sub(prev.at); span < rateWindow || span > rateWindow+500*time.Millisecond {
+		t.Fatalf("window spans %v, want %v", span, rateWindow)
+	}
+	dt := cur.at.Sub(prev.at).Seconds()
+	upRate, wrRate := float64(cur.uploaded-prev.uploaded)/dt, float64(cur.written["demo"]-prev.written["demo"])/dt
+	if d := (upRate - wrRate) / wrRate; d > 0.05 || d < -0.05 {
+		t.Fatalf("over %v the upload rate %.1f MiB/s and the write rate %.1f MiB/s differ by %.0f%%", cur.at.Sub(prev.at), upRate/(1<<20), wrRate/(1<<20), d*100)
+	}
+	if len(w.samples) > 22 {
+		t.Fatalf("window keeps %d samples", len(w.samples))
 	}
 }

@@ -42,15 +42,14 @@ type openStream struct {
 func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 	name := "run"
 	if mode == nodeconfig.ModeDemo {
-		name = "(demo)"
+		name = demoName
 	}
 	s, positional, code, ok := parseFlags(name, mode, args, stderr, nil)
 	if !ok {
 		return code
 	}
 	if len(positional) > 0 {
-		fmt.Fprintf(stderr, "node: unexpected argument %q (settings are flags: --name value)\n\n%s", positional[0], usage)
-		return exitBadInput
+		return badUsage(stderr, name, fmt.Sprintf("unexpected argument %q (settings are flags: --name value)", positional[0]))
 	}
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
@@ -71,7 +70,12 @@ func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "node: %v\n", err)
 		return exitFailed
 	}
-	log.Info().Str("data_dir", s.DataDir).Str("config", s.ConfigFile).Bool("embedded_etcd", s.EmbeddedEtcd()).
+	ev := log.Info()
+	if s.Demo {
+		p := s.Retention(s.DemoStreamSettings())
+		ev = ev.Str("demo_rate", s.Redacted()["demo_rate"]).Str("demo_retention_max_bytes", nodeconfig.FormatSize(float64(p.MaxBytes)))
+	}
+	ev.Str("data_dir", s.DataDir).Str("config", s.ConfigFile).Bool("embedded_etcd", s.EmbeddedEtcd()).
 		Bool("embedded_s3", s.EmbeddedS3()).Str("fragment_target_size", s.Redacted()["fragment_target_size"]).Msg("starting")
 	log.Debug().Interface("settings", s.Redacted()).Msg("settings")
 	var lis *actors.Listener
@@ -92,6 +96,14 @@ func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 			lis.Close()
 		}
 		lock.Unlock()
+		fmt.Fprintf(stderr, "node: %v\n", err)
+		return exitFailed
+	}
+	if err := backends.WriteLocation(s.DataDir, backends.LocationOf(s)); err != nil {
+		b.Close()
+		if lis != nil {
+			lis.Close()
+		}
 		fmt.Fprintf(stderr, "node: %v\n", err)
 		return exitFailed
 	}
@@ -191,8 +203,7 @@ func (p *process) start(ctx context.Context) error {
 		}
 	}
 	if s.Demo {
-		st := nodeconfig.StreamSettings{ID: s.DemoStream, LogDir: backends.StreamDir(s.DataDir, s.DemoStream), Epoch: 1}
-		if err := p.addStream(st, &s); err != nil {
+		if err := p.addStream(s.DemoStreamSettings(), &s); err != nil {
 			return err
 		}
 	}
@@ -576,6 +587,10 @@ func (s summary) print(out io.Writer, set nodeconfig.Settings) {
 	fmt.Fprintf(out, "  %s gc%s\n", cmd, flags)
 	if s.s3Dir != "" {
 		fmt.Fprintf(out, "  ls -R %s/data/%s/%s\n", s.s3Dir, s.bucket, s.keyPrefix)
+	}
+	if !set.EmbeddedEtcd() || !set.EmbeddedS3() {
+		fmt.Fprintf(out, "These use %s as %s records it; give them the same credentials as this run (flags or STREAMTIER_* variables).\n",
+			backends.LocationOf(set).Where(), backends.LocationFile(set.DataDir))
 	}
 	fmt.Fprintf(out, "Run it again to resume where it stopped.\n")
 }

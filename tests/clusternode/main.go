@@ -133,6 +133,7 @@ func parseFlags(args []string) (options, error) {
 }
 
 func main() {
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString // durations with their unit, as cmd/node logs them
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "clusternode:", err)
