@@ -118,7 +118,7 @@ func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 
 	var wg sync.WaitGroup
 	loadCtx, stopLoad := context.WithCancel(context.Background())
-	for _, st := range p.streams {
+	for _, st := range p.openStreams() { // under the lock: the cluster's role loop may be opening streams
 		if st.demo != nil {
 			wg.Add(1)
 			go func() { // owned by serve: stopLoad and wg end it
