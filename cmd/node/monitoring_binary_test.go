@@ -21,8 +21,17 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 )
 
-// monitoringDir holds the alert rules and the Grafana dashboard shipped for operators.
-const monitoringDir = "../../deploy/prometheus"
+// monitoringDir holds the alert rules and the Grafana dashboard shipped for operators. It
+// is made absolute when the package loads: a test running the embedded S3 endpoint in
+// process moves the working directory (the posix backend does), and this test runs in
+// parallel with such tests.
+var monitoringDir = func() string {
+	dir, err := filepath.Abs("../../deploy/prometheus")
+	if err != nil {
+		panic(err)
+	}
+	return dir
+}()
 
 // pendingMetrics are names the rules and the dashboard use that no node exports yet: they
 // come with work in progress elsewhere. The test passes while they are absent and fails
