@@ -60,6 +60,9 @@ type Config struct {
 	// it closes its reader's segment file (default 5 s); the next commit reopens it. With the
 	// log's own idle close (segments.Options.IdleClose) an idle stream holds no descriptor.
 	DrainIdleClose time.Duration
+	// ParkRetryInterval is how often the reader of a parked stream (one whose reader kept
+	// failing until its restart delay reached the ceiling) is retried (default 1 min).
+	ParkRetryInterval time.Duration
 	// Logger receives the node's structured logs.
 	Logger zerolog.Logger
 	// Replicas, when set, carries broadcasts and syncs to replica nodes; nil drops them
@@ -165,6 +168,9 @@ func (c Config) withDefaults() Config {
 	if c.DrainIdleClose == 0 {
 		c.DrainIdleClose = DefaultDrainIdleClose
 	}
+	if c.ParkRetryInterval == 0 {
+		c.ParkRetryInterval = DefaultParkRetryInterval
+	}
 	c.clock = orWall(c.clock)
 	return c
 }
@@ -174,7 +180,9 @@ const (
 	DefaultResolveTimeout     = 30 * time.Second
 	DefaultPersistTimeout     = 30 * time.Second
 	DefaultGroupUploadTimeout = 60 * time.Second
-	DefaultDrainIdleClose     = 5 * time.Second
+	// DefaultParkRetryInterval is how often a parked stream's reader is retried.
+	DefaultParkRetryInterval = time.Minute
+	DefaultDrainIdleClose    = 5 * time.Second
 )
 
 // Upload bounds by default (docs/operations.md): 24 uploads at once node-wide, each one S3
@@ -207,7 +215,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"resolve_timeout", c.ResolveTimeout}, {"persist_timeout", c.PersistTimeout}, {"group_upload_timeout", c.GroupUploadTimeout}, {"drain_idle_close", c.DrainIdleClose}} {
+	}{{"resolve_timeout", c.ResolveTimeout}, {"persist_timeout", c.PersistTimeout}, {"group_upload_timeout", c.GroupUploadTimeout}, {"drain_idle_close", c.DrainIdleClose}, {"stream_park_retry_interval", c.ParkRetryInterval}} {
 		if d.v < 0 {
 			return fmt.Errorf("node config: %s = %s: negative", d.name, d.v)
 		}

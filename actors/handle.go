@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -50,12 +51,74 @@ type streamHandle struct {
 	// registered are the replicas registered at run time (Node.ReplicaRegistered); every
 	// incarnation replays them with the spec's once it resolved.
 	registered map[string]bool
+	lastPark   time.Time // since when the stream was parked, while a retry is running
 	nextID     readercore.WaiterID
 	waiters    map[readercore.WaiterID]waiterEntry
 	stopped    error  // set once the reader stopped: later waiters fail at once
 	reason     string // why the reader stopped for good (deleted, deposed); "" if it did not
 	reader     *actor.PID
 	stopOnce   sync.Once
+	// parked is set while the supervisor has parked the stream (its reader keeps failing)
+	// and waits to retry it.
+	parked *parkState
+}
+
+// parkState is why and since when a stream is parked.
+type parkState struct {
+	since    time.Time // when it was parked (the first park of a run of retries)
+	reason   string    // the last failure
+	failures int       // reader failures within the last minute when it was parked
+	retryAt  time.Time // the next retry
+}
+
+// park records the stream as parked; it reports whether it was not already (a retry that
+// failed keeps the first park's time).
+func (h *streamHandle) park(p parkState) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	first := h.parked == nil && h.lastPark.IsZero()
+	if h.parked != nil {
+		p.since = h.parked.since
+	} else if !h.lastPark.IsZero() {
+		p.since = h.lastPark
+	}
+	h.parked = &p
+	return first
+}
+
+// unpark clears the parked state while the reader is retried; the park's time is kept
+// for a retry that fails again, until the reader runs (running clears it).
+func (h *streamHandle) unpark() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.parked != nil {
+		h.lastPark = h.parked.since
+	}
+	h.parked = nil
+}
+
+// recovered forgets a past park: the reader resolved and runs.
+func (h *streamHandle) recovered() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lastPark = time.Time{}
+}
+
+// retrying reports a parked stream whose reader is being retried and has not run yet.
+func (h *streamHandle) retrying() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.parked == nil && !h.lastPark.IsZero()
+}
+
+// parkedState is a copy of the park, ok false when the stream is not parked.
+func (h *streamHandle) parkedState() (parkState, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.parked == nil {
+		return parkState{}, false
+	}
+	return *h.parked, true
 }
 
 type waiterEntry struct {

@@ -69,7 +69,11 @@ type Metrics struct {
 	LocalErrors [6]atomic.Int64
 	// StalledBy is how many streams are stalled now, by the same causes.
 	StalledBy [6]atomic.Int64
-	// RemoteRead are the remote readers' counters and gauges (readmetrics.go).
+	// Parks counts streams parked because their reader kept failing (once per episode, not
+	// per failed retry); ParkRetries the periodic retries of parked readers.
+	Parks       atomic.Int64
+	ParkRetries atomic.Int64
+	// RemoteRead are the remote readers' counters and gauges (remotereadmetrics.go).
 	RemoteRead RemoteReadStats
 	// Read counts the cross-tier readers' work (Node.OpenReader).
 	Read ReadMetrics

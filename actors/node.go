@@ -285,6 +285,10 @@ func (n *Node) sendReader(id string, msg any) error {
 	if reason := h.stopReason(); reason != "" { // its reader is gone
 		return fmt.Errorf("stream %s: %s: %w", id, reason, ErrStreamStopped)
 	}
+	if p, ok := h.parkedState(); ok {
+		return fmt.Errorf("stream %s is parked (its reader keeps failing: %s), retried at %s: %w",
+			id, p.reason, p.retryAt.Format(time.RFC3339), ErrStreamStarting)
+	}
 	pid := h.readerPID()
 	if pid == nil {
 		return fmt.Errorf("stream %s: %w", id, ErrStreamStarting)
@@ -331,6 +335,9 @@ func (n *Node) Status(ctx context.Context, id string) (StreamStatus, error) {
 		return StreamStatus{}, err
 	}
 	if st, ok := h.stoppedStatus(); ok { // deleted or deposed: its reader is gone
+		return st, nil
+	}
+	if st, ok := h.parkedStatus(); ok { // its reader is down until the next retry
 		return st, nil
 	}
 	pid := h.readerPID()

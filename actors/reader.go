@@ -78,6 +78,7 @@ type reader struct {
 	resolveTries int
 	resolveErr   string
 	running      bool // the core has Resolved and LogOpened
+	counted      bool // counted in StreamsRunning (start got that far)
 	retLog       retentionLog
 	// localErr is the drain's failure to read the local log, nil when it reads: while set,
 	// the stream is "stalled" (counted in StreamsStalled, not StreamsRunning).
@@ -91,12 +92,17 @@ func (r *reader) Receive(c actor.Context) {
 		r.start(c)
 	case *actor.Stopping, *actor.Restarting:
 		r.retLog.flush(r.log, r.n.cfg.clock.Now())
-		r.cancel()
 		r.timers.stopAll()
+		if r.cancel == nil { // it failed before it started: nothing to cancel
+			return
+		}
+		r.cancel()
 		c.Send(r.n.governor, cancelOwner{Owner: r.shell.owner})
 	case *actor.Stopped:
-		r.setLocalErr(nil)
-		r.n.metrics.StreamsRunning.Add(-1)
+		if r.counted {
+			r.setLocalErr(nil) // a stalled stream leaves StreamsStalled, not StreamsRunning
+			r.n.metrics.StreamsRunning.Add(-1)
+		}
 	case drainTrouble:
 		r.setLocalErr(m.Err)
 	case resolveRetryMsg:
@@ -232,6 +238,7 @@ func (r *reader) start(c actor.Context) {
 	r.core = core
 	r.h.setReader(c.Self())
 	r.n.metrics.StreamsRunning.Add(1)
+	r.counted = true
 	log := r.h.spec.Log
 	r.drain = c.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		return &drain{log: log, logger: r.log, faults: r.n.cfg.faults, metrics: r.n.metrics, idleClose: r.n.cfg.DrainIdleClose}
@@ -275,6 +282,7 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 		return
 	}
 	r.running, r.resolveErr = true, ""
+	r.h.recovered()
 	for _, w := range r.h.outstanding() {
 		r.waiters[w.Waiter] = true
 		r.step(c, w)

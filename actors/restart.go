@@ -18,17 +18,24 @@ type restartBackoff struct {
 	failures []time.Time // failures within the last minute
 }
 
+// restartCeiling is the longest restartBackoff delay: a stream supervisor whose reader
+// fails often enough to reach it parks the stream instead (see streamSupervisor).
+const restartCeiling = 10 * time.Second
+
+// restartWindow is how long a failure counts towards the backoff.
+const restartWindow = time.Minute
+
 // next records a failure at now and returns the delay before the restart.
 func (b *restartBackoff) next(now time.Time) time.Duration {
 	recent := b.failures[:0]
 	for _, t := range b.failures {
-		if now.Sub(t) < time.Minute {
+		if now.Sub(t) < restartWindow {
 			recent = append(recent, t)
 		}
 	}
 	b.failures = append(recent, now)
 	if n := len(b.failures); n > 1 {
-		return min(100*time.Millisecond<<min(n-2, 10), 10*time.Second)
+		return min(100*time.Millisecond<<min(n-2, 10), restartCeiling)
 	}
 	return 0
 }

@@ -42,11 +42,35 @@ type StreamStatus struct {
 	// LogWriteError is the write failure that made the local log refuse appends (the broker
 	// must reopen it); "" when it takes them.
 	LogWriteError string
+	// Parked is set, with phase "parked", while the stream's reader kept failing and the
+	// supervisor retries it periodically instead of restarting it at once.
+	Parked *ParkedStatus
 
 	// LagBytes estimates the committed bytes not yet persisted remotely; LagSeconds the age
 	// of the oldest of them (both from segment summaries, exact at segment boundaries).
 	LagBytes   int64
 	LagSeconds float64
+}
+
+// ParkedStatus says why and since when a stream is parked, and when it is retried next.
+type ParkedStatus struct {
+	Since    time.Time
+	Reason   string // the reader's last failure
+	Failures int    // reader failures within the last minute when it was parked
+	RetryAt  time.Time
+}
+
+// parkedStatus is the status of a parked stream (ok false if it is not): its reader is
+// down, the handle says why.
+func (h *streamHandle) parkedStatus() (StreamStatus, bool) {
+	p, ok := h.parkedState()
+	if !ok {
+		return StreamStatus{}, false
+	}
+	st, _ := h.localStatus()
+	st.Phase = "parked"
+	st.Parked = &ParkedStatus{Since: p.since, Reason: p.reason, Failures: p.failures, RetryAt: p.retryAt}
+	return st, true
 }
 
 // localStatus is the part of the status the handle knows: the stream, its local log and its

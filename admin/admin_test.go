@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -36,7 +37,8 @@ func scrape(t *testing.T, base string) (map[string]float64, map[string]dto.Metri
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		t.Fatalf("/metrics: HTTP %d", resp.StatusCode)
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("/metrics: HTTP %d: %s", resp.StatusCode, b)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
@@ -254,5 +256,70 @@ func TestAdminServer(t *testing.T) {
 	failing.Store(true)
 	if code, r := readyz(); code != 503 || r.Ready || r.Checks["s3"] != readyErr.Error() {
 		t.Fatalf("readyz with S3 down: %d %+v", code, r)
+	}
+}
+
+// TestFreshNodeNotFoundIsNoError: a fresh node with an idle new stream asks S3 for things
+// that do not exist yet (the bucket check, the stream's root). Those 404 answers are counted
+// as not_found, never as errors: the status of an idle healthy node shows no S3 error.
+func TestFreshNodeNotFoundIsNoError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	etcd := etcdtest.Start(t)
+	meta := etcdtest.Store(t, etcd)
+	srv := s3test.Start(t, s3test.Options{})
+	store, err := s3io.NewStore(ctx, srv.NewBucket(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A 404 of its own: the object the new stream's resolution will not find either.
+	if _, err := store.Head(ctx, "streams/nothing-here"); !s3io.IsNotFound(err) {
+		t.Fatalf("head of a missing key: %v, want not found", err)
+	}
+	node, err := actors.Start(ctx, actors.Config{Logger: zerolog.Nop()}, store, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Stop(context.Background())
+	lg, err := segments.Open(t.TempDir(), segments.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	if err := node.AddStream(actors.StreamSpec{ID: "fresh", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := admin.Start("127.0.0.1:0", admin.Options{Node: node, NodeID: "node-1", S3: store.Metrics(), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := node.Status(ctx, "fresh")
+		if err == nil && st.Phase == "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream not running: %+v %v", st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rep := a.Report(ctx)
+	var reqs, errs uint64
+	for _, v := range rep.Node.S3.Requests {
+		reqs += v
+	}
+	for _, v := range rep.Node.S3.ErrorsByClass {
+		errs += v
+	}
+	if reqs == 0 || errs != 0 || rep.Node.S3.NotFound == 0 {
+		t.Fatalf("idle fresh node: %d S3 requests, %d errors (%v), %d not found; want no error and the 404s counted apart", reqs, errs, rep.Node.S3.ErrorsByClass, rep.Node.S3.NotFound)
+	}
+	samples, _ := scrape(t, a.URL())
+	if samples[`streamtier_s3_requests_total{class="not_found",op="head"}`] == 0 ||
+		samples[`streamtier_s3_requests_total{class="non_transient",op="head"}`] != 0 {
+		t.Fatalf("metrics: not_found %v, non_transient %v for head", samples[`streamtier_s3_requests_total{class="not_found",op="head"}`],
+			samples[`streamtier_s3_requests_total{class="non_transient",op="head"}`])
 	}
 }

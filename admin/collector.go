@@ -34,7 +34,7 @@ var (
 	descUploadedBytes  = desc("uploaded_bytes_total", "Chunk bytes uploaded in fragment objects.")
 	descTransferErrors = desc("transfer_errors_total", "Failed fragment uploads by error class.", "class")
 	descPersists       = desc("persists_total", "Persist attempts by outcome (ok, conflict, not_found, failure).", "outcome")
-	descEvents         = desc("events_total", "Noteworthy pipeline events by kind (resolve_failure, reset, reinitialization, reader_crash, core_error, stall, remote_retention_run, local_segment_deleted, actor_restart, task_panic, task_overdue, broadcast_dropped, stray_message).", "event")
+	descEvents         = desc("events_total", "Noteworthy pipeline events by kind (resolve_failure, reset, reinitialization, reader_crash, core_error, stall, remote_retention_run, local_segment_deleted, actor_restart, task_panic, task_overdue, broadcast_dropped, stray_message, stream_parked, park_retry).", "event")
 	descGapOffsets     = desc("gap_offsets_total", "Offsets given up because the local log dropped them before upload.")
 	descReaper         = desc("reaper_total", "Reaper work by kind (deleted, failed, retries, group_gets).", "kind")
 	descStreams        = desc("streams_running", "Streams whose replica reader runs (stalled ones not counted).")
@@ -72,13 +72,28 @@ var (
 	descStreamGaps    = desc("stream_gap_offsets", "Offsets of a stream's persisted root declared as gaps: lost from the local log before upload.", "stream")
 	descStreamDiverge = desc("stream_diverged", "1 while a stream's local log shares no chunk with its remote tier (waits for `node truncate`).", "stream")
 	descStreamBehind  = desc("stream_behind", "1 while a stream's local log is a prefix of its remote tier (waits for the log to catch up or fork).", "stream")
-	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving, while stalled (its local log cannot be read) and once stopped for good.", "stream")
+	descStreamParked  = desc("stream_parked", "1 while a stream is parked: its reader kept failing and is retried every stream_park_retry_interval.", "stream")
+	descStreamsParked = desc("streams_parked", "Streams parked now (their reader keeps failing).")
+	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving, while stalled (its local log cannot be read), while parked and once stopped for good.", "stream")
 
-	descS3Requests = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success).", "op", "class")
-	descS3Bytes    = desc("s3_bytes_total", "Payload bytes sent or received by S3 operation.", "op")
-	descS3Latency  = desc("s3_request_duration_seconds", "S3 request latency by operation.", "op")
-	descEtcdReqs   = desc("etcd_requests_total", "etcd key-value requests by operation and outcome class (none, retriable, other).", "op", "class")
-	descEtcdLat    = desc("etcd_request_duration_seconds", "etcd key-value request latency by operation.", "op")
+	descS3Requests   = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success; not_found is a 404 answer, not an error).", "op", "class")
+	descS3Bytes      = desc("s3_bytes_total", "Payload bytes sent or received by S3 operation.", "op")
+	descS3Latency    = desc("s3_request_duration_seconds", "S3 request latency by operation.", "op")
+	descBucketUp     = desc("s3_bucket_reachable", "1 when the last bucket probe (a one-key listing every s3_probe_interval) succeeded, 0 when it failed or none finished yet.")
+	descBucketState  = desc("s3_bucket_probe_state", "1 for the outcome of the last bucket probe (ok, access_denied, no_bucket, unreachable, error), 0 for the others.", "outcome")
+	descBucketProbes = desc("s3_bucket_probes_total", "Bucket probes by outcome (ok, access_denied, no_bucket, unreachable, error).", "outcome")
+	descBucketSince  = desc("s3_bucket_state_seconds", "How long the bucket probe's current outcome has lasted: while probes fail, how long the bucket has been failing.")
+	descGCSweeps     = desc("gc_sweeps_total", "Automatic garbage collection rounds on this node by outcome (ok, failed, skipped_locked: another node held the sweep lock).", "outcome")
+	descGCObjects    = desc("gc_objects_total", "Objects automatic garbage collection found or handled, summed over sweeps: orphans (garbage past the grace period), deleted, delete_failed.", "kind")
+	descGCLast       = desc("gc_last_sweep_objects", "Findings of this node's last sweep: scanned, referenced, orphans, young, pending, undecided, deleted, failed.", "kind")
+	descGCLastTime   = desc("gc_last_sweep_timestamp_seconds", "Unix time this node's last sweep started (0 before the first).")
+	descGCLastDur    = desc("gc_last_sweep_duration_seconds", "How long this node's last sweep took.")
+	descGCLastErr    = desc("gc_last_sweep_failed", "1 when this node's last sweep failed (the error is in /status), else 0.")
+	descStreamReqs   = desc("stream_s3_requests_total", "A stream's S3 requests by kind as S3 bills them (put, get, head, list, delete); stream \"\" is requests of no one stream (the bucket probe, gc listings).", "stream", "kind")
+	descStreamCost   = desc("stream_cost_usd_per_month", "A stream's projected monthly S3 cost in dollars at the configured prices: its request rate so far for 30 days (part requests), its stored bytes for a month (part storage).", "stream", "part")
+	descNodeCost     = desc("cost_usd_per_month", "The node's projected monthly S3 cost in dollars (every request, its streams' stored bytes) by part (requests, storage).", "part")
+	descEtcdReqs     = desc("etcd_requests_total", "etcd key-value requests by operation and outcome class (none, retriable, other).", "op", "class")
+	descEtcdLat      = desc("etcd_request_duration_seconds", "etcd key-value request latency by operation.", "op")
 )
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -132,6 +147,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		{"broadcast_dropped", m.BroadcastsDropped.Load()}, {"stray_message", m.StrayMessages.Load()},
 		{"drain_wakeup", m.DrainWakeups.Load()}, {"drain_reposition", m.DrainRepositions.Load()},
 		{"drain_stall", m.DrainStalls.Load()}, {"drain_pause", m.DrainPauses.Load()},
+		{"stream_parked", m.Parks.Load()}, {"park_retry", m.ParkRetries.Load()},
 	} {
 		counter(descEvents, float64(e.v), e.name)
 	}
@@ -167,16 +183,22 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descLatency, u99.Seconds(), "upload", "0.99")
 
 	rep := BuildReport(in, time.Now())
+	gauge(descStreamsParked, float64(rep.Node.StreamsParked))
 	gauge(descStage, float64(rep.Node.Stages.AssemblyBytes), "assembly")
 	gauge(descStage, float64(rep.Node.Stages.TransferBytes), "transfer")
 	gauge(descStage, float64(rep.Node.Stages.PersistBytes), "persist")
 	for _, s := range rep.Streams {
 		id := s.Stream
 		running := 0.0
-		if s.Error == "" && s.Phase != "starting" && s.Phase != "resolving" && s.Phase != "stopped" && s.Phase != "stalled" {
+		if s.Error == "" && s.Phase != "starting" && s.Phase != "resolving" && s.Phase != "stopped" && s.Phase != "stalled" && s.Phase != "parked" {
 			running = 1
 		}
 		gauge(descStreamUp, running, id)
+		parked := 0.0
+		if s.Parked != nil {
+			parked = 1
+		}
+		gauge(descStreamParked, parked, id)
 		if s.Error != "" {
 			continue
 		}
@@ -231,8 +253,68 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for cl, v := range op.ByClass {
 			counter(descS3Requests, float64(v), name, s3io.Class(cl).String())
 		}
+		counter(descS3Requests, float64(op.NotFound), name, "not_found")
 		counter(descS3Bytes, float64(op.Bytes), name)
 		ch <- histogram(descS3Latency, op.Buckets[:], op.Sum, name)
+	}
+	if b := in.Bucket; b != nil {
+		up := 0.0
+		if b.Reachable() {
+			up = 1
+		}
+		gauge(descBucketUp, up)
+		for _, o := range s3io.ProbeOutcomes {
+			v := 0.0
+			if b.Outcome == o {
+				v = 1
+			}
+			gauge(descBucketState, v, string(o))
+			counter(descBucketProbes, float64(b.Counts[o]), string(o))
+		}
+		if !b.Since.IsZero() {
+			gauge(descBucketSince, time.Since(b.Since).Seconds())
+		}
+	}
+	for stream, req := range in.StreamRequests {
+		for k := s3io.Kind(0); k < s3io.NumKinds; k++ {
+			counter(descStreamReqs, float64(req[k]), stream, k.String())
+		}
+	}
+	for _, s := range rep.Streams {
+		if s.Cost != nil {
+			gauge(descStreamCost, s.Cost.RequestsPerMonthUSD, s.Stream, "requests")
+			gauge(descStreamCost, s.Cost.StoragePerMonthUSD, s.Stream, "storage")
+		}
+	}
+	if c := rep.Node.Cost; c != nil {
+		gauge(descNodeCost, c.RequestsPerMonthUSD, "requests")
+		gauge(descNodeCost, c.StoragePerMonthUSD, "storage")
+	}
+	if g := in.GC; g != nil {
+		counter(descGCSweeps, float64(g.Sweeps-g.SweepErrors), "ok")
+		counter(descGCSweeps, float64(g.SweepErrors), "failed")
+		counter(descGCSweeps, float64(g.SkippedLocked), "skipped_locked")
+		counter(descGCObjects, float64(g.OrphansFound), "orphans")
+		counter(descGCObjects, float64(g.ObjectsDeleted), "deleted")
+		counter(descGCObjects, float64(g.DeleteFailures), "delete_failed")
+		if l := g.Last; l != nil {
+			for _, k := range []struct {
+				name string
+				v    int
+			}{{"scanned", l.Scanned}, {"referenced", l.Referenced}, {"orphans", l.Orphans}, {"young", l.Young},
+				{"pending", l.Pending}, {"undecided", l.Undecided}, {"deleted", l.Deleted}, {"failed", l.Failed}} {
+				gauge(descGCLast, float64(k.v), k.name)
+			}
+			if !l.Started.IsZero() {
+				gauge(descGCLastTime, float64(l.Started.UnixMilli())/1000)
+				gauge(descGCLastDur, l.Finished.Sub(l.Started).Seconds())
+			}
+			failed := 0.0
+			if l.Err != nil {
+				failed = 1
+			}
+			gauge(descGCLastErr, failed)
+		}
 	}
 	for _, op := range in.Etcd.Ops {
 		counter(descEtcdReqs, float64(op.Requests-op.Retriable-op.Other), op.Op, "none")
@@ -264,6 +346,23 @@ func (s *Server) input(ctx context.Context) NodeInput {
 	}
 	if o.S3 != nil {
 		in.S3 = o.S3.Snapshot()
+		in.StreamRequests = o.S3.Streams()
+		in.Prices = DefaultPrices
+		if o.Prices != nil {
+			in.Prices = *o.Prices
+		}
+	} else {
+		for op := range in.S3 { // zero counters, each under its own operation's name
+			in.S3[op].Op = s3io.Op(op)
+		}
+	}
+	if o.Bucket != nil {
+		h := o.Bucket.Health()
+		in.Bucket = &h
+	}
+	if o.GC != nil {
+		g := o.GC.Status()
+		in.GC = &g
 	}
 	if o.Faults != nil {
 		in.Faults = o.Faults()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"streamtier/actors"
+	"streamtier/gc"
 	"streamtier/manifest"
 	"streamtier/s3io"
 )
@@ -41,6 +42,7 @@ type NodeReport struct {
 	ID             string  `json:"id"`
 	UptimeSeconds  float64 `json:"uptime_seconds"`
 	StreamsRunning int64   `json:"streams_running"`
+	StreamsParked  int     `json:"streams_parked"`
 	// StreamsStalled are the streams whose drain cannot read the local log now (not in
 	// streams_running), StalledBy the same by cause, LocalErrors the failures reported since
 	// the start by cause: EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM or other.
@@ -55,8 +57,15 @@ type NodeReport struct {
 	Reads            ReadReport       `json:"reads"`
 	Stages           StageReport      `json:"stages"`
 	S3               RequestReport    `json:"s3"`
-	Etcd             RequestReport    `json:"etcd"`
-	Error            string           `json:"error,omitempty"` // a part of the status that could not be read
+	// Bucket is the last outcome of the periodic bucket probe (absent when it is off).
+	Bucket *BucketReport `json:"s3_bucket,omitempty"`
+	// GC is the automatic garbage collection (absent when gc_interval is 0).
+	GC *GCReport `json:"gc,omitempty"`
+	// Cost is every S3 request of this node (the streams' and those of no stream: the
+	// probe, gc) and the bytes its streams store, projected to a month.
+	Cost  *CostReport   `json:"cost,omitempty"`
+	Etcd  RequestReport `json:"etcd"`
+	Error string        `json:"error,omitempty"` // a part of the status that could not be read
 	// Faults are fatal failures of the node outside its streams, such as an embedded server
 	// that stopped on its own; the node is not ready while there is one.
 	Faults []Fault `json:"faults,omitempty"`
@@ -128,6 +137,93 @@ type PersistReport struct {
 	LatencyP99Secs float64 `json:"latency_p99_seconds"`
 }
 
+// BucketReport is what the bucket probe last saw: whether the bucket answers, and if not
+// how (access_denied, no_bucket, unreachable, error) with the server's error, since when.
+type BucketReport struct {
+	Bucket          string            `json:"bucket"`
+	Reachable       bool              `json:"reachable"`
+	Outcome         string            `json:"outcome"` // "" before the first probe
+	Error           string            `json:"error,omitempty"`
+	CheckedAtMillis int64             `json:"checked_at_ms"`
+	SinceMillis     int64             `json:"since_ms"` // when the current outcome began
+	IntervalSeconds float64           `json:"interval_seconds"`
+	Probes          uint64            `json:"probes"`
+	ByOutcome       map[string]uint64 `json:"by_outcome"`
+}
+
+func bucketReport(h s3io.BucketHealth) *BucketReport {
+	r := &BucketReport{
+		Bucket: h.Bucket, Reachable: h.Reachable(), Outcome: string(h.Outcome), Error: h.Error,
+		IntervalSeconds: h.Interval.Seconds(), Probes: h.Probes, ByOutcome: map[string]uint64{},
+	}
+	if !h.CheckedAt.IsZero() {
+		r.CheckedAtMillis, r.SinceMillis = h.CheckedAt.UnixMilli(), h.Since.UnixMilli()
+	}
+	for k, v := range h.Counts {
+		r.ByOutcome[string(k)] = v
+	}
+	return r
+}
+
+// GCReport is automatic garbage collection on this node: its settings, its counters since
+// the start and the last sweep it ran (rounds another node swept are counted as skipped).
+type GCReport struct {
+	Mode            string         `json:"mode"`
+	IntervalSeconds float64        `json:"interval_seconds"`
+	GraceSeconds    float64        `json:"grace_seconds"`
+	Sweeps          uint64         `json:"sweeps"`
+	SkippedLocked   uint64         `json:"skipped_locked"` // another node held the lock
+	SweepErrors     uint64         `json:"sweep_errors"`
+	OrphansFound    uint64         `json:"orphans_found"` // summed over sweeps
+	ObjectsDeleted  uint64         `json:"objects_deleted"`
+	DeleteFailures  uint64         `json:"delete_failures"`
+	LastAttemptMs   int64          `json:"last_attempt_ms,omitempty"`
+	Last            *GCSweepReport `json:"last_sweep,omitempty"`
+}
+
+// GCSweepReport is one sweep's findings.
+type GCSweepReport struct {
+	StartedMs    int64   `json:"started_ms"`
+	DurationSecs float64 `json:"duration_seconds"`
+	Scanned      int     `json:"scanned"`
+	Referenced   int     `json:"referenced"`
+	Orphans      int     `json:"orphans"`
+	OrphanBytes  int64   `json:"orphan_bytes"`
+	Young        int     `json:"young"`
+	Pending      int     `json:"pending"`
+	Undecided    int     `json:"undecided"`
+	Deleted      int     `json:"deleted"`
+	Failed       int     `json:"failed"`
+	StaleSkipped int     `json:"stale_skipped"`
+	Error        string  `json:"error,omitempty"`
+	Undecidable  string  `json:"undecided_reason,omitempty"`
+}
+
+func gcReport(st gc.SweeperStatus) *GCReport {
+	r := &GCReport{
+		Mode: string(st.Mode), IntervalSeconds: st.Interval.Seconds(), GraceSeconds: st.Grace.Seconds(),
+		Sweeps: st.Sweeps, SkippedLocked: st.SkippedLocked, SweepErrors: st.SweepErrors, OrphansFound: st.OrphansFound,
+		ObjectsDeleted: st.ObjectsDeleted, DeleteFailures: st.DeleteFailures,
+	}
+	if !st.LastAttempt.IsZero() {
+		r.LastAttemptMs = st.LastAttempt.UnixMilli()
+	}
+	if l := st.Last; l != nil {
+		r.Last = &GCSweepReport{
+			StartedMs: l.Started.UnixMilli(), DurationSecs: l.Finished.Sub(l.Started).Seconds(), Scanned: l.Scanned, Referenced: l.Referenced,
+			Orphans: l.Orphans, OrphanBytes: l.OrphanBytes, Young: l.Young, Pending: l.Pending, Undecided: l.Undecided,
+			Deleted: l.Deleted, Failed: l.Failed, StaleSkipped: l.StaleSkipped, Undecidable: l.UndecidedReason,
+		}
+		if l.Err != nil {
+			r.Last.Error = l.Err.Error()
+		}
+		if l.Started.IsZero() { // failed before it could take the lock
+			r.Last.StartedMs, r.Last.DurationSecs = 0, 0
+		}
+	}
+	return r
+}
+
 // StageReport sums the bytes in each pipeline stage over the streams.
 type StageReport struct {
 	AssemblyBytes uint64 `json:"assembly_bytes"` // drained, in the fragment being assembled
@@ -135,10 +231,13 @@ type StageReport struct {
 	PersistBytes  uint64 `json:"persist_bytes"`  // applied in memory, not yet persisted
 }
 
-// RequestReport counts requests to a backend by operation and errors by class.
+// RequestReport counts requests to a backend by operation and errors by class. NotFound
+// counts S3's 404 answers (an object or bucket that does not exist yet), which are not
+// errors and are in no class.
 type RequestReport struct {
 	Requests      map[string]uint64 `json:"requests"`
 	ErrorsByClass map[string]uint64 `json:"errors_by_class"`
+	NotFound      uint64            `json:"not_found,omitempty"`
 }
 
 // StreamReport is one stream's status: local log, remote tier, pipeline, lag.
@@ -162,6 +261,20 @@ type StreamReport struct {
 	LocalError    string `json:"local_error,omitempty"`
 	Exhausted     string `json:"exhausted,omitempty"`
 	LogWriteError string `json:"log_write_error,omitempty"`
+	// Parked is set, with phase "parked", while the stream's reader keeps failing and is
+	// retried every stream_park_retry_interval.
+	Parked *ParkedReport `json:"parked,omitempty"`
+	// Cost is the stream's S3 requests by kind and its stored bytes (the persisted
+	// manifest's total size), projected to a month.
+	Cost *CostReport `json:"cost,omitempty"`
+}
+
+// ParkedReport says why and since when a stream is parked, and when it is retried next.
+type ParkedReport struct {
+	SinceMillis   int64  `json:"since_ms"`
+	Reason        string `json:"reason"`
+	Failures      int    `json:"failures_last_minute"`
+	RetryAtMillis int64  `json:"retry_at_ms"`
 }
 
 // LocalReport is the stream's local log.
@@ -256,12 +369,18 @@ type StreamInput struct {
 
 // NodeInput is everything BuildReport reads.
 type NodeInput struct {
-	NodeID             string
-	Started            time.Time
-	Metrics            *actors.Metrics
-	Governor           actors.GovernorStatus
-	GovernorErr        error
-	S3                 s3io.MetricsSnapshot
+	NodeID      string
+	Started     time.Time
+	Metrics     *actors.Metrics
+	Governor    actors.GovernorStatus
+	GovernorErr error
+	S3          s3io.MetricsSnapshot
+	Bucket      *s3io.BucketHealth // nil without a bucket probe
+	GC          *gc.SweeperStatus  // nil without automatic garbage collection
+	// StreamRequests are the S3 requests by stream ("" for none), for the cost; nil
+	// leaves the cost out.
+	StreamRequests     map[string]s3io.StreamRequests
+	Prices             Prices
 	Etcd               EtcdSnapshot
 	Streams            []StreamInput
 	RebalanceThreshold int
@@ -303,6 +422,12 @@ func BuildReport(in NodeInput, now time.Time) Report {
 	if in.GovernorErr != nil {
 		n.Error = in.GovernorErr.Error()
 	}
+	if in.Bucket != nil {
+		n.Bucket = bucketReport(*in.Bucket)
+	}
+	if in.GC != nil {
+		n.GC = gcReport(*in.GC)
+	}
 	n.Faults = in.Faults
 	for i, cause := range actors.LocalErrorCauses() {
 		if v := m.StalledBy[i].Load(); v != 0 {
@@ -326,6 +451,7 @@ func BuildReport(in NodeInput, now time.Time) Report {
 	}
 	for _, op := range in.S3 {
 		n.S3.Requests[op.Op.String()] = op.Requests
+		n.S3.NotFound += op.NotFound
 		for c, v := range op.ByClass {
 			if c != int(s3io.ClassNone) {
 				n.S3.ErrorsByClass[s3io.Class(c).String()] += v
@@ -343,9 +469,28 @@ func BuildReport(in NodeInput, now time.Time) Report {
 		r.Node.Stages.AssemblyBytes += sr.Fragment.Bytes
 		r.Node.Stages.TransferBytes += sr.Pipeline.InFlightBytes
 		r.Node.Stages.PersistBytes += sr.Pipeline.UnpersistedBytes
+		if sr.Parked != nil {
+			r.Node.StreamsParked++
+		}
 		r.Streams = append(r.Streams, sr)
 	}
 	sort.Slice(r.Streams, func(i, j int) bool { return r.Streams[i].Stream < r.Streams[j].Stream })
+	if in.StreamRequests != nil {
+		uptime := now.Sub(in.Started)
+		var all s3io.StreamRequests
+		for _, req := range in.StreamRequests {
+			for k := range all {
+				all[k] += req[k]
+			}
+		}
+		var stored uint64
+		for i := range r.Streams {
+			s := &r.Streams[i]
+			s.Cost = cost(in.StreamRequests[s.Stream], s.Remote.TotalSize, uptime, in.Prices)
+			stored += s.Remote.TotalSize
+		}
+		r.Node.Cost = cost(all, stored, uptime, in.Prices)
+	}
 	return r
 }
 
@@ -394,6 +539,9 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 	}
 	if c.Diverged {
 		r.Remote.Diverged = &DivergedReport{Behind: c.Behind, RemoteFirst: c.RemoteFirst, RemoteNext: c.RemoteNext, LocalFirst: c.LocalFirst, LocalNext: c.LocalNext}
+	}
+	if p := s.Parked; p != nil {
+		r.Parked = &ParkedReport{SinceMillis: p.Since.UnixMilli(), Reason: p.Reason, Failures: p.Failures, RetryAtMillis: p.RetryAt.UnixMilli()}
 	}
 	if in.Err != nil {
 		r.Error = in.Err.Error()

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"streamtier/actors"
+	"streamtier/gc"
 	"streamtier/manifest"
 	"streamtier/s3io"
 )
@@ -30,10 +31,17 @@ type Check struct {
 
 // Options configure the admin server.
 type Options struct {
-	Node               Node
-	NodeID             string
-	Started            time.Time
-	S3                 *s3io.Metrics // may be nil
+	Node    Node
+	NodeID  string
+	Started time.Time
+	S3      *s3io.Metrics // may be nil
+	// Bucket, when set, is the periodic bucket probe: status and metrics show its last
+	// outcome, and /readyz's "s3_bucket" check reads it instead of asking S3 itself.
+	Bucket *s3io.BucketProbe
+	// GC, when set, is the automatic garbage collection: status and metrics show its sweeps.
+	GC *gc.Sweeper
+	// Prices is the price table of the cost projection; nil means DefaultPrices.
+	Prices             *Prices
 	Etcd               *EtcdMetrics  // may be nil
 	Ready              []Check       // /readyz runs them all, each bounded by ReadyTimeout
 	ReadyTimeout       time.Duration // default 2 s
@@ -282,6 +290,19 @@ type ReadyReport struct {
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	rep := ReadyReport{Ready: true, Checks: map[string]string{}}
+	if b := s.opts.Bucket; b != nil {
+		h := b.Health()
+		switch err := h.Err(); {
+		case h.Outcome == s3io.ProbeUnknown:
+			rep.Ready = false
+			rep.Checks["s3_bucket"] = fmt.Sprintf("s3 bucket %s: not probed yet", h.Bucket)
+		case err != nil:
+			rep.Ready = false
+			rep.Checks["s3_bucket"] = err.Error()
+		default:
+			rep.Checks["s3_bucket"] = "ok"
+		}
+	}
 	for _, c := range s.opts.Ready {
 		ctx, cancel := context.WithTimeout(r.Context(), s.opts.ReadyTimeout)
 		err := c.Check(ctx)

@@ -342,6 +342,7 @@ func (b *Backends) connectEtcd(ctx context.Context, c metadata.ClientConfig) err
 }
 
 func (b *Backends) openStore(ctx context.Context, cfg s3io.Config, ensureBucket bool) error {
+	cfg.KeyPrefix = b.KeyPrefix // for the per-stream request counts
 	store, err := s3io.NewStore(ctx, cfg)
 	if err != nil {
 		return err

@@ -106,6 +106,16 @@ func TestBadValuesNameTheSetting(t *testing.T) {
 		{Sources{File: []byte("- 1\n"), FileName: "n.yaml"}, []string{"n.yaml", "mapping"}},
 		{Sources{File: []byte("key_prefix: [a\n"), FileName: "n.yaml"}, []string{"n.yaml"}},
 		{Sources{Flags: map[string]string{"no_such": "1"}}, []string{`unknown setting "no_such"`}},
+		{Sources{Flags: map[string]string{"s3_sse": "yes"}}, []string{"s3_sse", "external S3"}},
+		{Sources{Flags: map[string]string{"s3_bucket": "bkt", "s3_sse": "aes"}}, []string{"s3 sse", "aes", "AES256"}},
+		{Sources{Flags: map[string]string{"s3_bucket": "bkt", "s3_sse_kms_key_id": "k"}}, []string{"kms key id", "aws:kms"}},
+		{Sources{Flags: map[string]string{"s3_bucket": "bkt", "s3_expected_bucket_owner": "me"}}, []string{"expected bucket owner", "12 digits"}},
+		{Sources{Flags: map[string]string{"s3_probe_interval": "-1s"}}, []string{"s3_probe_interval"}},
+		{Sources{Flags: map[string]string{"gc_interval": "-1s"}}, []string{"gc_interval"}},
+		{Sources{Flags: map[string]string{"cost_get_per_1000": "cheap"}}, []string{"cost_get_per_1000", "not a price"}},
+		{Sources{Flags: map[string]string{"cost_storage_gb_month": "-1"}}, []string{"cost_storage_gb_month", "not a price"}},
+		{Sources{Flags: map[string]string{"gc_mode": "yes"}}, []string{"gc_mode", "dry-run or delete"}},
+		{Sources{Flags: map[string]string{"stream_park_retry_interval": "0"}}, []string{"stream_park_retry_interval", "positive"}},
 	}
 	for _, c := range cases {
 		c.src.Dir = "/work"
@@ -243,6 +253,21 @@ func TestFlagsAndLoad(t *testing.T) {
 
 // TestTaskDeadlinesReachTheNode: the task deadlines and the transfer deadline (four times
 // the S3 transfer timeout unless set) are what the node runs with.
+// TestEncryptionAndOwnerReachTheStore: the S3 encryption and owner settings reach the
+// store's configuration.
+func TestEncryptionAndOwnerReachTheStore(t *testing.T) {
+	s := resolve(t, ModeRun, Sources{Flags: map[string]string{"s3_bucket": "bkt", "s3_sse": "aws:kms", "s3_sse_kms_key_id": "alias/k",
+		"s3_expected_bucket_owner": "123456789012"}})
+	c := s.S3Config()
+	if c.SSE != "aws:kms" || c.SSEKMSKeyID != "alias/k" || c.ExpectedBucketOwner != "123456789012" {
+		t.Fatalf("s3 config: %+v", c)
+	}
+	if d := resolve(t, ModeRun, Sources{}); d.S3SSE != "" || d.S3ProbeInterval != 30*time.Second || d.GCInterval != 0 || d.GCMode != "dry-run" || d.ParkRetryInterval != time.Minute ||
+		d.CostPutPer1000 != 0.005 || d.CostListPer1000 != 0.005 || d.CostGetPer1000 != 0.0004 || d.CostStoragePerGBMonth != 0.023 {
+		t.Fatalf("defaults: %+v", d)
+	}
+}
+
 func TestTaskDeadlinesReachTheNode(t *testing.T) {
 	s := resolve(t, ModeRun, Sources{Flags: map[string]string{"s3_transfer_timeout": "2m", "persist_timeout": "5s", "group_upload_timeout": "7s", "resolve_timeout": "9s"}})
 	c := s.NodeConfig(zerolog.Nop())

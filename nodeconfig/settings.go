@@ -7,6 +7,7 @@ package nodeconfig
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -53,6 +54,10 @@ type Settings struct {
 	S3CAFile          string
 	S3RequestTimeout  time.Duration
 	S3TransferTimeout time.Duration
+	S3ProbeInterval   time.Duration // 0: no periodic bucket probe
+	S3SSE             string        // "", AES256 or aws:kms
+	S3SSEKMSKeyID     string
+	S3ExpectedOwner   string // AWS account id the bucket must belong to
 
 	KeyPrefix              string
 	FragmentTargetSize     uint64
@@ -73,6 +78,7 @@ type Settings struct {
 	PersistTimeout         time.Duration
 	GroupUploadTimeout     time.Duration
 	ResolveTimeout         time.Duration
+	ParkRetryInterval      time.Duration
 	LocalHotWindowBytes    int64
 	ReadBudgetBytes        int64
 	ReadRangeBytes         int64
@@ -81,8 +87,15 @@ type Settings struct {
 	RetentionMaxBytes      uint64
 	RetentionMaxAge        time.Duration
 	GCGracePeriod          time.Duration
+	GCInterval             time.Duration // 0: no automatic garbage collection
+	GCMode                 string        // dry-run or delete
 	SegmentMaxBytes        int64
-	FragmentMaxAge         time.Duration // 0: the idle cut is disabled
+	// Prices of the cost projection, in dollars (defaults: S3 Standard's published prices).
+	CostPutPer1000        float64
+	CostListPer1000       float64
+	CostGetPer1000        float64
+	CostStoragePerGBMonth float64
+	FragmentMaxAge        time.Duration // 0: the idle cut is disabled
 
 	Demo       bool
 	DemoStream string
@@ -203,6 +216,17 @@ func rate(f func(*Settings) *int64) func(*Settings, string) error {
 	}
 }
 
+func price(f func(*Settings) *float64) func(*Settings, string) error {
+	return func(s *Settings, v string) error {
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil || p < 0 || math.IsInf(p, 0) || math.IsNaN(p) {
+			return fmt.Errorf("%q is not a price (a non-negative number of dollars, such as 0.005)", v)
+		}
+		*f(s) = p
+		return nil
+	}
+}
+
 func duration(f func(*Settings) *time.Duration) func(*Settings, string) error {
 	return func(s *Settings, v string) error {
 		d, err := ParseDuration(v)
@@ -266,6 +290,15 @@ var table = []setting{
 	{name: "s3_transfer_timeout", def: "5m", help: "bound on a fragment PUT or GET",
 		apply: duration(func(s *Settings) *time.Duration { return &s.S3TransferTimeout })},
 
+	{name: "s3_sse", def: "", help: "server-side encryption asked for on every object PUT: empty (the bucket's default encryption, SSE-S3 on AWS), AES256 (SSE-S3) or aws:kms (SSE-KMS)",
+		apply: str(func(s *Settings) *string { return &s.S3SSE })},
+	{name: "s3_sse_kms_key_id", def: "", help: "KMS key id or ARN for s3_sse aws:kms; empty uses the account's aws/s3 key",
+		apply: str(func(s *Settings) *string { return &s.S3SSEKMSKeyID })},
+	{name: "s3_expected_bucket_owner", def: "", help: "AWS account id (12 digits) the bucket must belong to, sent with every request: S3 refuses requests to a bucket of that name owned by another account",
+		apply: str(func(s *Settings) *string { return &s.S3ExpectedOwner })},
+	{name: "s3_probe_interval", def: "30s", help: "how often the node lists one key of the bucket to report it unreachable or refusing access (status, /readyz, metrics); 0 turns the probe off (then /readyz lists the bucket itself)",
+		apply: duration(func(s *Settings) *time.Duration { return &s.S3ProbeInterval })},
+
 	{name: "key_prefix", def: "streams", help: "S3 key prefix of every stream",
 		apply: str(func(s *Settings) *string { return &s.KeyPrefix })},
 	{name: "fragment_target_size", def: "64MiB", demo: "8MiB", help: "cut a fragment when its chunk bytes reach this",
@@ -304,6 +337,8 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.GroupUploadTimeout })},
 	{name: "resolve_timeout", def: "30s", help: "bound on one manifest resolution at a reader's start (anchor, etcd record, root object)",
 		apply: duration(func(s *Settings) *time.Duration { return &s.ResolveTimeout })},
+	{name: "stream_park_retry_interval", def: "1m", help: "how often the reader of a parked stream (one whose reader kept failing until its restart delay reached 10s) is retried",
+		apply: duration(func(s *Settings) *time.Duration { return &s.ParkRetryInterval })},
 	{name: "read_budget_bytes", def: "256MiB", help: "node-wide bound on the bytes remote readers hold (in flight, buffered, delivered and not consumed), divided evenly among the open readers",
 		apply: size64(func(s *Settings) *int64 { return &s.ReadBudgetBytes })},
 	{name: "read_range_bytes", def: "4MiB", help: "length of one range GET of a remote reader",
@@ -320,10 +355,23 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.RetentionMaxAge })},
 	{name: "gc_grace_period", def: "1h", help: "garbage collection never deletes an unreferenced object younger than this",
 		apply: duration(func(s *Settings) *time.Duration { return &s.GCGracePeriod })},
+	{name: "gc_interval", def: "0", help: "automatic garbage collection: sweep the bucket this often, one node of the cluster at a time (an etcd lock); 0 turns it off",
+		apply: duration(func(s *Settings) *time.Duration { return &s.GCInterval })},
+	{name: "gc_mode", def: "dry-run", help: "what an automatic sweep does with the orphans: dry-run (report them) or delete (as `node gc --delete`)",
+		apply: str(func(s *Settings) *string { return &s.GCMode })},
 	{name: "segment_max_bytes", def: "500MB", demo: "32MiB", help: "local segment size of the logs the node opens (demo and declared streams)",
 		apply: size64(func(s *Settings) *int64 { return &s.SegmentMaxBytes })},
 	{name: "fragment_max_age", def: "60s", demo: "5s", help: "cut a fragment below fragment_target_size once its oldest chunk was drained this long ago, so that a quiet stream's tail is uploaded; 0 disables",
 		apply: duration(func(s *Settings) *time.Duration { return &s.FragmentMaxAge })},
+
+	{name: "cost_put_per_1000", def: "0.005", help: "price in dollars of 1000 PUT requests, for the cost projection in status (default: S3 Standard's published price)",
+		apply: price(func(s *Settings) *float64 { return &s.CostPutPer1000 })},
+	{name: "cost_list_per_1000", def: "0.005", help: "price in dollars of 1000 LIST requests (default: S3 Standard's published price)",
+		apply: price(func(s *Settings) *float64 { return &s.CostListPer1000 })},
+	{name: "cost_get_per_1000", def: "0.0004", help: "price in dollars of 1000 GET or HEAD requests (default: S3 Standard's published price)",
+		apply: price(func(s *Settings) *float64 { return &s.CostGetPer1000 })},
+	{name: "cost_storage_gb_month", def: "0.023", help: "price in dollars of a GB (2^30 bytes) stored for a month (default: S3 Standard's published price, first 50 TB)",
+		apply: price(func(s *Settings) *float64 { return &s.CostStoragePerGBMonth })},
 
 	{name: "demo", def: "false", demo: "true", bool: true, help: "feed a demo stream with the deterministic load generator",
 		apply: boolean(func(s *Settings) *bool { return &s.Demo })},

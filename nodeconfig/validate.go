@@ -14,6 +14,7 @@ import (
 	"streamtier/actors/fetchcore"
 	"streamtier/actors/governorcore"
 	"streamtier/actors/readercore"
+	"streamtier/gc"
 	"streamtier/manifest"
 	"streamtier/metadata"
 	"streamtier/s3io"
@@ -102,7 +103,7 @@ func (s Settings) Validate() error {
 		return err
 	}
 	if s.EmbeddedS3() {
-		for _, name := range []string{"s3_access_key", "s3_secret_key", "s3_ca_file"} {
+		for _, name := range []string{"s3_access_key", "s3_secret_key", "s3_ca_file", "s3_sse", "s3_sse_kms_key_id", "s3_expected_bucket_owner"} {
 			if s.Origins[name] != "" && s.Origins[name] != "default" {
 				return bad(name, "only applies to an external S3 (set s3_bucket)")
 			}
@@ -139,8 +140,14 @@ func (s Settings) Validate() error {
 		return bad("local_hot_window_age", "%v: negative", s.LocalHotWindowAge)
 	case s.RetentionMaxAge < 0:
 		return bad("retention_max_age", "%v: negative", s.RetentionMaxAge)
+	case s.S3ProbeInterval < 0:
+		return bad("s3_probe_interval", "%v: negative (0 turns the probe off)", s.S3ProbeInterval)
 	case s.GCGracePeriod < 0:
 		return bad("gc_grace_period", "%v: negative", s.GCGracePeriod)
+	case s.GCInterval < 0:
+		return bad("gc_interval", "%v: negative (0 turns automatic garbage collection off)", s.GCInterval)
+	case s.GCMode != string(gc.ModeDryRun) && s.GCMode != string(gc.ModeDelete):
+		return bad("gc_mode", "%q: want dry-run or delete", s.GCMode)
 	case s.SegmentMaxBytes < 1 || s.SegmentMaxBytes > math.MaxUint32:
 		return bad("segment_max_bytes", "%d: want 1 byte to 4 GiB", s.SegmentMaxBytes)
 	case s.FragmentMaxAge < 0:
@@ -153,6 +160,7 @@ func (s Settings) Validate() error {
 		{"persist_interval", s.PersistInterval}, {"upload_retry_delay", s.UploadRetryDelay},
 		{"transient_backoff_base", s.TransientBackoffBase}, {"retention_task_timeout", s.RetentionTaskTimeout},
 		{"persist_timeout", s.PersistTimeout}, {"group_upload_timeout", s.GroupUploadTimeout}, {"resolve_timeout", s.ResolveTimeout},
+		{"stream_park_retry_interval", s.ParkRetryInterval},
 	} {
 		if err := positive(p.name, p.d); err != nil {
 			return err
@@ -236,6 +244,7 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 		PersistTimeout:      s.PersistTimeout,
 		GroupUploadTimeout:  s.GroupUploadTimeout,
 		ResolveTimeout:      s.ResolveTimeout,
+		ParkRetryInterval:   s.ParkRetryInterval,
 		Logger:              log,
 	}
 }
@@ -287,6 +296,7 @@ func (s Settings) S3Config() s3io.Config {
 		Endpoint: s.S3Endpoint, Region: s.S3Region, Bucket: s.S3Bucket, PathStyle: s.S3PathStyle,
 		AccessKey: s.S3AccessKey, SecretKey: s.S3SecretKey, CAFile: s.S3CAFile,
 		RequestTimeout: s.S3RequestTimeout, TransferTimeout: s.S3TransferTimeout, MaxConns: s.S3MaxConns(),
+		SSE: s.S3SSE, SSEKMSKeyID: s.S3SSEKMSKeyID, ExpectedBucketOwner: s.S3ExpectedOwner, KeyPrefix: s.KeyPrefix,
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"os"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
 
 // Defaults applied by NewStore to zero Config fields.
@@ -39,6 +41,10 @@ type Config struct {
 	// TransferTimeout bounds a fragment PUT or a whole-fragment GET.
 	TransferTimeout time.Duration
 
+	// KeyPrefix is the key prefix of the streams (default manifest.DefaultKeyPrefix): the
+	// store counts each stream's requests by the stream prefix their key lies under.
+	KeyPrefix string
+
 	// ListPageSize is the MaxKeys of each list request; 0 leaves it to the server (1000).
 	ListPageSize int32
 
@@ -47,6 +53,37 @@ type Config struct {
 	// room for small requests: fewer makes uploads wait for a connection, more only lets
 	// descriptors pile up. A request waiting for a connection is bounded by its timeout.
 	MaxConns int
+	// SSE is the server-side encryption asked for on every object PUT: "" (none asked: the
+	// bucket's default applies, SSE-S3 on AWS since 2023), SSEAES256 (SSE-S3) or SSEKMS.
+	SSE string
+	// SSEKMSKeyID is the KMS key of SSEKMS; empty uses the account's default aws/s3 key.
+	SSEKMSKeyID string
+	// ExpectedBucketOwner, when set, is the AWS account id (12 digits) the bucket must
+	// belong to: sent with every request, so that S3 refuses (403) a request to a bucket
+	// of the same name owned by someone else.
+	ExpectedBucketOwner string
+}
+
+// Server-side encryption modes (Config.SSE).
+const (
+	SSEAES256 = "AES256"  // SSE-S3: keys managed by S3
+	SSEKMS    = "aws:kms" // SSE-KMS
+)
+
+func (c Config) sse() types.ServerSideEncryption { return types.ServerSideEncryption(c.SSE) }
+
+func (c Config) kmsKey() *string {
+	if c.SSEKMSKeyID == "" {
+		return nil
+	}
+	return &c.SSEKMSKeyID
+}
+
+func (c Config) owner() *string {
+	if c.ExpectedBucketOwner == "" {
+		return nil
+	}
+	return &c.ExpectedBucketOwner
 }
 
 // Validate refuses a configuration that cannot work, naming the setting that is wrong.
@@ -94,7 +131,30 @@ func (c Config) Validate() error {
 	if c.ListPageSize < 0 || c.ListPageSize > 1000 {
 		errs = append(errs, fmt.Errorf("s3 list page size: %d, want 0 (server default) to 1000", c.ListPageSize))
 	}
+	switch c.SSE {
+	case "", SSEAES256, SSEKMS:
+	default:
+		errs = append(errs, fmt.Errorf("s3 sse %q: want empty (the bucket's default), %s or %s", c.SSE, SSEAES256, SSEKMS))
+	}
+	if c.SSEKMSKeyID != "" && c.SSE != SSEKMS {
+		errs = append(errs, fmt.Errorf("s3 sse kms key id: only with s3_sse %s (s3_sse is %q)", SSEKMS, c.SSE))
+	}
+	if o := c.ExpectedBucketOwner; o != "" && !isAccountID(o) {
+		errs = append(errs, fmt.Errorf("s3 expected bucket owner %q: want an AWS account id of 12 digits", o))
+	}
 	return errors.Join(errs...)
+}
+
+func isAccountID(s string) bool {
+	if len(s) != 12 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // validateBucketName applies S3's bucket naming rules: 3 to 63 characters of lowercase

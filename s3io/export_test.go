@@ -3,6 +3,10 @@ package s3io
 import (
 	"context"
 	"io"
+	"net/http"
+
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
@@ -40,3 +44,15 @@ type wrapped struct {
 
 // RawClient is the store's SDK client, for baselines that bypass the store.
 func RawClient(s *Store) *s3.Client { return s.client }
+
+// NewRecordingStore is NewStore whose every request, as signed and about to be sent, is
+// handed to record with its operation name.
+func NewRecordingStore(ctx context.Context, c Config, record func(op string, h http.Header, method, path string)) (*Store, error) {
+	mw := middleware.FinalizeMiddlewareFunc("record", func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+		if req, ok := in.Request.(*smithyhttp.Request); ok {
+			record(middleware.GetOperationName(ctx), req.Header.Clone(), req.Method, req.URL.Path)
+		}
+		return next.HandleFinalize(ctx, in)
+	})
+	return newStore(ctx, c, func(st *middleware.Stack) error { return st.Finalize.Add(mw, middleware.After) })
+}

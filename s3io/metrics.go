@@ -1,8 +1,11 @@
 package s3io
 
 import (
+	"errors"
 	"sync/atomic"
 	"time"
+
+	smithy "github.com/aws/smithy-go"
 )
 
 // Op names an S3 operation for metrics. One S3 request is one observation: a list of three
@@ -19,6 +22,7 @@ const (
 	OpDeleteObjects
 	OpList
 	OpEnsureBucket
+	OpProbe
 	// NumOps counts the operations above; it sizes per-operation arrays.
 	NumOps
 )
@@ -42,6 +46,8 @@ func (o Op) String() string {
 		return "list"
 	case OpEnsureBucket:
 		return "ensure_bucket"
+	case OpProbe:
+		return "probe"
 	}
 	return "unknown"
 }
@@ -57,21 +63,32 @@ var LatencyBuckets = [...]time.Duration{
 
 // Metrics counts requests per operation and outcome class, bytes moved, and request latency
 // in fixed buckets. All fields are atomics; a Store updates them, anyone may Snapshot.
+// A 404 (no such key or bucket) is counted apart, as NotFound, and not as an error: it is
+// how the system learns that an object does not exist yet (a new stream's root, a bucket
+// to create), an answer rather than a failure. Its error class is unchanged (Classify).
 type Metrics struct {
-	ops [NumOps]opMetrics
+	ops     [NumOps]opMetrics
+	streams streamTally
 }
 
 type opMetrics struct {
-	byClass [NumClasses]atomic.Uint64
-	bytes   atomic.Uint64
-	buckets [len(LatencyBuckets) + 1]atomic.Uint64
-	sumNs   atomic.Int64
+	byClass  [NumClasses]atomic.Uint64
+	notFound atomic.Uint64 // 404 answers, not in byClass
+	bytes    atomic.Uint64
+	buckets  [len(LatencyBuckets) + 1]atomic.Uint64
+	sumNs    atomic.Int64
 }
 
-// observe records one request of op that took d, moved n bytes and ended with err.
-func (m *Metrics) observe(op Op, d time.Duration, n int64, err error) {
+// observe records one request of op on key (an object key or a list prefix, for the
+// per-stream counts) that took d, moved n bytes and ended with err.
+func (m *Metrics) observe(op Op, key string, d time.Duration, n int64, err error) {
+	m.streams.add(key, op)
 	o := &m.ops[op]
-	o.byClass[Classify(err)].Add(1)
+	if expectedNotFound(op, err) {
+		o.notFound.Add(1)
+	} else {
+		o.byClass[Classify(err)].Add(1)
+	}
 	if n > 0 {
 		o.bytes.Add(uint64(n))
 	}
@@ -83,18 +100,36 @@ func (m *Metrics) observe(op Op, d time.Duration, n int64, err error) {
 	o.sumNs.Add(int64(d))
 }
 
+// expectedNotFound reports a 404 that answers a question: a GET or HEAD of a key that does
+// not exist (yet), or the bucket check before the bucket is created. A 404 to a PUT, a
+// LIST or a DELETE, or a missing bucket anywhere else, is an error.
+func expectedNotFound(op Op, err error) bool {
+	if err == nil || !IsNotFound(err) {
+		return false
+	}
+	switch op {
+	case OpEnsureBucket:
+		return true
+	case OpGetObject, OpGetRange, OpHead:
+		var apiErr smithy.APIError
+		return !errors.As(err, &apiErr) || apiErr.ErrorCode() != "NoSuchBucket"
+	}
+	return false
+}
+
 // OpSnapshot is a copy of one operation's counters.
 type OpSnapshot struct {
 	Op       Op
 	Requests uint64                          // all requests
-	ByClass  [NumClasses]uint64              // requests by Class of their outcome (ClassNone = success)
+	ByClass  [NumClasses]uint64              // requests by Class of their outcome (ClassNone = success), 404s aside
+	NotFound uint64                          // requests answered 404: an answer, not an error
 	Bytes    uint64                          // payload bytes sent or received
 	Buckets  [len(LatencyBuckets) + 1]uint64 // latency histogram (non-cumulative), last is +Inf
 	Sum      time.Duration                   // total latency
 }
 
-// Errors is the number of failed requests.
-func (s OpSnapshot) Errors() uint64 { return s.Requests - s.ByClass[ClassNone] }
+// Errors is the number of failed requests; a 404 is not one.
+func (s OpSnapshot) Errors() uint64 { return s.Requests - s.ByClass[ClassNone] - s.NotFound }
 
 // MetricsSnapshot holds every operation's counters, indexed by Op.
 type MetricsSnapshot [NumOps]OpSnapshot
@@ -105,7 +140,8 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	var out MetricsSnapshot
 	for op := range out {
 		o := &m.ops[op]
-		s := OpSnapshot{Op: Op(op), Bytes: o.bytes.Load(), Sum: time.Duration(o.sumNs.Load())}
+		s := OpSnapshot{Op: Op(op), Bytes: o.bytes.Load(), Sum: time.Duration(o.sumNs.Load()), NotFound: o.notFound.Load()}
+		s.Requests = s.NotFound
 		for c := range s.ByClass {
 			s.ByClass[c] = o.byClass[c].Load()
 			s.Requests += s.ByClass[c]
@@ -117,3 +153,7 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	}
 	return out
 }
+
+// Streams counts the requests of each stream by kind since the store was made; requests of
+// no single stream are under "".
+func (m *Metrics) Streams() map[string]StreamRequests { return m.streams.snapshot() }

@@ -29,7 +29,7 @@ func (s *Store) GetRangePartial(ctx context.Context, key string, off, n int64, b
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.TransferTimeout)
 	defer cancel()
 	start := time.Now()
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(key), Range: aws.String(rng)})
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(key), Range: aws.String(rng), ExpectedBucketOwner: s.cfg.owner()})
 	var b []byte
 	if err == nil {
 		want := n
@@ -51,7 +51,7 @@ func (s *Store) GetRangePartial(ctx context.Context, key string, off, n int64, b
 			err = fmt.Errorf("read body (%d of %d bytes): %w", k, want, err)
 		}
 	}
-	s.metrics.observe(OpGetRange, time.Since(start), int64(len(b)), err)
+	s.metrics.observe(OpGetRange, key, time.Since(start), int64(len(b)), err)
 	if err != nil {
 		return b, fmt.Errorf("get s3://%s/%s range %s: %w", s.cfg.Bucket, key, rng, err)
 	}

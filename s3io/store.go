@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go/logging"
+	"github.com/aws/smithy-go/middleware"
 
 	"streamtier/segments"
 )
@@ -64,7 +65,10 @@ type ObjectInfo struct {
 
 // NewStore validates c and builds the S3 client. The HTTP client is the SDK's buildable one,
 // so that AWS_CA_BUNDLE (or CAFile) can be applied to it; the SDK's retryer is a no-op.
-func NewStore(ctx context.Context, c Config) (*Store, error) {
+func NewStore(ctx context.Context, c Config) (*Store, error) { return newStore(ctx, c) }
+
+// newStore is NewStore with extra middleware on every request (tests record requests).
+func newStore(ctx context.Context, c Config, apiOptions ...func(*middleware.Stack) error) (*Store, error) {
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("s3 config: %w", err)
 	}
@@ -111,11 +115,12 @@ func NewStore(ctx context.Context, c Config) (*Store, error) {
 		o.UsePathStyle = c.PathStyle
 		o.Retryer = aws.NopRetryer{}
 		o.DisableLogOutputChecksumValidationSkipped = true
+		o.APIOptions = append(o.APIOptions, apiOptions...)
 	})
 	return &Store{
 		cfg:     c,
 		client:  client,
-		metrics: &Metrics{},
+		metrics: &Metrics{streams: streamTally{keyPrefix: c.KeyPrefix}},
 		openSegment: func(dir, name string) (segmentFile, error) {
 			return segments.OpenSegment(dir, name)
 		},
@@ -166,8 +171,12 @@ func (s *Store) PutObject(ctx context.Context, key string, body []byte) error {
 		Body:          bytes.NewReader(body),
 		ContentLength: aws.Int64(int64(len(body))),
 		ChecksumCRC32: aws.String(crcHeader(crc32.ChecksumIEEE(body))),
+
+		ServerSideEncryption: s.cfg.sse(),
+		SSEKMSKeyId:          s.cfg.kmsKey(),
+		ExpectedBucketOwner:  s.cfg.owner(),
 	}, unsignedPayload)
-	s.metrics.observe(OpPutObject, time.Since(start), int64(len(body)), err)
+	s.metrics.observe(OpPutObject, key, time.Since(start), int64(len(body)), err)
 	if err != nil {
 		return fmt.Errorf("put s3://%s/%s: %w", s.cfg.Bucket, key, err)
 	}
@@ -204,15 +213,16 @@ func (s *Store) get(ctx context.Context, op Op, timeout time.Duration, key strin
 	defer cancel()
 	start := time.Now()
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{
-		Bucket: aws.String(s.cfg.Bucket),
-		Key:    aws.String(key),
-		Range:  rng,
+		Bucket:              aws.String(s.cfg.Bucket),
+		Key:                 aws.String(key),
+		Range:               rng,
+		ExpectedBucketOwner: s.cfg.owner(),
 	})
 	var b []byte
 	if err == nil {
 		b, err = readBody(out.Body, aws.ToInt64(out.ContentLength))
 	}
-	s.metrics.observe(op, time.Since(start), int64(len(b)), err)
+	s.metrics.observe(op, key, time.Since(start), int64(len(b)), err)
 	if err != nil {
 		if rng != nil {
 			return nil, fmt.Errorf("get s3://%s/%s range %s: %w", s.cfg.Bucket, key, *rng, err)
@@ -251,8 +261,8 @@ func (s *Store) Head(ctx context.Context, key string) (ObjectInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	start := time.Now()
-	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(key)})
-	s.metrics.observe(OpHead, time.Since(start), 0, err)
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(key), ExpectedBucketOwner: s.cfg.owner()})
+	s.metrics.observe(OpHead, key, time.Since(start), 0, err)
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("head s3://%s/%s: %w", s.cfg.Bucket, key, err)
 	}
@@ -299,10 +309,11 @@ func (s *Store) deleteBatch(ctx context.Context, objs []types.ObjectIdentifier) 
 	defer cancel()
 	start := time.Now()
 	out, err := s.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{
-		Bucket: aws.String(s.cfg.Bucket),
-		Delete: &types.Delete{Objects: objs, Quiet: aws.Bool(true)},
+		Bucket:              aws.String(s.cfg.Bucket),
+		Delete:              &types.Delete{Objects: objs, Quiet: aws.Bool(true)},
+		ExpectedBucketOwner: s.cfg.owner(),
 	})
-	s.metrics.observe(OpDeleteObjects, time.Since(start), 0, err)
+	s.metrics.observe(OpDeleteObjects, batchKey(s.cfg.KeyPrefix, objs), time.Since(start), 0, err)
 	return out, err
 }
 
@@ -315,7 +326,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(ObjectInfo) err
 
 func (s *Store) list(ctx context.Context, li listInput, fn func(ObjectInfo) error) error {
 	prefix := li.prefix
-	in := &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(prefix), StartAfter: li.startAfterPtr()}
+	in := &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(prefix), StartAfter: li.startAfterPtr(), ExpectedBucketOwner: s.cfg.owner()}
 	if s.cfg.ListPageSize > 0 {
 		in.MaxKeys = aws.Int32(s.cfg.ListPageSize)
 	}
@@ -345,7 +356,7 @@ func (s *Store) listPage(ctx context.Context, in *s3.ListObjectsV2Input) (*s3.Li
 	defer cancel()
 	start := time.Now()
 	out, err := s.client.ListObjectsV2(ctx, in)
-	s.metrics.observe(OpList, time.Since(start), 0, err)
+	s.metrics.observe(OpList, aws.ToString(in.Prefix), time.Since(start), 0, err)
 	return out, err
 }
 
@@ -354,8 +365,8 @@ func (s *Store) EnsureBucket(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	start := time.Now()
-	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.cfg.Bucket)})
-	s.metrics.observe(OpEnsureBucket, time.Since(start), 0, err)
+	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.cfg.Bucket), ExpectedBucketOwner: s.cfg.owner()})
+	s.metrics.observe(OpEnsureBucket, "", time.Since(start), 0, err)
 	if err == nil {
 		return nil
 	}
@@ -368,7 +379,7 @@ func (s *Store) EnsureBucket(ctx context.Context) error {
 	}
 	start = time.Now()
 	_, err = s.client.CreateBucket(ctx, in)
-	s.metrics.observe(OpEnsureBucket, time.Since(start), 0, err)
+	s.metrics.observe(OpEnsureBucket, "", time.Since(start), 0, err)
 	var owned *types.BucketAlreadyOwnedByYou
 	if err != nil && !errors.As(err, &owned) {
 		return fmt.Errorf("create bucket %s: %w", s.cfg.Bucket, err)

@@ -118,8 +118,25 @@ func TestSmallObjects(t *testing.T) {
 	if snap[s3io.OpPutObject].Requests != 2 || snap[s3io.OpPutObject].Bytes != uint64(len(body)) {
 		t.Fatalf("put_object metrics: %+v", snap[s3io.OpPutObject])
 	}
-	if g := snap[s3io.OpGetObject]; g.Requests != 3 || g.Errors() != 1 || g.ByClass[s3io.ClassNonTransient] != 1 {
+	// The GET of a missing key is a 404: counted apart, not an error (nor is the HEAD).
+	if g := snap[s3io.OpGetObject]; g.Requests != 3 || g.Errors() != 0 || g.NotFound != 1 || g.ByClass[s3io.ClassNonTransient] != 0 {
 		t.Fatalf("get_object metrics: %+v", g)
+	}
+	if h := snap[s3io.OpHead]; h.NotFound != 1 || h.Errors() != 0 {
+		t.Fatalf("head metrics: %+v", h)
+	}
+	// A missing bucket is an error, not an answer, except to the bucket check.
+	cfg := srv.Config()
+	cfg.Bucket = "no-such-bucket-at-all"
+	gone := newStore(t, cfg)
+	if _, err := gone.GetObject(ctx, "meta/root"); !s3io.IsNotFound(err) {
+		t.Fatalf("get from a missing bucket: %v", err)
+	}
+	if err := gone.PutObject(ctx, "meta/root", body); err == nil {
+		t.Fatal("put into a missing bucket succeeded")
+	}
+	if g := gone.Metrics().Snapshot(); g[s3io.OpGetObject].Errors() != 1 || g[s3io.OpGetObject].NotFound != 0 || g[s3io.OpPutObject].Errors() != 1 {
+		t.Fatalf("missing bucket metrics: get %+v put %+v", g[s3io.OpGetObject], g[s3io.OpPutObject])
 	}
 	var inBuckets uint64
 	for _, n := range snap[s3io.OpGetObject].Buckets {

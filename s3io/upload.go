@@ -134,6 +134,10 @@ func (s *Store) sendFragment(ctx context.Context, key string, u *fragmentUpload)
 		Body:          body,
 		ContentLength: aws.Int64(size),
 		ChecksumCRC32: aws.String(crcHeader(u.crc)),
+
+		ServerSideEncryption: s.cfg.sse(),
+		SSEKMSKeyId:          s.cfg.kmsKey(),
+		ExpectedBucketOwner:  s.cfg.owner(),
 	}, unsignedPayload)
 	// The transport may still hold the body after an early answer: read its state under lock.
 	st := body.state()
@@ -149,7 +153,7 @@ func (s *Store) sendFragment(ctx context.Context, key string, u *fragmentUpload)
 		// the cause, whatever the transport made of the aborted request.
 		err = fmt.Errorf("%w (request: %v)", st.err, err)
 	}
-	s.metrics.observe(OpPutFragment, dur, st.sent, err)
+	s.metrics.observe(OpPutFragment, key, dur, st.sent, err)
 	info := PutInfo{Key: key, ObjectSize: size, CRC32: u.crc, ChunkBytesRead: st.read, CRCBytesRead: u.crcBytes, Duration: dur}
 	if err != nil {
 		return info, fmt.Errorf("put fragment s3://%s/%s (offsets %d-%d, %d bytes): %w", s.cfg.Bucket, key, u.d.FirstOffset, u.d.NextOffset, size, err)

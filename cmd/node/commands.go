@@ -160,8 +160,34 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 	fmt.Fprintf(out, "  uploaded %s in %d fragments · %d persists (p50 %s, p99 %s) · S3 %d requests, %d errors · etcd %d requests, %d errors\n",
 		human(n.Uploads.Bytes), n.Uploads.Fragments, n.Persists.OK, dur(secs(n.Persists.LatencyP50Secs)), dur(secs(n.Persists.LatencyP99Secs)),
 		s3req, s3err, etcdReq, etcdErr)
-	fmt.Fprintf(out, "  pipeline bytes: assembly %s, transfer %s, persist %s\n\n",
+	fmt.Fprintf(out, "  pipeline bytes: assembly %s, transfer %s, persist %s\n",
 		human(n.Stages.AssemblyBytes), human(n.Stages.TransferBytes), human(n.Stages.PersistBytes))
+	if b := n.Bucket; b != nil {
+		switch {
+		case b.Outcome == "":
+			fmt.Fprintf(out, "  bucket %s: not probed yet\n", b.Bucket)
+		case b.Reachable:
+			fmt.Fprintf(out, "  bucket %s: reachable (probed %s ago, every %s)\n", b.Bucket, ago(msAge(b.CheckedAtMillis)), dur(secs(b.IntervalSeconds)))
+		default:
+			fmt.Fprintf(out, "  bucket %s: %s for %s: %s\n", b.Bucket, strings.ToUpper(strings.ReplaceAll(b.Outcome, "_", " ")), ago(msAge(b.SinceMillis)), b.Error)
+		}
+	}
+	if c := n.Cost; c != nil {
+		fmt.Fprintf(out, "  S3 cost at this rate: %s a month (requests %s, storage %s for %s)\n",
+			usd(c.TotalPerMonthUSD), usd(c.RequestsPerMonthUSD), usd(c.StoragePerMonthUSD), human(c.StoredBytes))
+	}
+	if g := n.GC; g != nil {
+		line := fmt.Sprintf("  gc %s every %s (grace %s): %d sweeps here, %d rounds swept by another node, %d deleted", g.Mode,
+			dur(secs(g.IntervalSeconds)), dur(secs(g.GraceSeconds)), g.Sweeps, g.SkippedLocked, g.ObjectsDeleted)
+		if l := g.Last; l != nil {
+			line += fmt.Sprintf("; last sweep %s ago: %d orphans (%s), %d young, %d pending, %d deleted", ago(msAge(l.StartedMs)), l.Orphans, human(l.OrphanBytes), l.Young, l.Pending, l.Deleted)
+			if l.Error != "" {
+				line += "; FAILED: " + l.Error
+			}
+		}
+		fmt.Fprintln(out, line)
+	}
+	fmt.Fprintln(out)
 	t := newTable(out)
 	t.row("STREAM", "PHASE", "COMMITTED", "UPLOADED", "PERSISTED", "LAG", "LAG AGE", "REMOTE", "FRAGMENTS", "IN FLIGHT", "ASSEMBLING", "PERSIST", "LAST PERSIST", "LOCAL")
 	for _, s := range rep.Streams {
@@ -208,6 +234,15 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 		if s.StopReason != "" {
 			fmt.Fprintf(out, "\n%s: stopped for good: %s\n", s.Stream, s.StopReason)
 		}
+		if c := s.Cost; c != nil {
+			fmt.Fprintf(out, "\n%s: S3 requests put %d, get %d, head %d, list %d, delete %d; at this rate %s a month (requests %s, storage %s)\n",
+				s.Stream, c.Requests["put"], c.Requests["get"], c.Requests["head"], c.Requests["list"], c.Requests["delete"],
+				usd(c.TotalPerMonthUSD), usd(c.RequestsPerMonthUSD), usd(c.StoragePerMonthUSD))
+		}
+		if p := s.Parked; p != nil {
+			fmt.Fprintf(out, "\n%s: PARKED for %s: its reader keeps failing (%d failures in a minute; last: %s); retried automatically in %s\n",
+				s.Stream, ago(msAge(p.SinceMillis)), p.Failures, p.Reason, dur(time.Until(time.UnixMilli(p.RetryAtMillis)).Round(time.Second)))
+		}
 		if d := s.Remote.Diverged; d != nil && d.Behind {
 			fmt.Fprintf(out, "\n%s: BEHIND: the local log [%d, %d) is a prefix of the remote tier [%d, %d); nothing is uploaded or deleted until it reaches %d (a match) or writes chunks of its own (a fork: the remote tier is then cut back to where they part).\n",
 				s.Stream, d.LocalFirst, d.LocalNext, d.RemoteFirst, d.RemoteNext, d.RemoteNext)
@@ -223,6 +258,17 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 }
 
 func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
+// usd renders dollars: cents, or four decimals below a cent.
+func usd(v float64) string {
+	if v != 0 && v < 0.01 {
+		return fmt.Sprintf("$%.4f", v)
+	}
+	return fmt.Sprintf("$%.2f", v)
+}
+
+// msAge is the age in seconds of a Unix time in milliseconds.
+func msAge(ms int64) float64 { return max(time.Since(time.UnixMilli(ms)).Seconds(), 0) }
 
 func sumReq(r admin.RequestReport) (req, errs uint64) {
 	for _, v := range r.Requests {

@@ -18,6 +18,7 @@ import (
 	"streamtier/actors"
 	"streamtier/admin"
 	"streamtier/backends"
+	"streamtier/gc"
 	"streamtier/manifest"
 	"streamtier/nodeconfig"
 	"streamtier/s3io"
@@ -155,6 +156,8 @@ type process struct {
 	started time.Time
 
 	etcdMetrics *admin.EtcdMetrics
+	probe       *s3io.BucketProbe // nil when s3_probe_interval is 0
+	sweeper     *gc.Sweeper       // nil when gc_interval is 0
 	node        *actors.Node
 	admin       *admin.Server
 	// lis is the cluster listener until StartCluster takes it; cluster is set in cluster mode.
@@ -232,7 +235,33 @@ func (p *process) start(ctx context.Context) error {
 	opts := admin.Options{
 		Node: node, NodeID: s.NodeID, Started: p.started, S3: p.b.Store.Metrics(), Etcd: p.etcdMetrics,
 		RebalanceThreshold: s.RebalanceThreshold, Log: p.log, Faults: p.faultList,
-		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}, {Name: "s3", Check: p.b.ProbeS3}},
+		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}},
+		Prices: &admin.Prices{PutPer1000: s.CostPutPer1000, ListPer1000: s.CostListPer1000, GetPer1000: s.CostGetPer1000,
+			StoragePerGBMonth: s.CostStoragePerGBMonth},
+	}
+	if s.S3ProbeInterval > 0 {
+		probe, err := s3io.NewBucketProbe(p.b.Store, p.b.KeyPrefix+"/", s.S3ProbeInterval, p.log.With().Str("component", "bucket-probe").Logger())
+		if err != nil {
+			return err
+		}
+		p.probe = probe
+		probe.Start(context.Background()) // stopped by close
+		opts.Bucket = probe
+	} else {
+		opts.Ready = append(opts.Ready, admin.Check{Name: "s3", Check: p.b.ProbeS3})
+	}
+	if s.GCInterval > 0 {
+		sw, err := gc.NewSweeper(gc.SweeperConfig{
+			Options:  gc.Options{Store: p.b.Store, Meta: p.b.Meta, KeyPrefix: p.b.KeyPrefix, Grace: s.GCGracePeriod},
+			Interval: s.GCInterval, Mode: gc.Mode(s.GCMode), NodeID: s.NodeID, Log: p.log.With().Str("component", "gc").Logger(),
+		})
+		if err != nil {
+			return err
+		}
+		p.sweeper = sw
+		sw.Start(context.Background()) // stopped by close
+		opts.GC = sw
+		p.log.Info().Str("mode", s.GCMode).Str("interval", s.GCInterval.String()).Str("grace", s.GCGracePeriod.String()).Msg("automatic garbage collection on")
 	}
 	info := backends.RunInfo{PID: os.Getpid(), NodeID: s.NodeID, Started: p.started}
 	opts.Reads = node
@@ -389,6 +418,12 @@ func (p *process) close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	if p.probe != nil {
+		p.probe.Stop()
+	}
+	if p.sweeper != nil {
+		p.sweeper.Stop()
+	}
 	if p.admin != nil {
 		if err := p.admin.Close(ctx); err != nil {
 			errs = append(errs, err)
