@@ -93,7 +93,8 @@ func startFixture(ctx context.Context, c commonFlags, defaults map[string]string
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
-	f := &fixture{dir: dir, log: zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).Level(level).With().Timestamp().Logger()}
+	// The node logs from many goroutines; stderr need not be safe for concurrent writes.
+	f := &fixture{dir: dir, log: zerolog.New(zerolog.SyncWriter(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly})).Level(level).With().Timestamp().Logger()}
 	ok := false
 	defer func() {
 		if !ok {
