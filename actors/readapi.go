@@ -498,6 +498,9 @@ func (r *Reader) next(ctx context.Context) (ReadItem, error) {
 // waited for a commit or moved to the remote tier.
 func (r *Reader) nextLocal(ctx context.Context) (ReadItem, error, bool) {
 	log := r.side.log
+	// The chunk this call delivers: once Next has read its header the segments.Reader has
+	// moved past it, yet its body may still be gone (below).
+	at := r.local.NextOffset()
 	h, loc, err := r.local.Next()
 	if err == nil {
 		var b []byte
@@ -515,8 +518,10 @@ func (r *Reader) nextLocal(ctx context.Context) (ReadItem, error, bool) {
 		}
 	case errors.Is(err, segments.ErrSegmentGone):
 		// Local retention removed what the reader needs: it is uploaded (retention only
-		// removes persisted data), read it remotely.
-		at := r.local.NextOffset()
+		// removes persisted data), read it remotely, from the chunk not delivered: the
+		// segment may have gone after Next read the chunk's header (through the reader's
+		// open file) and before its body was read (by name), and continuing from
+		// r.local.NextOffset() would then skip that chunk.
 		r.local.Close()
 		r.local = nil
 		r.side.env.Log.Debug().Uint64("offset", at).Msg("local segment gone under a reader; reading remotely")
