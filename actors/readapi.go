@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -102,12 +103,40 @@ func (n *Node) readSide(stream string, log *segments.Log, known func() (manifest
 	}
 }
 
-// OpenReader opens a reader on a cluster node: through the local writer when this node
-// writes the stream, else through its replica cache and the replica's local log. A replica
-// cache that has not synced fails with ErrReadUnavailable.
+// OpenReader opens a reader on a cluster node: of the stream this node writes (the
+// writer's manifest cache and local log) or replicates (the replica cache and the replica's
+// local log). Before the manifest at hand is resolved (a writer resolving, a replica cache
+// not synced) it fails with ErrReadUnavailable.
+//
+// The reader follows the node's role, not the role it opened under: each time it needs the
+// manifest it takes the writer's cache when this node writes the stream now, else the
+// replica cache's, else the last one it saw. A writer failover that promotes this node, or
+// moves the writer away from it, thus goes unnoticed by the reader, while a reader tied to
+// the cache it opened with would follow a manifest that no longer grows and, once local
+// retention passed its end, wait for it forever.
 func (c *Cluster) OpenReader(ctx context.Context, stream string, from ReadFrom) (*Reader, error) {
-	if _, err := c.node.handle(stream); err == nil {
-		return c.node.OpenReader(ctx, stream, from)
+	log, err := c.readLog(stream)
+	if err != nil {
+		return nil, err
+	}
+	var last atomic.Pointer[manifest.Manifest] // known runs in the reader's and its remote source's goroutines
+	known := func() (manifest.Manifest, bool) {
+		if m, ok := c.readManifest(stream); ok {
+			last.Store(&m)
+			return m, true
+		}
+		if m := last.Load(); m != nil {
+			return *m, true
+		}
+		return manifest.Manifest{}, false
+	}
+	return openReader(ctx, c.node.readSide(stream, log, known), from)
+}
+
+// readLog is the local log of a stream this node writes or replicates.
+func (c *Cluster) readLog(stream string) (*segments.Log, error) {
+	if h, err := c.node.handle(stream); err == nil {
+		return h.spec.Log, nil
 	}
 	c.mu.Lock()
 	r, ok := c.replicas[stream]
@@ -115,14 +144,28 @@ func (c *Cluster) OpenReader(ctx context.Context, stream string, from ReadFrom) 
 	if !ok {
 		return nil, fmt.Errorf("stream %q: %w (neither written nor replicated on %s)", stream, ErrUnknownStream, c.self)
 	}
-	known := func() (manifest.Manifest, bool) {
-		s := r.snap.load()
-		if s == nil || !s.Synced {
-			return manifest.Manifest{}, false
+	return r.log, nil
+}
+
+// readManifest is the stream's manifest at hand on this node now: the writer's cache when
+// this node writes the stream, else its replica cache once synced.
+func (c *Cluster) readManifest(stream string) (manifest.Manifest, bool) {
+	if h, err := c.node.handle(stream); err == nil {
+		if p := h.cache.Load(); p != nil {
+			return p.Manifest, true
 		}
+		return manifest.Manifest{}, false
+	}
+	c.mu.Lock()
+	r, ok := c.replicas[stream]
+	c.mu.Unlock()
+	if !ok {
+		return manifest.Manifest{}, false
+	}
+	if s := r.snap.load(); s != nil && s.Synced {
 		return s.manifest, true
 	}
-	return openReader(ctx, c.node.readSide(stream, r.log, known), from)
+	return manifest.Manifest{}, false
 }
 
 // OfflineSource is what an offline reader reads: a stream's remote tier straight from etcd
@@ -455,6 +498,9 @@ func (r *Reader) next(ctx context.Context) (ReadItem, error) {
 // waited for a commit or moved to the remote tier.
 func (r *Reader) nextLocal(ctx context.Context) (ReadItem, error, bool) {
 	log := r.side.log
+	// The chunk this call delivers: once Next has read its header the segments.Reader has
+	// moved past it, yet its body may still be gone (below).
+	at := r.local.NextOffset()
 	h, loc, err := r.local.Next()
 	if err == nil {
 		var b []byte
@@ -472,8 +518,10 @@ func (r *Reader) nextLocal(ctx context.Context) (ReadItem, error, bool) {
 		}
 	case errors.Is(err, segments.ErrSegmentGone):
 		// Local retention removed what the reader needs: it is uploaded (retention only
-		// removes persisted data), read it remotely.
-		at := r.local.NextOffset()
+		// removes persisted data), read it remotely, from the chunk not delivered: the
+		// segment may have gone after Next read the chunk's header (through the reader's
+		// open file) and before its body was read (by name), and continuing from
+		// r.local.NextOffset() would then skip that chunk.
 		r.local.Close()
 		r.local = nil
 		r.side.env.Log.Debug().Uint64("offset", at).Msg("local segment gone under a reader; reading remotely")

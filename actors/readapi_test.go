@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -245,5 +247,45 @@ func TestReaderUnavailable(t *testing.T) {
 	_, err := n.OpenReader(context.Background(), "nope", FromFirst())
 	if !errors.Is(err, ErrUnknownStream) {
 		t.Fatalf("unknown stream: %v", err)
+	}
+}
+
+// TestReaderSegmentGoneBetweenHeaderAndBody: local retention may delete a segment after the
+// local reader read a chunk's header (through its open file) and before the chunk's body is
+// read (by name). The reader then reads on remotely from that chunk, not from the one after
+// it: nothing is skipped. The deletion is staged by removing the segment file behind the
+// log's back, which leaves the reader in exactly that state.
+func TestReaderSegmentGoneBetweenHeaderAndBody(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	log, _ := testLogger(t)
+	n := w.startNode(Config{Logger: log, LocalHotWindowBytes: 1 << 30, Stream: readercore.Config{FragmentTargetSize: 16 << 10,
+		PersistThreshold: 1, PersistInterval: 50 * time.Millisecond}})
+	opts := segments.Options{MaxSegmentBytes: 64 << 10}
+	lg, ref := openLog(t, opts), openLog(t, opts)
+	writeLog(t, lg, 41, loadgen.Limit{Bytes: 512 << 10})
+	writeLog(t, ref, 41, loadgen.Limit{Bytes: 512 << 10})
+	if err := n.AddStream(StreamSpec{ID: "gone", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	next := lg.NextOffset()
+	persisted(t, n, "gone", next, 30*time.Second)
+	segs := lg.Segments()
+	if len(segs) < 4 || lg.FirstOffset() != 0 {
+		t.Fatalf("%d segments, local first %d: want at least 4, all kept", len(segs), lg.FirstOffset())
+	}
+	seg := segs[1]
+	r, err := n.OpenReader(context.Background(), "gone", FromOffset(seg.FirstOffset))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// The reader opened the segment's file; its first Next reads the header from it, then
+	// the body by name.
+	if err := os.Remove(filepath.Join(lg.Dir(), seg.Name)); err != nil {
+		t.Fatal(err)
+	}
+	tiers := readAll(t, r, ref, next)
+	if tiers[TierRemote] == 0 {
+		t.Fatalf("tiers %v: the reader never read remotely", tiers)
 	}
 }

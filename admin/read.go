@@ -61,11 +61,22 @@ func writeFrame(w io.Writer, kind, tier byte, off, end uint64, body []byte) erro
 }
 
 func (s *Server) read(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
 	if s.opts.Reads == nil {
 		writeJSON(w, http.StatusNotImplemented, errorBody{Error: "this admin server cannot open readers"})
 		return
 	}
+	serveRead(w, r, s.opts.Reads)
+}
+
+// ReadHandler serves GET /streams/{id}/read (the route must name {id}) through o, exactly
+// as the admin server does: for HTTP servers of their own (tests/clusternode) that read
+// through a Cluster.
+func ReadHandler(o ReadOpener) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { serveRead(w, r, o) }
+}
+
+func serveRead(w http.ResponseWriter, r *http.Request, o ReadOpener) {
+	id := r.PathValue("id")
 	if err := manifest.ValidateStreamID(id); err != nil {
 		writeError(w, err)
 		return
@@ -85,7 +96,7 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request) {
 	}
 	follow := q.Get("follow") == "1" || q.Get("follow") == "true"
 	ctx := r.Context()
-	rd, err := s.opts.Reads.OpenReader(ctx, id, from)
+	rd, err := o.OpenReader(ctx, id, from)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -32,59 +31,6 @@ func readBytes(t *testing.T) int64 {
 		return n
 	}
 	return 64 << 20
-}
-
-// checker follows one reader against the reference log: every item must start where the
-// previous one ended, every chunk must be the reference's chunk at that offset, byte for
-// byte; a skipped range (remote retention raced the reader) is allowed, a gap is not (the
-// local log never loses data here).
-type checker struct {
-	t      *testing.T
-	name   string
-	ref    *segments.Log
-	rd     *segments.Reader
-	prev   uint64
-	chunks int
-	tiers  map[actors.ReadTier]int
-	skips  int
-}
-
-func (c *checker) item(it actors.ReadItem) error {
-	if c.chunks+c.skips > 0 && it.Offset != c.prev {
-		return fmt.Errorf("%s: %s at %d follows an item ending at %d", c.name, it.Kind, it.Offset, c.prev)
-	}
-	c.prev = it.End
-	switch it.Kind {
-	case actors.ItemSkipped:
-		c.skips++
-		if c.rd != nil {
-			c.rd.Close()
-			c.rd = nil
-		}
-		return nil
-	case actors.ItemGap:
-		return fmt.Errorf("%s: gap [%d, %d)", c.name, it.Offset, it.End)
-	}
-	if c.rd == nil {
-		var err error
-		if c.rd, err = c.ref.NewReader(it.Offset); err != nil {
-			return err
-		}
-	}
-	h, loc, err := c.rd.Next()
-	if err != nil {
-		return fmt.Errorf("%s: reference at %d: %w", c.name, it.Offset, err)
-	}
-	want, _, err := c.ref.ReadChunk(loc)
-	if err != nil {
-		return err
-	}
-	if h.ChunkID != it.Offset || !bytes.Equal(want, it.Chunk) {
-		return fmt.Errorf("%s: chunk %d (%s) is not the reference chunk %d", c.name, it.Offset, it.Tier, h.ChunkID)
-	}
-	c.chunks++
-	c.tiers[it.Tier]++
-	return nil
 }
 
 // TestReadExactlyOnceAcrossTiers: while a writer appends and uploads, local retention
@@ -133,7 +79,7 @@ func TestReadExactlyOnceAcrossTiers(t *testing.T) {
 			r, err = e.node.OpenReader(ctx, "eo", from)
 			return err == nil
 		})
-		c := &checker{t: t, name: name, ref: ref, tiers: map[actors.ReadTier]int{}}
+		c := newChecker(name, ref)
 		checkers = append(checkers, c)
 		t.Logf("%s: from %s starts at %d (attached %v)", name, from, r.Start, r.Attached)
 		wg.Add(1)
@@ -186,9 +132,7 @@ func TestReadExactlyOnceAcrossTiers(t *testing.T) {
 	}
 	for _, c := range checkers {
 		t.Logf("%s: %d chunks (%d remote, %d local), %d skipped ranges", c.name, c.chunks, c.tiers[actors.TierRemote], c.tiers[actors.TierLocal], c.skips)
-		if c.rd != nil {
-			c.rd.Close()
-		}
+		c.close()
 		if c.prev != target.Load() {
 			t.Errorf("%s ended at %d, want %d", c.name, c.prev, target.Load())
 		}
@@ -247,12 +191,8 @@ func TestReadRabbitMQDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	c := &checker{t: t, name: "rabbitmq", ref: ref, tiers: map[actors.ReadTier]int{}}
-	defer func() {
-		if c.rd != nil {
-			c.rd.Close()
-		}
-	}()
+	c := newChecker("rabbitmq", ref)
+	defer c.close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for r.Position() < next {

@@ -31,6 +31,8 @@ import (
 
 	"streamtier/actors"
 	"streamtier/actors/readercore"
+	"streamtier/admin"
+	"streamtier/manifest"
 	"streamtier/metadata"
 	"streamtier/s3io"
 	"streamtier/segments"
@@ -59,6 +61,8 @@ type options struct {
 	fragmentBytes    uint64
 	persistThreshold int
 	persistInterval  time.Duration
+	rebalance        int
+	retentionBytes   uint64
 	memberTTL        time.Duration
 	resyncRetry      time.Duration
 	drop, reorder    int
@@ -107,6 +111,8 @@ func parseFlags(args []string) (options, error) {
 	fs.Uint64Var(&o.fragmentBytes, "fragment-bytes", 32<<10, "fragment target size")
 	fs.IntVar(&o.persistThreshold, "persist-threshold", 2, "edits per persist")
 	fs.DurationVar(&o.persistInterval, "persist-interval", 500*time.Millisecond, "longest wait for a persist")
+	fs.IntVar(&o.rebalance, "rebalance-threshold", 0, "entries per group object (0: the default)")
+	fs.Uint64Var(&o.retentionBytes, "retention-bytes", 0, "remote retention: keep at most this many bytes of each stream in S3 (0: no limit)")
 	fs.DurationVar(&o.memberTTL, "member-ttl", 2*time.Second, "membership lease")
 	fs.DurationVar(&o.resyncRetry, "resync-retry", 500*time.Millisecond, "replica sync request retry")
 	fs.IntVar(&o.drop, "drop-percent", 0, "broadcasts dropped by the transport (fault injection)")
@@ -216,7 +222,7 @@ func run(o options) error {
 	}
 	cfg := actors.Config{NodeID: o.node, Logger: logger, Stream: readercore.Config{
 		FragmentTargetSize: o.fragmentBytes, PersistThreshold: o.persistThreshold, PersistInterval: o.persistInterval,
-		UploadRetryDelay: 200 * time.Millisecond, UploadRetryMaxDelay: time.Second,
+		UploadRetryDelay: 200 * time.Millisecond, UploadRetryMaxDelay: time.Second, RebalanceThreshold: o.rebalance,
 	}}
 	cc := actors.ClusterConfig{MemberTTL: o.memberTTL, ResyncRetry: o.resyncRetry, OpenStream: n.openStream}
 	n.cluster, err = actors.StartCluster(ctx, lis, cfg, cc, store, meta)
@@ -251,7 +257,8 @@ func run(o options) error {
 		wg.Wait()
 		return errors.Join(err, n.cluster.Stop(context.Background()))
 	}
-	srv := &http.Server{Handler: n.mux(), ReadHeaderTimeout: 5 * time.Second}
+	// Requests end with the process's context: a following read would hold Shutdown up.
+	srv := &http.Server{Handler: n.mux(), ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -316,7 +323,7 @@ func (n *node) openStream(stream string) (actors.StreamSpec, error) {
 	if !ok {
 		return actors.StreamSpec{}, fmt.Errorf("no local log for stream %s on %s", stream, n.o.node)
 	}
-	return actors.StreamSpec{Log: lg}, nil
+	return actors.StreamSpec{Log: lg, Retention: manifest.Policy{MaxBytes: n.o.retentionBytes}}, nil
 }
 
 // due is how many chunks should be in the log at time t, within the limit.
@@ -470,6 +477,9 @@ func (n *node) mux() *http.ServeMux {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]uint64{"first": ref.Entry.FirstOffset, "end": ref.End, "uid": ref.Entry.UID})
 	})
+	// The admin server's framed read stream, through the cluster: the writer's cache on the
+	// writer node, the replica cache and the replica's own log elsewhere.
+	mux.HandleFunc("GET /streams/{id}/read", admin.ReadHandler(n.cluster))
 	mux.HandleFunc("POST /faults", func(w http.ResponseWriter, r *http.Request) {
 		drop, err1 := strconv.Atoi(r.FormValue("drop"))
 		reorder, err2 := strconv.Atoi(r.FormValue("reorder"))
