@@ -53,6 +53,8 @@ type idleFleet struct {
 	node *Node
 	dir  string
 	logs []*segments.Log
+	// goroutines is the node's standing goroutine count before any stream was added.
+	goroutines int
 }
 
 // scaleLogIdle is the idle close of the fleet's logs: short, so the test need not wait 10 s.
@@ -61,6 +63,7 @@ const scaleLogIdle = 100 * time.Millisecond
 func newIdleFleet(t *testing.T, cfg Config) *idleFleet {
 	f := &idleFleet{t: t, w: newWorld(t, worldOptions{}), dir: t.TempDir()}
 	f.node = f.w.startNode(cfg)
+	f.goroutines = footprint(t).goroutines
 	t.Cleanup(func() {
 		for _, lg := range f.logs {
 			lg.Close()
@@ -93,6 +96,14 @@ func (f *idleFleet) grow(n int) {
 			open += lg.OpenFiles()
 		}
 		return open == 0, fmt.Sprintf("%d descriptors held by logs", open)
+	})
+	// Streams that run have finished starting, but on a loaded machine their last start-up
+	// messages and tasks may still be on their way: wait until the goroutines are back to
+	// what the per-stream bound allows. A goroutine per stream never gets there.
+	allowed := f.goroutines + 10 + n/100
+	until(t, time.Minute, "start-up goroutines gone", func() (bool, string) {
+		g := runtime.NumGoroutine()
+		return g <= allowed, fmt.Sprintf("%d goroutines, want at most %d", g, allowed)
 	})
 }
 
