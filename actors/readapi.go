@@ -56,7 +56,11 @@ type Reader struct {
 	bo       backoff
 	opened   time.Time
 	gotFirst bool
-	closed   bool
+	// gotItem is set once an item was delivered: pos is then the exact start of the next one.
+	gotItem bool
+	// earlyRefused is set once a hand-off before the remote end found the local log short.
+	earlyRefused bool
+	closed       bool
 }
 
 // readSide is what a reader reads: the stream's local log (nil offline), the remote tier,
@@ -452,6 +456,7 @@ func (r *Reader) Next(ctx context.Context) (ReadItem, error) {
 	if it.End > r.pos {
 		r.pos = it.End
 	}
+	r.gotItem = true
 	r.side.metrics.observe(it)
 	if !r.gotFirst && it.Kind == ItemChunk {
 		r.gotFirst = true
@@ -479,6 +484,20 @@ func (r *Reader) next(ctx context.Context) (ReadItem, error) {
 			}
 			return it, err
 		case r.tier == TierRemote:
+			if r.gotItem && !r.earlyRefused && r.localHolds(r.pos) {
+				// The local log holds the position: read it there (no GETs, no waiting for
+				// persists), as a reader opened here would.
+				err := r.handOffAt(r.pos)
+				if err == nil {
+					continue
+				}
+				if !errors.Is(err, segments.ErrBelowFirst) && !errors.Is(err, segments.ErrSegmentGone) {
+					return ReadItem{}, err
+				}
+				// Retention got there first: read on remotely, and leave the hand-off to the
+				// remote end from now on rather than try again at every item.
+				r.earlyRefused = true
+			}
 			it, err := r.remote.Next(ctx)
 			var end *RemoteEndError
 			if errors.As(err, &end) {
@@ -544,18 +563,11 @@ func (r *Reader) atRemoteEnd(ctx context.Context, at uint64) error {
 		r.ended = true
 		return nil
 	case handOffLocal:
-		err := r.openLocal(at)
+		err := r.handOffAt(at)
 		if errors.Is(err, segments.ErrBelowFirst) {
 			return nil // retention got there first: ask the remote source again
 		}
-		if err != nil {
-			return err
-		}
-		r.remote.Close()
-		r.remote = nil
-		r.side.metrics.Handoffs.Add(1)
-		r.bo = backoff{}
-		return nil
+		return err
 	case handOffWait:
 		select {
 		case <-r.side.log.NotifyWhenCommittedPast(at - 1):
@@ -576,6 +588,25 @@ func (r *Reader) atRemoteEnd(ctx context.Context, at uint64) error {
 		r.bo = backoff{}
 	}
 	r.lastEnd = at
+	return nil
+}
+
+// localHolds reports whether the local log holds committed data at pos.
+func (r *Reader) localHolds(pos uint64) bool {
+	log := r.side.log
+	return log != nil && log.FirstOffset() <= pos && pos < log.CommittedNext()
+}
+
+// handOffAt moves the reader from the remote tier to the local log at pos, the end of the
+// last item delivered; segments.ErrBelowFirst says local retention removed pos meanwhile.
+func (r *Reader) handOffAt(pos uint64) error {
+	if err := r.openLocal(pos); err != nil {
+		return err
+	}
+	r.remote.Close()
+	r.remote = nil
+	r.side.metrics.Handoffs.Add(1)
+	r.bo = backoff{}
 	return nil
 }
 

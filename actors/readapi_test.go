@@ -289,3 +289,52 @@ func TestReaderSegmentGoneBetweenHeaderAndBody(t *testing.T) {
 		t.Fatalf("tiers %v: the reader never read remotely", tiers)
 	}
 }
+
+// TestReaderHandsOffWhereTheLocalLogBegins: a reader of the remote tier moves to the local
+// log as soon as its position is held there, not only at the remote tier's end: the chunks
+// below the local first offset come from S3, every later one from the local log, although
+// S3 holds them all.
+func TestReaderHandsOffWhereTheLocalLogBegins(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	log, _ := testLogger(t)
+	n := w.startNode(Config{Logger: log, LocalHotWindowBytes: 192 << 10, Stream: readercore.Config{FragmentTargetSize: 16 << 10,
+		PersistThreshold: 1, PersistInterval: 50 * time.Millisecond}})
+	opts := segments.Options{MaxSegmentBytes: 64 << 10}
+	lg, ref := openLog(t, opts), openLog(t, opts)
+	writeLog(t, lg, 43, loadgen.Limit{Bytes: 768 << 10})
+	writeLog(t, ref, 43, loadgen.Limit{Bytes: 768 << 10})
+	if err := n.AddStream(StreamSpec{ID: "early", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	next := lg.NextOffset()
+	persisted(t, n, "early", next, 30*time.Second)
+	until(t, 30*time.Second, "local retention past the first segments", func() (bool, string) {
+		return lg.FirstOffset() > 0, fmt.Sprintf("local first %d", lg.FirstOffset())
+	})
+	first := lg.FirstOffset()
+	below := 0
+	rd, err := ref.NewReader(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		h, _, err := rd.Next()
+		if err != nil || h.ChunkID >= first {
+			break
+		}
+		below++
+	}
+	rd.Close()
+	r, err := n.OpenReader(context.Background(), "early", FromFirst())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	tiers := readAll(t, r, ref, next)
+	if tiers[TierRemote] != below || tiers[TierLocal] == 0 {
+		t.Fatalf("tiers %v: want the %d chunks below the local first offset %d from S3 and the rest locally", tiers, below, first)
+	}
+	if h := n.Metrics().Read.Handoffs.Load(); h != 1 {
+		t.Fatalf("%d hand-offs, want 1", h)
+	}
+}
