@@ -88,6 +88,7 @@ type drain struct {
 	timers  timers
 	suspend uint64 // the armed idle timer, 0: none
 	trouble bool   // the parent was told of a local read failure not yet recovered
+	behind  bool   // the log ended below the drain's position at the last open (logged once)
 
 	rd       *segments.Reader
 	gen      uint64
@@ -121,7 +122,7 @@ func (d *drain) handle(c actor.Context, msg any) {
 			d.openFailed(c, m.From, err)
 			return
 		}
-		d.rd = rd
+		d.rd, d.behind = rd, false
 		d.read(c, false)
 	case drainAck:
 		if m.Gen == d.gen {
@@ -185,7 +186,16 @@ func (d *drain) openFailed(c actor.Context, from uint64, err error) {
 		d.awaiting = true
 		return
 	}
-	if !d.trouble { // logged and counted once per failure, retried quietly until it clears
+	switch {
+	case errors.Is(err, segments.ErrAboveNext):
+		// The log ends below the drain's position (an empty or short log behind the remote
+		// tier): nothing is wrong with it, it has yet to grow. The reader compares it again
+		// as it grows (behind, diverged); the drain looks again at its retry delay.
+		if !d.behind {
+			d.behind = true
+			d.logger.Info().Err(err).Uint64("from", from).Msg("drain: the local log ends below the drain position; waiting for it to grow")
+		}
+	case !d.trouble: // logged and counted once per failure, retried quietly until it clears
 		d.logger.Error().Err(err).Uint64("from", from).Str("exhausted", ExhaustedResource(err)).Dur("retry_in", drainRetryDelay).
 			Msg("drain: cannot open the local log reader; retrying")
 		d.troubled(c, err)
