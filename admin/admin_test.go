@@ -26,6 +26,7 @@ import (
 	"streamtier/s3io/s3test"
 	"streamtier/segments"
 	"streamtier/segments/loadgen"
+	"streamtier/tiertest"
 )
 
 // scrape reads /metrics and returns every sample as "name{labels}" -> value.
@@ -265,13 +266,8 @@ func TestAdminServer(t *testing.T) {
 func TestFreshNodeNotFoundIsNoError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	etcd := etcdtest.Start(t)
-	meta := etcdtest.Store(t, etcd)
-	srv := s3test.Start(t, s3test.Options{})
-	store, err := s3io.NewStore(ctx, srv.NewBucket(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := tiertest.StartBackends(ctx, t, false)
+	meta, store := be.Meta, be.Store
 	// A 404 of its own: the object the new stream's resolution will not find either.
 	if _, err := store.Head(ctx, "streams/nothing-here"); !s3io.IsNotFound(err) {
 		t.Fatalf("head of a missing key: %v, want not found", err)

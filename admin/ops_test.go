@@ -14,9 +14,9 @@ import (
 	"streamtier/admin"
 	"streamtier/gc"
 	"streamtier/manifest"
-	"streamtier/metadata/etcdtest"
 	"streamtier/s3io"
 	"streamtier/s3io/s3test"
+	"streamtier/tiertest"
 )
 
 // TestBucketProbeInStatus: with the S3 server answering the bucket listing with 403, the
@@ -26,16 +26,8 @@ import (
 func TestBucketProbeInStatus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	etcd := etcdtest.Start(t)
-	meta := etcdtest.Store(t, etcd)
-	srv := s3test.Start(t, s3test.Options{})
-	inj := s3test.NewInjector(t, srv)
-	cfg := inj.Config()
-	cfg.Bucket = srv.NewBucket(t).Bucket
-	store, err := s3io.NewStore(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := tiertest.StartBackends(ctx, t, true)
+	meta, inj, store := be.Meta, be.Faults, be.Store
 	node, err := actors.Start(ctx, actors.Config{Logger: zerolog.Nop()}, store, meta)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +71,7 @@ func TestBucketProbeInStatus(t *testing.T) {
 	if code, r := readyz(); code != 200 || r.Checks["s3_bucket"] != "ok" {
 		t.Fatalf("readyz: %d %+v", code, r)
 	}
-	if b := status().Bucket; b == nil || !b.Reachable || b.Outcome != "ok" || b.Bucket != cfg.Bucket {
+	if b := status().Bucket; b == nil || !b.Reachable || b.Outcome != "ok" || b.Bucket != store.Bucket() {
 		t.Fatalf("status: %+v", b)
 	}
 
@@ -119,13 +111,8 @@ func TestBucketProbeInStatus(t *testing.T) {
 func TestGCInStatus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	etcd := etcdtest.Start(t)
-	meta := etcdtest.Store(t, etcd)
-	srv := s3test.Start(t, s3test.Options{})
-	store, err := s3io.NewStore(ctx, srv.NewBucket(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := tiertest.StartBackends(ctx, t, false)
+	meta, store := be.Meta, be.Store
 	if err := store.PutObject(ctx, manifest.FragmentKey(manifest.DefaultKeyPrefix, "gone", 0, 1, 7), []byte("x")); err != nil {
 		t.Fatal(err)
 	}

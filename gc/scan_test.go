@@ -79,13 +79,8 @@ func lastModifiedTick() { time.Sleep(1100 * time.Millisecond) }
 func TestScanAndDelete(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	etcd := etcdtest.Start(t)
-	meta := etcdtest.Store(t, etcd)
-	srv := s3test.Start(t, s3test.Options{})
-	store, err := s3io.NewStore(ctx, srv.NewBucket(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := tiertest.StartBackends(ctx, t, false)
+	meta, store := be.Meta, be.Store
 	env := tiertest.Env{Store: store, Meta: meta}
 	p := manifest.DefaultKeyPrefix
 
@@ -236,13 +231,8 @@ func TestScanAndDelete(t *testing.T) {
 func TestUnpersistedUploadSurvivesGC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	etcd := etcdtest.Start(t)
-	meta := etcdtest.Store(t, etcd)
-	srv := s3test.Start(t, s3test.Options{})
-	store, err := s3io.NewStore(ctx, srv.NewBucket(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := tiertest.StartBackends(ctx, t, false)
+	meta, store := be.Meta, be.Store
 	env := tiertest.Env{Store: store, Meta: meta}
 	later := func() time.Time { return time.Now().Add(2 * time.Hour) }
 	opts := gc.Options{Store: store, Meta: meta, Grace: time.Hour, Now: later}

@@ -15,8 +15,6 @@ import (
 
 	"streamtier/gc"
 	"streamtier/manifest"
-	"streamtier/metadata/etcdtest"
-	"streamtier/s3io"
 	"streamtier/s3io/s3test"
 	"streamtier/tiertest"
 )
@@ -30,16 +28,8 @@ import (
 func TestSweepersTakeTurns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	etcd := etcdtest.Start(t)
-	meta := etcdtest.Store(t, etcd)
-	srv := s3test.Start(t, s3test.Options{})
-	inj := s3test.NewInjector(t, srv)
-	cfg := inj.Config()
-	cfg.Bucket = srv.NewBucket(t).Bucket
-	store, err := s3io.NewStore(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := tiertest.StartBackends(ctx, t, true)
+	etcd, meta, inj, store := be.Etcd, be.Meta, be.Faults, be.Store
 	env := tiertest.Env{Store: store, Meta: meta}
 	p := manifest.DefaultKeyPrefix
 	const grace = 3 * time.Second
@@ -163,13 +153,8 @@ func TestSweepersTakeTurns(t *testing.T) {
 // TestSweeperDryRun: in the default mode a sweep reports the orphans and deletes nothing.
 func TestSweeperDryRun(t *testing.T) {
 	ctx := context.Background()
-	etcd := etcdtest.Start(t)
-	meta := etcdtest.Store(t, etcd)
-	srv := s3test.Start(t, s3test.Options{})
-	store, err := s3io.NewStore(ctx, srv.NewBucket(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := tiertest.StartBackends(ctx, t, false)
+	meta, store := be.Meta, be.Store
 	k := manifest.FragmentKey(manifest.DefaultKeyPrefix, "gone", 0, 1, tiertest.UID())
 	putAll(t, store, k)
 	s, err := gc.NewSweeper(gc.SweeperConfig{Options: gc.Options{Store: store, Meta: meta}, Interval: time.Hour, NodeID: "a",
@@ -201,16 +186,8 @@ func clientPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
 // and reports why, and the lock is free again for the next round.
 func TestSweepTimeout(t *testing.T) {
 	ctx := context.Background()
-	etcd := etcdtest.Start(t)
-	meta := etcdtest.Store(t, etcd)
-	srv := s3test.Start(t, s3test.Options{})
-	inj := s3test.NewInjector(t, srv)
-	cfg := inj.Config()
-	cfg.Bucket = srv.NewBucket(t).Bucket
-	store, err := s3io.NewStore(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := tiertest.StartBackends(ctx, t, true)
+	meta, inj, store := be.Meta, be.Faults, be.Store
 	inj.Add(s3test.Rule{Method: "GET", KeyRegexp: "^$", Fault: s3test.FaultDelay, Delay: 5 * time.Second, Count: 1})
 	s, err := gc.NewSweeper(gc.SweeperConfig{Options: gc.Options{Store: store, Meta: meta}, Interval: time.Hour, NodeID: "a",
 		Timeout: 200 * time.Millisecond, Log: zerolog.Nop()})

@@ -11,9 +11,6 @@ import (
 
 	"streamtier/fragment"
 	"streamtier/manifest"
-	"streamtier/metadata/etcdtest"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
 	"streamtier/segments"
 	"streamtier/tiertest"
 	"streamtier/verify"
@@ -54,13 +51,8 @@ func TestCheckFragment(t *testing.T) {
 func TestVerify(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	etcd := etcdtest.Start(t)
-	meta := etcdtest.Store(t, etcd)
-	srv := s3test.Start(t, s3test.Options{})
-	store, err := s3io.NewStore(ctx, srv.NewBucket(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := tiertest.StartBackends(ctx, t, false)
+	meta, store := be.Meta, be.Store
 	env := tiertest.Env{Store: store, Meta: meta}
 	run := func(stream, dir string) verify.Report {
 		t.Helper()
