@@ -281,6 +281,8 @@ func (s Settings) S3Config() s3io.Config {
 		Endpoint: s.S3Endpoint, Region: s.S3Region, Bucket: s.S3Bucket, PathStyle: s.S3PathStyle,
 		AccessKey: s.S3AccessKey, SecretKey: s.S3SecretKey, CAFile: s.S3CAFile,
 		RequestTimeout: s.S3RequestTimeout, TransferTimeout: s.S3TransferTimeout,
+		// a reader's GETs at its ceiling, with room for uploads, retention and other readers
+		MaxIdleConnsPerHost: max(s3io.DefaultMaxIdleConnsPerHost, s.ReadMaxConcurrency+32),
 	}
 }
 

@@ -12,6 +12,11 @@ import (
 const (
 	DefaultRequestTimeout  = 30 * time.Second
 	DefaultTransferTimeout = 5 * time.Minute
+	// DefaultMaxIdleConnsPerHost is the idle connections kept to the endpoint. The SDK's
+	// default is 10: with more requests in flight than that (a remote reader runs up to
+	// read_max_concurrency range GETs, uploads run beside it), every GET above ten dialled a
+	// new connection and closed it after.
+	DefaultMaxIdleConnsPerHost = 64
 )
 
 // Config says which S3 endpoint and bucket a Store talks to and how long a call may take.
@@ -35,6 +40,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// TransferTimeout bounds a fragment PUT or a whole-fragment GET.
 	TransferTimeout time.Duration
+
+	// MaxIdleConnsPerHost is how many idle connections to the endpoint are kept for reuse;
+	// it should be at least the most requests the node runs at once (0:
+	// DefaultMaxIdleConnsPerHost).
+	MaxIdleConnsPerHost int
 
 	// ListPageSize is the MaxKeys of each list request; 0 leaves it to the server (1000).
 	ListPageSize int32
@@ -79,6 +89,9 @@ func (c Config) Validate() error {
 	if c.TransferTimeout < 0 {
 		errs = append(errs, fmt.Errorf("s3 transfer timeout: %v is negative", c.TransferTimeout))
 	}
+	if c.MaxIdleConnsPerHost < 0 {
+		errs = append(errs, fmt.Errorf("s3 max idle connections per host: %d is negative", c.MaxIdleConnsPerHost))
+	}
 	if c.ListPageSize < 0 || c.ListPageSize > 1000 {
 		errs = append(errs, fmt.Errorf("s3 list page size: %d, want 0 (server default) to 1000", c.ListPageSize))
 	}
@@ -111,6 +124,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TransferTimeout == 0 {
 		c.TransferTimeout = DefaultTransferTimeout
+	}
+	if c.MaxIdleConnsPerHost == 0 {
+		c.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 	}
 	return c
 }

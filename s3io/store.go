@@ -73,6 +73,10 @@ func NewStore(ctx context.Context, c Config) (*Store, error) {
 		// Larger socket writes than the 4 KiB default: fewer syscalls per fragment.
 		tr.WriteBufferSize = 64 << 10
 		tr.ReadBufferSize = 64 << 10
+		// Enough idle connections for every request in flight, or each one above the
+		// SDK's 10 dials anew.
+		tr.MaxIdleConnsPerHost = c.MaxIdleConnsPerHost
+		tr.MaxIdleConns = max(tr.MaxIdleConns, c.MaxIdleConnsPerHost)
 	})
 	opts := []func(*config.LoadOptions) error{
 		config.WithRegion(c.Region),

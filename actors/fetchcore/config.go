@@ -15,6 +15,9 @@ import (
 const (
 	DefaultRangeSize      = 4 << 20
 	DefaultMaxConcurrency = 32
+	// DefaultStartConcurrency: one GET in flight never fills a pipe to S3, and starting at
+	// four saves two doublings on every read.
+	DefaultStartConcurrency = 4
 	DefaultBudget         = 64 << 20
 	DefaultLeavesAhead    = 8
 	DefaultRetryBase      = 50 * time.Millisecond
@@ -31,6 +34,9 @@ type Config struct {
 	RangeSize int64
 	// MaxConcurrency is the ceiling of the concurrency search: range GETs in flight at once.
 	MaxConcurrency int
+	// StartConcurrency is where the concurrency search starts (0: DefaultStartConcurrency,
+	// or the ceiling if lower).
+	StartConcurrency int
 	// FixedConcurrency, when set, turns the search off and keeps this many GETs in flight:
 	// for benchmarks that separate the search from the rest of the reader.
 	FixedConcurrency int
@@ -55,6 +61,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConcurrency == 0 {
 		c.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if c.StartConcurrency == 0 {
+		c.StartConcurrency = DefaultStartConcurrency
 	}
 	if c.Budget == 0 {
 		c.Budget = DefaultBudget
@@ -82,6 +91,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fetchcore: range size %d: must be positive", c.RangeSize)
 	case c.MaxConcurrency < 1:
 		return fmt.Errorf("fetchcore: max concurrency %d: must be at least 1", c.MaxConcurrency)
+	case c.StartConcurrency < 1:
+		return fmt.Errorf("fetchcore: start concurrency %d: must be at least 1", c.StartConcurrency)
 	case c.Budget < 1:
 		return fmt.Errorf("fetchcore: budget %d: must be positive", c.Budget)
 	case c.LeavesAhead < 1:

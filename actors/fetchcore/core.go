@@ -95,7 +95,7 @@ func New(cfg Config, from uint64) (*Core, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Core{
-		cfg: cfg, budget: cfg.Budget, srch: newSearch(cfg.MaxConcurrency), pos: from,
+		cfg: cfg, budget: cfg.Budget, srch: newSearch(cfg.StartConcurrency, cfg.MaxConcurrency), pos: from,
 		byReq: map[uint64]*rng{}, byIndex: map[uint64]*leaf{}, timers: map[uint64]timerFor{},
 	}
 	if cfg.FixedConcurrency > 0 {
