@@ -18,11 +18,11 @@ const (
 	// DefaultStartConcurrency: one GET in flight never fills a pipe to S3, and starting at
 	// four saves two doublings on every read.
 	DefaultStartConcurrency = 4
-	DefaultBudget         = 64 << 20
-	DefaultLeavesAhead    = 8
-	DefaultRetryBase      = 50 * time.Millisecond
-	DefaultRetryMax       = 5 * time.Second
-	DefaultMaxNotFound    = 5
+	DefaultBudget           = 64 << 20
+	DefaultLeavesAhead      = 8
+	DefaultRetryBase        = 50 * time.Millisecond
+	DefaultRetryMax         = 5 * time.Second
+	DefaultMaxNotFound      = 5
 	// MinRange is the smallest range the planner shrinks a range to so that it fits what is
 	// left of the budget; below it, the planner waits for room instead.
 	MinRange = 64 << 10
