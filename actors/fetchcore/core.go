@@ -308,6 +308,16 @@ func (c *Core) onRange(e RangeDone) {
 		r.fails++
 		r.timer = c.arm(r.fails, timerFor{r: r})
 	case NotFound:
+		if len(c.leaves) > 0 && r.lf != c.leaves[0] {
+			// An object after the one being delivered: retention removes a prefix, so the
+			// head answers 404 too if that is what happened; if not, this object is lost,
+			// and the read must still deliver everything before it. Retry it with backoff
+			// until it is the head.
+			c.retries++
+			r.fails++
+			r.timer = c.arm(r.fails, timerFor{r: r})
+			return
+		}
 		c.onNotFound(r.lf)
 	default:
 		c.fail(fmt.Errorf("fragment object %s at position %d: %w", r.lf.Key, r.next, e.Err))
@@ -609,8 +619,10 @@ func (c *Core) plan() {
 			if c.inflight >= c.srch.c {
 				return
 			}
-			if lf.Key == "" {
-				c.onNotFound(lf)
+			if lf.Key == "" { // no listing found it: a 404, once it is the head
+				if lf == c.leaves[0] {
+					c.onNotFound(lf)
+				}
 				return
 			}
 			n := min(c.cfg.RangeSize, lf.regionEnd-lf.planPos)
