@@ -290,6 +290,7 @@ type remoteRead struct {
 	signal chan struct{}
 
 	held int64 // chunk bytes of the item Next returned last: consumed at the next Next
+	done int64 // chunk bytes consumed and not yet reported to the reader
 
 	mu        sync.Mutex
 	items     []ReadItem
@@ -330,6 +331,19 @@ func (s *remoteRead) finish(err error) {
 	s.wake()
 }
 
+// consumedBatch is how many consumed bytes the consumer's side gathers before it tells the
+// reader (one message per chunk cost a wake-up of the reader's actor per chunk); it tells
+// it at once whenever it is about to wait, so the reader never waits on room the consumer
+// already gave back.
+const consumedBatch = 1 << 20
+
+func (s *remoteRead) reportDone() {
+	if s.done > 0 {
+		s.root.Send(s.pid, remoteConsumed{bytes: s.done})
+		s.done = 0
+	}
+}
+
 // errSourceClosed is what Next returns after Close.
 var errSourceClosed = errors.New("remote source closed")
 
@@ -338,10 +352,8 @@ var errSourceClosed = errors.New("remote source closed")
 // previous item's Chunk is invalid from here on: Next tells the reader the consumer is done
 // with it, and the buffer it was cut from may be reused for another range.
 func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
-	if s.held > 0 {
-		s.root.Send(s.pid, remoteConsumed{bytes: s.held})
-		s.held = 0
-	}
+	s.done += s.held
+	s.held = 0
 	for {
 		s.mu.Lock()
 		switch {
@@ -354,6 +366,9 @@ func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
 			s.items = s.items[1:]
 			s.mu.Unlock()
 			s.held = int64(len(it.Chunk))
+			if s.done >= consumedBatch {
+				s.reportDone()
+			}
 			return it, nil
 		case s.err != nil:
 			err := s.err
@@ -363,6 +378,7 @@ func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
 			at := *s.endAt
 			s.endAt, s.ended = nil, true
 			s.mu.Unlock()
+			s.reportDone()
 			return ReadItem{}, &RemoteEndError{At: at}
 		case s.ended:
 			s.ended = false
@@ -371,6 +387,7 @@ func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
 			continue
 		}
 		s.mu.Unlock()
+		s.reportDone() // about to wait: the reader must know all the room there is
 		select {
 		case <-s.signal:
 		case <-ctx.Done():

@@ -14,6 +14,7 @@ import (
 // Defaults for Config fields left zero.
 const (
 	DefaultRangeSize      = 4 << 20
+	DefaultFirstRange     = 1 << 20
 	DefaultMaxConcurrency = 32
 	// DefaultStartConcurrency: one GET in flight never fills a pipe to S3, and starting at
 	// four saves two doublings on every read.
@@ -32,6 +33,9 @@ const (
 type Config struct {
 	// RangeSize is the length of one range GET (the last range of an object is shorter).
 	RangeSize int64
+	// FirstRange bounds the first range of a read (0: DefaultFirstRange): the first chunk
+	// arrives after a short GET instead of a whole RangeSize one.
+	FirstRange int64
 	// MaxConcurrency is the ceiling of the concurrency search: range GETs in flight at once.
 	MaxConcurrency int
 	// StartConcurrency is where the concurrency search starts (0: DefaultStartConcurrency,
@@ -58,6 +62,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.RangeSize == 0 {
 		c.RangeSize = DefaultRangeSize
+	}
+	if c.FirstRange == 0 {
+		c.FirstRange = DefaultFirstRange
 	}
 	if c.MaxConcurrency == 0 {
 		c.MaxConcurrency = DefaultMaxConcurrency
@@ -89,6 +96,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.RangeSize < 1:
 		return fmt.Errorf("fetchcore: range size %d: must be positive", c.RangeSize)
+	case c.FirstRange < 1:
+		return fmt.Errorf("fetchcore: first range %d: must be positive", c.FirstRange)
 	case c.MaxConcurrency < 1:
 		return fmt.Errorf("fetchcore: max concurrency %d: must be at least 1", c.MaxConcurrency)
 	case c.StartConcurrency < 1:

@@ -626,6 +626,9 @@ func (c *Core) plan() {
 				return
 			}
 			n := min(c.cfg.RangeSize, lf.regionEnd-lf.planPos)
+			if c.gets == 0 {
+				n = min(n, c.cfg.FirstRange) // the first chunk sooner
+			}
 			held := c.Held()
 			if held+n > c.budget {
 				alone := c.reserved == 0 && c.unconsumed == 0
