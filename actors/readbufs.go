@@ -65,9 +65,10 @@ func (p *readBufs) get(size, n int64) []byte {
 // put gives back a buffer get returned, once nothing refers to its bytes.
 func (p *readBufs) put(b []byte) {
 	b = b[:cap(b)]
-	if p.poison {
-		for i := range b {
-			b[i] = 0xA5
+	if p.poison && len(b) > 0 {
+		b[0] = 0xA5
+		for i := 1; i < len(b); i *= 2 { // doubling copies: fast, also under the race detector
+			copy(b[i:], b[:i])
 		}
 	}
 	p.mu.Lock()
