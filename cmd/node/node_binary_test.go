@@ -133,7 +133,7 @@ func testEnv() []string {
 			env = append(env, kv)
 		}
 	}
-	return env
+	return append(env, "STREAMTIER_DEBUG_READ_POISON=1")
 }
 
 // running is a node process started in the background.
