@@ -155,6 +155,7 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	}); err != nil {
 		return err
 	}
+	stderr = f.errw // from here on the node logs to it too
 	fmt.Fprintf(stderr, "bench read: %s generated and tiered in %v: %d fragment objects; local log from offset %d of %d\n",
 		nodeconfig.FormatSize(float64(fl.bytes)), time.Since(genStart).Round(time.Millisecond), len(objects), lg.FirstOffset(), next)
 	var counted []readRound
