@@ -441,7 +441,8 @@ var ErrReaderClosed = errors.New("reader closed")
 // Next returns the next item: a chunk (bytes as written, CRC verified), a declared gap or
 // a range skipped because remote retention removed it meanwhile. At the local log's tail
 // it waits for new committed data until ctx ends; an offline reader returns io.EOF at the
-// end of the remote tier.
+// end of the remote tier. The item's Chunk is valid until the next Next or Close (its
+// buffer is reused for a later range): copy what must outlive it.
 func (r *Reader) Next(ctx context.Context) (ReadItem, error) {
 	if r.closed {
 		return ReadItem{}, ErrReaderClosed

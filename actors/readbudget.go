@@ -16,6 +16,7 @@ const DefaultReadBudgetBytes = 256 << 20
 // closes changes every share: each reader gets its new share as a budgetShare message.
 type readBudget struct {
 	total int64
+	bufs  *readBufs // the readers' range buffers, recycled
 
 	mu      sync.Mutex
 	readers map[*actor.PID]*actor.RootContext
@@ -28,7 +29,7 @@ func newReadBudget(total int64) *readBudget {
 	if total <= 0 {
 		total = DefaultReadBudgetBytes
 	}
-	return &readBudget{total: total, readers: make(map[*actor.PID]*actor.RootContext)}
+	return &readBudget{total: total, bufs: newReadBufs(total), readers: make(map[*actor.PID]*actor.RootContext)}
 }
 
 // join adds a reader and returns its share (everyone else gets theirs by message).
@@ -47,6 +48,9 @@ func (b *readBudget) leave(pid *actor.PID) {
 		return
 	}
 	delete(b.readers, pid)
+	if len(b.readers) == 0 {
+		b.bufs.drop()
+	}
 	b.spreadLocked(nil)
 }
 

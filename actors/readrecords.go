@@ -14,7 +14,7 @@ type Record struct {
 	Offset      uint64
 	Timestamp   int64 // the chunk's
 	Type        segments.ChunkType
-	Body        []byte // aliases the chunk
+	Body        []byte // aliases the chunk: valid until the reader's next Next, like the chunk
 	Compression segments.Compression
 	Count       uint32 // offsets it uses: 1, or a compressed batch's records
 }

@@ -69,6 +69,11 @@ func (k ReadItemKind) String() string {
 
 // ReadItem is one thing a reader delivers. Items come in offset order, each starting where
 // the previous one ended: [Offset, End) of consecutive items tile the offsets read.
+//
+// Chunk is valid until the next call of Next (or Close) on the reader or source that
+// returned it, like bufio.Scanner.Bytes: a remote chunk is a sub-slice of a range buffer
+// the reader reuses for a later range once the consumer moved on. A consumer that keeps
+// the bytes (or Records decoded from them) past the next Next must copy them.
 type ReadItem struct {
 	Kind   ReadItemKind
 	Tier   ReadTier
@@ -109,7 +114,8 @@ var ErrRemoteCorrupt = fetchcore.ErrCorrupt
 // what it cannot get past without losing data (a corrupt object, a manifest that does not
 // decode); a retriable S3 or etcd fault is retried inside, with backoff, until ctx ends.
 // Next and Close are called from one goroutine (the reader's owner); Close stops
-// everything the source started and waits for it.
+// everything the source started and waits for it. An item's Chunk is valid until the next
+// Next or Close: calling Next tells the source the consumer is done with the previous one.
 type remoteSource interface {
 	Next(ctx context.Context) (ReadItem, error)
 	Close() error

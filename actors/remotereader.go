@@ -32,6 +32,7 @@ type (
 		data []byte
 		err  error
 		at   time.Duration
+		ran  bool // the GET returned (false: overdue, it may still be writing its buffer)
 	}
 	remoteIndexDone struct{ ev fetchcore.IndexFetched }
 	remoteWalkDone  struct{ ev fetchcore.LeavesFetched }
@@ -56,6 +57,8 @@ type remoteReader struct {
 	tm     timers
 	tasks  taskSet
 	gets   map[uint64]runningGet // core get id -> its task
+	bufs   map[uint64][]byte     // core get id -> the buffer lent to it, until Release
+	rangeN int64                 // the core's range size: the buffers' size
 
 	firstChunk bool
 	shownConc  int64 // what this reader adds to the node's gauges
@@ -99,6 +102,10 @@ func openRemoteRead(ctx context.Context, env remoteEnv, from uint64) (remoteSour
 	r := &remoteReader{
 		env: env, core: core, src: src, walker: newLeafWalker(env), log: log,
 		metrics: &env.Metrics.RemoteRead, clock: env.Clock, opened: env.Clock.Now(), gets: map[uint64]runningGet{},
+		bufs: map[uint64][]byte{}, rangeN: cfg.RangeSize,
+	}
+	if r.rangeN == 0 {
+		r.rangeN = fetchcore.DefaultRangeSize
 	}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	r.tm.clock = env.Clock
@@ -128,6 +135,7 @@ func (r *remoteReader) Receive(c actor.Context) {
 		r.metrics.Concurrency.Add(-r.shownConc)
 		r.metrics.Buffered.Add(-r.shownHeld)
 		r.shownConc, r.shownHeld = 0, 0
+		clear(r.bufs) // GETs may still write into theirs, the consumer may hold the last chunk
 	case budgetShare:
 		r.step(c, fetchcore.SetBudget{Bytes: m.bytes})
 	case remoteConsumed:
@@ -153,6 +161,9 @@ func (r *remoteReader) onResult(c actor.Context, res any) {
 		if g, ok := r.gets[m.id]; ok {
 			g.cancel()
 			delete(r.gets, m.id)
+		}
+		if !m.ran {
+			delete(r.bufs, m.id) // its GET may still write into it: never reused
 		}
 		ev := fetchcore.RangeDone{ID: m.id, Data: m.data, Outcome: outcomeOf(m.err), Err: m.err, At: m.at}
 		r.metrics.Bytes.Add(int64(len(m.data)))
@@ -193,6 +204,12 @@ func (r *remoteReader) execute(c actor.Context, effs []fetchcore.Effect) {
 				g.cancel()
 				r.tasks.settle(&r.tm, g.task)
 				delete(r.gets, e.ID)
+			}
+			delete(r.bufs, e.ID) // its GET may still write into it: never reused
+		case fetchcore.Release:
+			if b, ok := r.bufs[e.ID]; ok {
+				delete(r.bufs, e.ID)
+				r.env.Budget.bufs.put(b)
 			}
 		case fetchcore.FetchIndex:
 			store := r.env.Store
@@ -247,12 +264,14 @@ func (r *remoteReader) execute(c actor.Context, effs []fetchcore.Effect) {
 func (r *remoteReader) spawnGet(c actor.Context, e fetchcore.Get) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	store, clk, opened := r.env.Store, r.clock, r.opened
+	buf := r.env.Budget.bufs.get(r.rangeN, e.Len)
+	r.bufs[e.ID] = buf
 	r.metrics.GETs.Add(1)
 	task := r.tasks.spawn(c, ctx, &r.tm, taskSpec{
 		name: "remote-read-get", timeout: store.TransferTimeout(),
 		run: func(ctx context.Context) any {
-			data, err := store.GetRangePartial(ctx, e.Key, e.Off, e.Len, nil)
-			return remoteGetDone{id: e.ID, data: data, err: err, at: clk.Now().Sub(opened)}
+			data, err := store.GetRangePartial(ctx, e.Key, e.Off, e.Len, buf)
+			return remoteGetDone{id: e.ID, data: data, err: err, at: clk.Now().Sub(opened), ran: true}
 		},
 		failed: func(reason string) any {
 			return remoteGetDone{id: e.ID, err: fmt.Errorf("%s: %w", reason, context.DeadlineExceeded), at: clk.Now().Sub(opened)}
@@ -269,6 +288,9 @@ type remoteRead struct {
 	budget *readBudget
 	stats  *RemoteReadStats
 	signal chan struct{}
+
+	held int64 // chunk bytes of the item Next returned last: consumed at the next Next
+	done int64 // chunk bytes consumed and not yet reported to the reader
 
 	mu        sync.Mutex
 	items     []ReadItem
@@ -309,12 +331,29 @@ func (s *remoteRead) finish(err error) {
 	s.wake()
 }
 
+// consumedBatch is how many consumed bytes the consumer's side gathers before it tells the
+// reader (one message per chunk cost a wake-up of the reader's actor per chunk); it tells
+// it at once whenever it is about to wait, so the reader never waits on room the consumer
+// already gave back.
+const consumedBatch = 1 << 20
+
+func (s *remoteRead) reportDone() {
+	if s.done > 0 {
+		s.root.Send(s.pid, remoteConsumed{bytes: s.done})
+		s.done = 0
+	}
+}
+
 // errSourceClosed is what Next returns after Close.
 var errSourceClosed = errors.New("remote source closed")
 
 // Next returns the next item in offset order, a *RemoteEndError at the end of the remote
-// tier (a later Next asks the manifest again), or the error the read failed with.
+// tier (a later Next asks the manifest again), or the error the read failed with. The
+// previous item's Chunk is invalid from here on: Next tells the reader the consumer is done
+// with it, and the buffer it was cut from may be reused for another range.
 func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
+	s.done += s.held
+	s.held = 0
 	for {
 		s.mu.Lock()
 		switch {
@@ -326,8 +365,9 @@ func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
 			s.items[0] = ReadItem{}
 			s.items = s.items[1:]
 			s.mu.Unlock()
-			if n := len(it.Chunk); n > 0 {
-				s.root.Send(s.pid, remoteConsumed{bytes: int64(n)})
+			s.held = int64(len(it.Chunk))
+			if s.done >= consumedBatch {
+				s.reportDone()
 			}
 			return it, nil
 		case s.err != nil:
@@ -338,6 +378,7 @@ func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
 			at := *s.endAt
 			s.endAt, s.ended = nil, true
 			s.mu.Unlock()
+			s.reportDone()
 			return ReadItem{}, &RemoteEndError{At: at}
 		case s.ended:
 			s.ended = false
@@ -346,6 +387,7 @@ func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
 			continue
 		}
 		s.mu.Unlock()
+		s.reportDone() // about to wait: the reader must know all the room there is
 		select {
 		case <-s.signal:
 		case <-ctx.Done():

@@ -229,3 +229,55 @@ func TestRemoteReadLostObjectFails(t *testing.T) {
 		expect = it.End
 	}
 }
+
+// TestRemoteReadRecyclesRangeBuffers reads a tier with the range buffers poisoned when they
+// come back to the node's pool (the debug mode): every chunk is still the one written when
+// Next returns it (no buffer comes back while a chunk cut from it may be held), the buffers
+// are reused (far fewer allocated than GETs issued), and a chunk kept past the next Next
+// does change (the contract is real: a consumer must copy what it keeps).
+func TestRemoteReadRecyclesRangeBuffers(t *testing.T) {
+	f := newRemoteFixture(t, 400)
+	m := f.st.Manifest
+	env := f.env
+	env.Budget = newReadBudget(256 << 10)
+	env.Budget.bufs.poison = true
+	src := f.open(t, env, m.FirstOffset)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	type kept struct {
+		id    uint64
+		chunk []byte
+	}
+	var keep []kept
+	for {
+		it, err := src.Next(ctx)
+		if errors.Is(err, ErrRemoteEnd) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(f.chunks[it.Offset], it.Chunk) {
+			t.Fatalf("chunk %d differs from the chunk written when Next returns it: a buffer came back too early", it.Offset)
+		}
+		keep = append(keep, kept{it.Offset, it.Chunk}) // what a consumer must not do
+	}
+	if n := len(keep); n != len(f.order) {
+		t.Fatalf("read %d chunks of %d", n, len(f.order))
+	}
+	src.Close() // every GET and the actor are done: the kept slices can be read
+	gets, allocs, reuses := f.env.Metrics.RemoteRead.GETs.Load(), env.Budget.bufs.allocs.Load(), env.Budget.bufs.reuses.Load()
+	if reuses == 0 || allocs*2 > gets {
+		t.Fatalf("%d GETs: %d range buffers allocated, %d reused; want them reused", gets, allocs, reuses)
+	}
+	changed := 0
+	for _, k := range keep {
+		if !bytes.Equal(f.chunks[k.id], k.chunk) {
+			changed++
+		}
+	}
+	if changed == 0 {
+		t.Fatalf("no chunk kept past the next Next changed: the buffers were not recycled")
+	}
+	t.Logf("%d GETs, %d buffers allocated, %d reused; %d of %d chunks kept past Next changed", gets, allocs, reuses, changed, len(keep))
+}

@@ -300,9 +300,10 @@ func (s Settings) S3Config() s3io.Config {
 	}
 }
 
-// S3MaxConns is the S3 connection pool's size: max_concurrent_uploads plus 16 for the
-// small requests (persists, resolutions, deletes, lists) that run beside the uploads.
-func (s Settings) S3MaxConns() int { return s.MaxConcurrentUploads + 16 }
+// S3MaxConns is the S3 connection pool's size: max_concurrent_uploads, read_max_concurrency
+// (a remote reader at its ceiling) and 16 for the small requests (persists, resolutions,
+// deletes, lists) that run beside them.
+func (s Settings) S3MaxConns() int { return s.MaxConcurrentUploads + s.ReadMaxConcurrency + 16 }
 
 // EtcdClientConfig is the external etcd configuration (meaningless when EmbeddedEtcd).
 func (s Settings) EtcdClientConfig() metadata.ClientConfig {

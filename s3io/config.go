@@ -15,8 +15,10 @@ const (
 	DefaultRequestTimeout  = 30 * time.Second
 	DefaultTransferTimeout = 5 * time.Minute
 	// DefaultMaxConns is the connections to the endpoint at most: the node's default upload
-	// bound (24) plus room for the small requests (persists, resolutions, deletes, lists).
-	DefaultMaxConns = 40
+	// bound (24), a remote reader at its default ceiling (32), and room for the small
+	// requests (persists, resolutions, deletes, lists). The SDK's own default keeps only 10
+	// idle per host: with more requests in flight, every one above ten dialled anew.
+	DefaultMaxConns = 72
 )
 
 // Config says which S3 endpoint and bucket a Store talks to and how long a call may take.

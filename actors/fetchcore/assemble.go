@@ -48,28 +48,42 @@ func (e *MissingObjectError) Error() string {
 // Is lets errors.Is(err, ErrMissing) match.
 func (e *MissingObjectError) Is(target error) bool { return target == ErrMissing }
 
-// assembler holds the received bytes of one object, in order from position pos, until they
-// make whole chunks. Pieces are kept as they came: a chunk inside one piece is handed out
-// as a sub-slice of it, only a chunk across pieces is copied.
-type assembler struct {
-	bufs [][]byte
-	n    int64 // bytes held
-	pos  int64 // object position of the first byte held
-	hdr  [chunk.HeaderSize]byte
+// piece is one response's bytes (RangeDone ID's buffer, or what is left of it), with the
+// delivery mark of the last chunk handed out as a sub-slice of it: the cumulative delivered
+// chunk bytes once that chunk was delivered (0: no chunk refers to it).
+type piece struct {
+	b    []byte
+	id   uint64
+	mark int64
 }
 
-func (a *assembler) push(b []byte) {
-	if len(b) > 0 {
-		a.bufs = append(a.bufs, b)
-		a.n += int64(len(b))
+// assembler holds the received bytes of one object, in order from position pos, until they
+// make whole chunks. Pieces are kept as they came: a chunk inside one piece is handed out
+// as a sub-slice of it, only a chunk across pieces is copied. Pieces it is done with go to
+// freed, in order, with their marks: their buffers are free once the consumer is done with
+// the chunk of the mark.
+type assembler struct {
+	bufs  []piece
+	freed []piece
+	n     int64 // bytes held
+	pos   int64 // object position of the first byte held
+	hdr   [chunk.HeaderSize]byte
+}
+
+func (a *assembler) push(p piece) {
+	if len(p.b) > 0 {
+		a.bufs = append(a.bufs, p)
+		a.n += int64(len(p.b))
+	} else {
+		a.freed = append(a.freed, p)
 	}
 }
 
 // peekHeader copies the first HeaderSize bytes held (the caller checked there are).
 func (a *assembler) peekHeader() []byte {
 	k := 0
-	for _, b := range a.bufs {
-		k += copy(a.hdr[k:], b)
+	for _, p := range a.bufs {
+		k += copy(a.hdr[k:], p.b)
 		if k == chunk.HeaderSize {
 			break
 		}
@@ -77,16 +91,18 @@ func (a *assembler) peekHeader() []byte {
 	return a.hdr[:]
 }
 
-// take removes and returns the first n bytes held (the caller checked there are).
-func (a *assembler) take(n int64) []byte {
-	if first := a.bufs[0]; int64(len(first)) >= n {
+// take removes and returns the first n bytes held (the caller checked there are); mark is
+// the delivery mark of the chunk they make.
+func (a *assembler) take(n, mark int64) []byte {
+	if first := a.bufs[0].b; int64(len(first)) >= n {
+		a.bufs[0].mark = mark
 		a.drop(n)
 		return first[:n:n]
 	}
 	out := make([]byte, 0, n)
 	for int64(len(out)) < n {
-		k := min(int64(len(a.bufs[0])), n-int64(len(out)))
-		out = append(out, a.bufs[0][:k]...)
+		k := min(int64(len(a.bufs[0].b)), n-int64(len(out)))
+		out = append(out, a.bufs[0].b[:k]...)
 		a.drop(k)
 	}
 	return out
@@ -94,11 +110,12 @@ func (a *assembler) take(n int64) []byte {
 
 // drop removes the first k bytes, which the first piece holds.
 func (a *assembler) drop(k int64) {
-	if k == int64(len(a.bufs[0])) {
-		a.bufs[0] = nil
+	if k == int64(len(a.bufs[0].b)) {
+		a.freed = append(a.freed, a.bufs[0])
+		a.bufs[0] = piece{}
 		a.bufs = a.bufs[1:]
 	} else {
-		a.bufs[0] = a.bufs[0][k:]
+		a.bufs[0].b = a.bufs[0].b[k:]
 	}
 	a.n -= k
 	a.pos += k
@@ -107,13 +124,16 @@ func (a *assembler) drop(k int64) {
 	}
 }
 
+// reset empties the assembler at pos; the pieces it held go to freed.
 func (a *assembler) reset(pos int64) {
+	a.freed = append(a.freed, a.bufs...)
 	a.bufs, a.n, a.pos = nil, 0, pos
 }
 
 // nextChunk returns the next whole chunk held, verified (header, region bounds, data CRC,
-// id expected), or ok false when the chunk is not all there yet.
-func (a *assembler) nextChunk(key string, regionEnd int64, expectID uint64) (h chunk.Header, b []byte, ok bool, err error) {
+// id expected), or ok false when the chunk is not all there yet. delivered is the
+// cumulative chunk bytes delivered before it (for the mark of the pieces it refers to).
+func (a *assembler) nextChunk(key string, regionEnd int64, expectID uint64, delivered int64) (h chunk.Header, b []byte, ok bool, err error) {
 	if a.n < chunk.HeaderSize {
 		return h, nil, false, nil
 	}
@@ -132,7 +152,7 @@ func (a *assembler) nextChunk(key string, regionEnd int64, expectID uint64) (h c
 	if a.n < size {
 		return h, nil, false, nil
 	}
-	b = a.take(size)
+	b = a.take(size, delivered+size)
 	data := chunk.HeaderSize + int64(h.BloomSize)
 	if got := crc32.ChecksumIEEE(b[data : data+int64(h.DataLen)]); got != h.DataCRC {
 		return h, nil, false, &CorruptError{Key: key, Position: pos, Reason: fmt.Sprintf("chunk %d: data CRC %08x, header says %08x", h.ChunkID, got, h.DataCRC)}

@@ -36,7 +36,7 @@ type rng struct {
 	lf         *leaf
 	start, end int64 // object positions [start, end)
 	next       int64 // first position not received yet
-	pieces     [][]byte
+	pieces     []piece
 	reserved   int64  // budget bytes held for it: end minus what moved to the assembler
 	req        uint64 // Get in flight (0: none)
 	timer      uint64 // retry timer armed (0: none)
@@ -79,6 +79,9 @@ type Core struct {
 	reserved   int64
 	buffered   int64
 	unconsumed int64
+	delivered  int64   // chunk bytes delivered, cumulative
+	consumed   int64   // chunk bytes the consumer is done with, cumulative
+	pending    []piece // pieces no longer held, waiting for the consumer to pass their mark
 	ph         phase
 	err        error
 	lastID     uint64
@@ -95,7 +98,7 @@ func New(cfg Config, from uint64) (*Core, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Core{
-		cfg: cfg, budget: cfg.Budget, srch: newSearch(cfg.MaxConcurrency), pos: from,
+		cfg: cfg, budget: cfg.Budget, srch: newSearch(cfg.StartConcurrency, cfg.MaxConcurrency), pos: from,
 		byReq: map[uint64]*rng{}, byIndex: map[uint64]*leaf{}, timers: map[uint64]timerFor{},
 	}
 	if cfg.FixedConcurrency > 0 {
@@ -129,6 +132,8 @@ func (c *Core) Step(ev Event) []Effect {
 		c.onTimer(e)
 	case Consumed:
 		c.unconsumed = max(c.unconsumed-e.Bytes, 0)
+		c.consumed += e.Bytes
+		c.releasePending()
 	case SetBudget:
 		c.budget = max(e.Bytes, 1)
 	case Resume:
@@ -266,6 +271,7 @@ func (c *Core) onFresh(e LeavesFetched) bool {
 func (c *Core) onRange(e RangeDone) {
 	r := c.byReq[e.ID]
 	if r == nil {
+		c.emit(Release{ID: e.ID}) // not asked for (any more): nothing refers to its bytes
 		return
 	}
 	delete(c.byReq, e.ID)
@@ -277,8 +283,10 @@ func (c *Core) onRange(e RangeDone) {
 		return
 	}
 	c.srch.observe(e.At, int64(len(e.Data)), inflight)
-	if len(e.Data) > 0 {
-		r.pieces = append(r.pieces, e.Data)
+	if len(e.Data) == 0 {
+		c.emit(Release{ID: e.ID})
+	} else {
+		r.pieces = append(r.pieces, piece{b: e.Data, id: e.ID})
 		r.next += int64(len(e.Data))
 		r.fails = 0
 		c.notFound = 0
@@ -300,6 +308,16 @@ func (c *Core) onRange(e RangeDone) {
 		r.fails++
 		r.timer = c.arm(r.fails, timerFor{r: r})
 	case NotFound:
+		if len(c.leaves) > 0 && r.lf != c.leaves[0] {
+			// An object after the one being delivered: retention removes a prefix, so the
+			// head answers 404 too if that is what happened; if not, this object is lost,
+			// and the read must still deliver everything before it. Retry it with backoff
+			// until it is the head.
+			c.retries++
+			r.fails++
+			r.timer = c.arm(r.fails, timerFor{r: r})
+			return
+		}
 		c.onNotFound(r.lf)
 	default:
 		c.fail(fmt.Errorf("fragment object %s at position %d: %w", r.lf.Key, r.next, e.Err))
@@ -396,6 +414,15 @@ func (c *Core) onNotFound(lf *leaf) {
 // delivered: the read goes on from pos on a fresh manifest.
 func (c *Core) dropAll() {
 	c.cancelAll()
+	for _, lf := range c.leaves {
+		lf.asm.reset(lf.asm.pos)
+		c.freeFrom(&lf.asm)
+	}
+	for _, r := range c.ranges {
+		for _, p := range r.pieces {
+			c.free(p)
+		}
+	}
 	clear(c.byReq)
 	clear(c.byIndex)
 	clear(c.timers)
@@ -455,6 +482,40 @@ func (c *Core) leavesTimerArmed() bool {
 func (c *Core) deliver(it Item) {
 	c.emit(Deliver{Item: it})
 	c.unconsumed += int64(len(it.Chunk))
+	c.delivered += int64(len(it.Chunk))
+}
+
+// free hands back the buffer of a piece the core no longer holds: at once when no chunk the
+// consumer may still hold refers to it, else once the consumer passed its mark.
+func (c *Core) free(p piece) {
+	if p.mark <= c.consumed {
+		c.emit(Release{ID: p.id})
+		return
+	}
+	c.pending = append(c.pending, p)
+}
+
+// freeFrom frees the pieces an assembler is done with.
+func (c *Core) freeFrom(a *assembler) {
+	for _, p := range a.freed {
+		c.free(p)
+	}
+	clear(a.freed)
+	a.freed = a.freed[:0]
+}
+
+// releasePending releases the pending pieces whose chunks the consumer is done with.
+func (c *Core) releasePending() {
+	kept := c.pending[:0]
+	for _, p := range c.pending {
+		if p.mark <= c.consumed {
+			c.emit(Release{ID: p.id})
+		} else {
+			kept = append(kept, p)
+		}
+	}
+	clear(c.pending[len(kept):])
+	c.pending = kept
 }
 
 // deliverReady hands the head ranges' bytes to their assemblers and delivers whole chunks
@@ -472,7 +533,7 @@ func (c *Core) deliverReady() {
 			r := c.ranges[0]
 			for _, p := range r.pieces {
 				lf.asm.push(p)
-				n := int64(len(p))
+				n := int64(len(p.b))
 				r.reserved -= n
 				c.reserved -= n
 				c.buffered += n
@@ -485,7 +546,8 @@ func (c *Core) deliverReady() {
 			c.ranges = c.ranges[1:]
 		}
 		for {
-			h, b, ok, err := lf.asm.nextChunk(lf.Key, lf.regionEnd, lf.nextID)
+			h, b, ok, err := lf.asm.nextChunk(lf.Key, lf.regionEnd, lf.nextID, c.delivered)
+			c.freeFrom(&lf.asm)
 			if err != nil {
 				c.fail(err)
 				return
@@ -557,11 +619,16 @@ func (c *Core) plan() {
 			if c.inflight >= c.srch.c {
 				return
 			}
-			if lf.Key == "" {
-				c.onNotFound(lf)
+			if lf.Key == "" { // no listing found it: a 404, once it is the head
+				if lf == c.leaves[0] {
+					c.onNotFound(lf)
+				}
 				return
 			}
 			n := min(c.cfg.RangeSize, lf.regionEnd-lf.planPos)
+			if c.gets == 0 {
+				n = min(n, c.cfg.FirstRange) // the first chunk sooner
+			}
 			held := c.Held()
 			if held+n > c.budget {
 				alone := c.reserved == 0 && c.unconsumed == 0

@@ -45,6 +45,13 @@ type ArmTimer struct {
 	After time.Duration
 }
 
+// Release says the buffer of RangeDone ID is free: neither the core nor a delivered chunk
+// the consumer may still hold refers to its bytes (the consumer said, by Consumed, that it
+// is done with every chunk cut from it). The shell may reuse it for another range. Each
+// RangeDone the core received is released at most once; one held when the read fails or
+// is cancelled is never released (it is left to the garbage collector).
+type Release struct{ ID uint64 }
+
 // Deliver hands Item to the consumer.
 type Deliver struct{ Item Item }
 
@@ -59,6 +66,7 @@ func (Get) isEffect()        {}
 func (Cancel) isEffect()     {}
 func (FetchIndex) isEffect() {}
 func (ArmTimer) isEffect()   {}
+func (Release) isEffect()    {}
 func (Deliver) isEffect()    {}
 func (End) isEffect()        {}
 func (Fail) isEffect()       {}
@@ -75,5 +83,6 @@ func (e FetchIndex) String() string {
 }
 func (e ArmTimer) String() string { return fmt.Sprintf("arm-timer id=%d after=%s", e.ID, e.After) }
 func (e Deliver) String() string  { return "deliver " + e.Item.String() }
+func (e Release) String() string  { return fmt.Sprintf("release id=%d", e.ID) }
 func (e End) String() string      { return fmt.Sprintf("end at=%d", e.At) }
 func (e Fail) String() string     { return "fail: " + e.Err.Error() }

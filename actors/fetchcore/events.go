@@ -65,7 +65,9 @@ type LeavesFetched struct {
 
 // RangeDone answers Get ID: Data is what arrived, from Off on, possibly less than asked
 // (a short read, or a body cut mid-way: then Outcome says why). At is the shell's monotonic
-// time of the completion: the concurrency search measures the rate with it.
+// time of the completion: the concurrency search measures the rate with it. Data's buffer is
+// lent to the core: the core hands it back with Release ID (chunks delivered from it are
+// sub-slices of it until then).
 type RangeDone struct {
 	ID      uint64
 	Data    []byte
@@ -85,7 +87,8 @@ type IndexFetched struct {
 // TimerFired says the timer ArmTimer ID armed has fired.
 type TimerFired struct{ ID uint64 }
 
-// Consumed says the consumer took Bytes of delivered chunks: room in the budget again.
+// Consumed says the consumer is done with Bytes of delivered chunks, in delivery order:
+// room in the budget again, and the buffers those chunks were cut from may be reused.
 type Consumed struct{ Bytes int64 }
 
 // SetBudget changes the budget (the node's read budget was divided anew).

@@ -28,6 +28,8 @@ type world struct {
 	expect     uint64 // the next offset an item must start at (the first chunk may start below)
 	started    bool
 	unconsumed []int64
+	items      []Item            // the chunks of unconsumed, checked again when consumed
+	bufs       map[uint64][]byte // buffers lent to the core (RangeDone ID) and not released
 	ended      bool
 	endAt      uint64
 	maxChunk   int64
@@ -48,7 +50,7 @@ func (w *world) live(key string) bool {
 }
 
 func genWorld(t *rapid.T) *world {
-	w := &world{objects: map[string]*testObject{}, gets: map[uint64]Get{}, indexes: map[uint64]FetchIndex{}, walks: map[uint64]NeedLeaves{}, timers: map[uint64]bool{}}
+	w := &world{objects: map[string]*testObject{}, bufs: map[uint64][]byte{}, gets: map[uint64]Get{}, indexes: map[uint64]FetchIndex{}, walks: map[uint64]NeedLeaves{}, timers: map[uint64]bool{}}
 	n := rapid.IntRange(1, 8).Draw(t, "leaves")
 	off := rapid.Uint64Range(0, 5).Draw(t, "base")
 	for i := 0; i < n; i++ {
@@ -112,6 +114,15 @@ func (w *world) take(t *rapid.T, effs []Effect, c *Core, budgetBound int64) {
 			w.walks[e.ID] = e
 		case ArmTimer:
 			w.timers[e.ID] = true
+		case Release:
+			b, ok := w.bufs[e.ID]
+			if !ok {
+				t.Fatalf("release id=%d: not lent, or released twice", e.ID)
+			}
+			for i := range b { // the shell reuses it: a chunk still cut from it would change
+				b[i] = 0xEE
+			}
+			delete(w.bufs, e.ID)
 		case Fail:
 			t.Fatalf("core failed: %v", e.Err)
 		case End:
@@ -146,6 +157,26 @@ func (w *world) take(t *rapid.T, effs []Effect, c *Core, budgetBound int64) {
 	}
 }
 
+// consume is the consumer done with its first k chunks: they must still be the source's
+// bytes (no buffer they were cut from was released before).
+func (w *world) consume(t *rapid.T, k int) Consumed {
+	var n int64
+	for i, b := range w.unconsumed[:k] {
+		n += b
+		var o *testObject
+		for _, x := range w.objects {
+			if it := w.items[i]; it.Offset >= x.first && it.Offset < x.end {
+				o = x
+			}
+		}
+		if !bytesEqual(o, w.items[i]) {
+			t.Fatalf("chunk %s changed before the consumer was done with it: its buffer was released early", w.items[i])
+		}
+	}
+	w.unconsumed, w.items = w.unconsumed[k:], w.items[k:]
+	return Consumed{Bytes: n}
+}
+
 func (w *world) check(t *rapid.T, it Item) {
 	if w.ended {
 		t.Fatalf("item %s after the end", it)
@@ -165,6 +196,7 @@ func (w *world) check(t *rapid.T, it Item) {
 			t.Fatalf("chunk %s: bytes differ from the source", it)
 		}
 		w.unconsumed = append(w.unconsumed, int64(len(it.Chunk)))
+		w.items = append(w.items, it)
 	case ItemGap:
 		if it.Offset != w.expect {
 			t.Fatalf("gap %s does not follow offset %d", it, w.expect)
@@ -249,6 +281,7 @@ func TestPropertyReadsSourceExactly(t *testing.T) {
 					}
 					ev.Data = append([]byte(nil), data...)
 				}
+				w.bufs[id] = ev.Data
 				step(ev)
 			case 3:
 				if len(w.walks) == 0 {
@@ -290,13 +323,7 @@ func TestPropertyReadsSourceExactly(t *testing.T) {
 				if len(w.unconsumed) == 0 {
 					continue
 				}
-				k := rapid.IntRange(1, len(w.unconsumed)).Draw(t, "consume")
-				var n int64
-				for _, b := range w.unconsumed[:k] {
-					n += b
-				}
-				w.unconsumed = w.unconsumed[k:]
-				step(Consumed{Bytes: n})
+				step(w.consume(t, rapid.IntRange(1, len(w.unconsumed)).Draw(t, "consume")))
 			case 7:
 				budget = int64(rapid.IntRange(1, 30000).Draw(t, "new-budget"))
 				step(SetBudget{Bytes: budget})
@@ -328,12 +355,7 @@ func TestPropertyReadsSourceExactly(t *testing.T) {
 			}
 			switch {
 			case len(w.unconsumed) > 0:
-				var n int64
-				for _, b := range w.unconsumed {
-					n += b
-				}
-				w.unconsumed = nil
-				step(Consumed{Bytes: n})
+				step(w.consume(t, len(w.unconsumed)))
 			case len(w.gets) > 0:
 				id := pickID(t, w.gets, "settle-get")
 				g := w.gets[id]
@@ -345,6 +367,7 @@ func TestPropertyReadsSourceExactly(t *testing.T) {
 				} else {
 					ev.Outcome, ev.Err = NotFound, fmt.Errorf("404")
 				}
+				w.bufs[id] = ev.Data
 				step(ev)
 			case len(w.walks) > 0:
 				id := pickID(t, w.walks, "settle-walk")
@@ -370,6 +393,12 @@ func TestPropertyReadsSourceExactly(t *testing.T) {
 		}
 		if w.expect != w.next() {
 			t.Fatalf("ended at %d, delivered up to %d", w.endAt, w.expect)
+		}
+		if len(w.unconsumed) > 0 {
+			step(w.consume(t, len(w.unconsumed)))
+		}
+		if len(w.bufs) > 0 {
+			t.Fatalf("%d buffers lent to the core were never released after everything was consumed", len(w.bufs))
 		}
 	})
 }

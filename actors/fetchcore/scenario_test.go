@@ -70,7 +70,7 @@ func (h *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		cfg := Config{
 			RangeSize: int64(argU(t, d, "range", 0)), MaxConcurrency: int(argU(t, d, "ceiling", 0)),
 			Budget: int64(argU(t, d, "budget", 0)), LeavesAhead: int(argU(t, d, "ahead", 0)),
-			MaxNotFound: int(argU(t, d, "max-not-found", 0)),
+			MaxNotFound: int(argU(t, d, "max-not-found", 0)), StartConcurrency: int(argU(t, d, "start", 0)),
 		}
 		c, err := New(cfg, argU(t, d, "from", 0))
 		if err != nil {

@@ -2,27 +2,38 @@ package fetchcore
 
 import "time"
 
+// minRound is the fewest completions a measured round lasts: at low levels a round of c
+// completions is a few milliseconds, which on a shared machine measures the neighbours.
+const minRound = 8
+
 // probeEvery is how many measured rounds the search holds a concurrency before it probes
 // the next level up again (the server, the network or the other readers may have changed).
 const probeEvery = 8
 
 // riseFactor is how much faster a round must be to count as a rise: measurement noise
-// below it does not double the concurrency.
-const riseFactor = 1.05
+// below it does not double the concurrency, and a doubling that buys less than 15 % is not
+// worth twice the connections and the memory in flight (on a server that shares its cores,
+// it costs more than it brings).
+const riseFactor = 1.15
 
-// fallFactor is how far the rate at a held level must fall below the rate it settled at
-// before the search steps back a level.
+// fallFactor is how far the smoothed rate at a held level must fall below the rate it
+// settled at before the search steps back a level.
 const fallFactor = 0.7
 
-// search finds the concurrency of range GETs by measurement: it starts at one and doubles
-// while the rate of completed bytes rises, steps back to the best level when a doubling
-// does not pay, holds there, steps back a level when the rate falls below fallFactor of
-// what it was when it settled, and probes one level up again every probeEvery rounds. A
-// round lasts max(c, 3) completions; its rate is the bytes completed over the time between
-// the completion that opened it and the one that closed it (the shell's monotonic time in
-// RangeDone.At). A round in which most completions found fewer than c GETs in flight (the
-// budget, the consumer or the manifest held the reader back) says nothing about c and
-// changes nothing.
+// fallRounds is how many measured rounds in a row the smoothed rate must stay below
+// fallFactor of the settled rate before the search steps back: one noisy round does not.
+const fallRounds = 3
+
+// search finds the concurrency of range GETs by measurement: it starts at Config.StartConcurrency
+// and doubles while the rate of completed bytes rises, steps back to the best level when a
+// doubling does not pay, holds there, steps back a level when the smoothed rate stays below
+// fallFactor of what it was when it settled for fallRounds rounds, and probes one level up
+// again every probeEvery rounds. A round lasts max(c, minRound) completions; its rate is the
+// bytes completed over the time between the completion that opened it and the one that
+// closed it (the shell's monotonic time in RangeDone.At). After a change of level the
+// completions of the GETs issued before it are not measured. A round in which most completions
+// found fewer than c GETs in flight (the budget, the consumer or the manifest held the
+// reader back) says nothing about c and changes nothing.
 type search struct {
 	ceiling  int
 	c        int
@@ -31,22 +42,30 @@ type search struct {
 	probing  bool    // doubling; false: holding at c
 	held     int     // rounds held since the last probe
 	settled  float64 // the rate when the search settled at c (0: not measured yet)
+	smooth   float64 // the rate at the held level, smoothed over rounds
+	low      int     // rounds in a row with smooth below fallFactor of settled
 	fixed    bool    // Config.FixedConcurrency: no search
 
+	skip       int // completions still to ignore after a change of level
 	anchored   bool
 	roundStart time.Duration
 	bytes      int64
 	done, full int
 }
 
-func newSearch(ceiling int) search {
-	return search{ceiling: ceiling, c: 1, bestC: 1, probing: ceiling > 1}
+func newSearch(start, ceiling int) search {
+	c := min(start, ceiling)
+	return search{ceiling: ceiling, c: c, bestC: c, probing: ceiling > c}
 }
 
 // observe counts one completion of n bytes at time at; inflight is the number of GETs in
 // flight just before it completed.
 func (s *search) observe(at time.Duration, n int64, inflight int) {
 	if s.fixed {
+		return
+	}
+	if s.skip > 0 {
+		s.skip--
 		return
 	}
 	if !s.anchored {
@@ -58,7 +77,7 @@ func (s *search) observe(at time.Duration, n int64, inflight int) {
 	if inflight >= s.c {
 		s.full++
 	}
-	if s.done < max(s.c, 3) {
+	if s.done < max(s.c, minRound) {
 		return
 	}
 	elapsed := at - s.roundStart
@@ -66,7 +85,13 @@ func (s *search) observe(at time.Duration, n int64, inflight int) {
 	rate := float64(s.bytes) / elapsed.Seconds()
 	s.roundStart, s.bytes, s.done, s.full = at, 0, 0, 0
 	if valid {
+		before := s.c
 		s.adjust(rate)
+		if s.c != before {
+			// the GETs issued at the old level are still out: their completions would mix
+			// both levels into the next round, so they are not measured
+			s.skip, s.anchored = before, false
+		}
 	}
 }
 
@@ -77,25 +102,41 @@ func (s *search) adjust(rate float64) {
 			if s.c < s.ceiling {
 				s.c = min(2*s.c, s.ceiling)
 			} else {
-				s.probing, s.held, s.settled = false, 0, 0
+				s.hold()
 			}
 			return
 		}
-		s.c, s.probing, s.held, s.settled = s.bestC, false, 0, 0 // the doubling did not pay: step back
+		s.c = s.bestC // the doubling did not pay: step back
+		s.hold()
 		return
 	}
 	if s.settled == 0 {
-		s.settled = rate
-	} else if rate < s.settled*fallFactor && s.c > 1 {
-		// the rate fell well below what it was when the search settled here: the server or
-		// the network is overloaded; step back a level and measure again
-		s.c, s.bestC, s.held, s.settled = s.c/2, s.c/2, 0, 0
-		s.bestRate = 0
-		return
+		s.settled, s.smooth = rate, rate
+	} else {
+		s.smooth = (s.smooth + rate) / 2
 	}
-	s.bestRate = rate // the rate at the level held is what a probe must beat
+	if s.smooth < s.settled*fallFactor && s.c > 1 {
+		s.low++
+		if s.low >= fallRounds {
+			// the rate stayed well below what it was when the search settled here: the
+			// server or the network is overloaded; step back a level and measure again
+			s.c = s.c / 2
+			s.bestC, s.bestRate = s.c, 0
+			s.hold()
+			return
+		}
+	} else {
+		s.low = 0
+	}
+	s.bestRate = s.smooth // the rate at the level held is what a probe must beat
 	s.held++
 	if s.held >= probeEvery && s.c < s.ceiling {
-		s.bestC, s.c, s.probing, s.held, s.settled = s.c, min(2*s.c, s.ceiling), true, 0, 0
+		s.bestC, s.c, s.probing = s.c, min(2*s.c, s.ceiling), true
+		s.held, s.settled, s.smooth, s.low = 0, 0, 0, 0
 	}
+}
+
+// hold stops probing: the next rounds measure the level held afresh.
+func (s *search) hold() {
+	s.probing, s.held, s.settled, s.smooth, s.low = false, 0, 0, 0, 0
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -80,6 +81,20 @@ type fixture struct {
 	b    *backends.Backends
 	node *actors.Node
 	log  zerolog.Logger
+	errw io.Writer // stderr behind a lock: the node's goroutines log to it concurrently
+}
+
+// lockedWriter serialises writes to w (a test's bytes.Buffer is not safe for concurrent
+// writes; the node's actors log from several goroutines).
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // startFixture resolves the node settings (the benchmark's defaults, overridden by --set and
@@ -93,8 +108,8 @@ func startFixture(ctx context.Context, c commonFlags, defaults map[string]string
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
-	// The node logs from many goroutines; stderr need not be safe for concurrent writes.
-	f := &fixture{dir: dir, log: zerolog.New(zerolog.SyncWriter(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly})).Level(level).With().Timestamp().Logger()}
+	errw := &lockedWriter{w: stderr}
+	f := &fixture{dir: dir, errw: errw, log: zerolog.New(zerolog.ConsoleWriter{Out: errw, TimeFormat: time.TimeOnly}).Level(level).With().Timestamp().Logger()}
 	ok := false
 	defer func() {
 		if !ok {

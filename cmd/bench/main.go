@@ -6,6 +6,7 @@
 //	go run ./cmd/bench idle     [flags]  memory, goroutines, descriptors and CPU of idle streams
 //	go run ./cmd/bench latency  [flags]  commit-to-persisted latency vs an ideal single PUT
 //	go run ./cmd/bench requests [flags]  S3 requests per GiB by kind vs raw PutObject
+//	go run ./cmd/bench read     [flags]  remote read throughput through a node vs raw range GETs
 //
 // `go run ./cmd/bench <subcommand> -h` lists a subcommand's flags; docs/performance.md
 // explains how to read the output.
@@ -42,6 +43,7 @@ var subcommands = []subcommand{
 	{"idle", "idle cost per stream (RSS, heap, goroutines, descriptors, CPU) vs the node without them", runIdle},
 	{"latency", "commit-to-persisted latency at a write rate vs an ideal tierer's single PUT", runLatency},
 	{"requests", "S3 requests per GiB tiered, by kind, vs raw PutObject of the same objects", runRequests},
+	{"read", "remote read throughput through a node (OpenReader from first) vs raw parallel range GETs of the same objects", runRead},
 }
 
 func main() {

@@ -123,7 +123,9 @@ func node(t *testing.T, dir string, args ...string) result {
 	return r
 }
 
-// testEnv is the environment without any STREAMTIER_ setting of the developer's.
+// testEnv is the environment without any STREAMTIER_ setting of the developer's, and with
+// the remote reader's recycled range buffers poisoned (STREAMTIER_DEBUG_READ_POISON): a
+// command that kept a chunk past the next Next would print or restore garbage.
 func testEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -131,7 +133,7 @@ func testEnv() []string {
 			env = append(env, kv)
 		}
 	}
-	return env
+	return append(env, "STREAMTIER_DEBUG_READ_POISON=1")
 }
 
 // running is a node process started in the background.

@@ -50,7 +50,7 @@ func TestBinaryReadAndRestore(t *testing.T) {
 		tiers[it.Tier]++
 	}
 	if tiers["remote"] == 0 || tiers["local"] == 0 {
-		t.Fatalf("online read: chunks per tier %v, want both", tiers)
+		t.Fatalf("online read: chunks per tier %v, want both\n%s", tiers, r.stderr)
 	}
 	if r := node(t, dir, "read", "demo", "--from", "last", "--format", "records"); r.code != 0 || !strings.Contains(r.stdout, `"offset"`) {
 		t.Fatalf("online read of the last chunk's records:\n%s", r)

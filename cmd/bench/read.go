@@ -1,0 +1,374 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"streamtier/actors"
+	"streamtier/nodeconfig"
+	"streamtier/s3io"
+	"streamtier/segments"
+	"streamtier/segments/loadgen"
+)
+
+// readFlags are the flags of read.
+type readFlags struct {
+	common    commonFlags
+	bytes     sizeFlag
+	fragment  sizeFlag
+	segment   sizeFlag
+	rangeSize sizeFlag
+	rawN      string
+	rounds    int
+	warmup    int
+	minChunk  int
+	maxChunk  int
+	seed      uint64
+}
+
+func (r *readFlags) register(fs *flag.FlagSet) {
+	r.common.register(fs)
+	fs.Var(&r.bytes, "bytes", "record bytes written into the stream (then tiered and read back)")
+	fs.Var(&r.fragment, "fragment", "fragment target size (the node's fragment_target_size)")
+	fs.Var(&r.segment, "segment", "local segment size: local retention deletes whole uploaded segments, so the last one stays local")
+	fs.Var(&r.rangeSize, "raw-range", "range size of the raw GETs")
+	fs.StringVar(&r.rawN, "raw-n", "2,4,8,16", "raw GET concurrencies swept each round; the fastest is the round's baseline")
+	fs.IntVar(&r.rounds, "rounds", 3, "counted rounds, each a raw sweep, then the node (A) and raw at the round's N (B) back to back, order alternating")
+	fs.IntVar(&r.warmup, "warmup", 1, "rounds run first and not counted")
+	fs.IntVar(&r.minChunk, "min-chunk", 64<<10, "smallest chunk's record bytes (loadgen)")
+	fs.IntVar(&r.maxChunk, "max-chunk", 256<<10, "largest chunk's record bytes (loadgen)")
+	fs.Uint64Var(&r.seed, "seed", 1, "load generator seed")
+}
+
+func (r *readFlags) check() ([]int, error) {
+	var ns []int
+	for _, s := range strings.Split(r.rawN, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%w: --raw-n %q: want positive concurrencies separated by commas", errUsage, r.rawN)
+		}
+		ns = append(ns, n)
+	}
+	switch {
+	case r.bytes == 0 || r.fragment == 0 || r.segment == 0 || r.rangeSize == 0:
+		return nil, fmt.Errorf("%w: --bytes, --fragment, --segment and --raw-range must be positive", errUsage)
+	case r.rounds < 1 || r.warmup < 0:
+		return nil, fmt.Errorf("%w: --rounds %d --warmup %d: want at least one round and no negative warm-up", errUsage, r.rounds, r.warmup)
+	case r.minChunk < 1 || r.maxChunk < r.minChunk:
+		return nil, fmt.Errorf("%w: --min-chunk %d --max-chunk %d: want 1 <= min <= max", errUsage, r.minChunk, r.maxChunk)
+	}
+	return ns, nil
+}
+
+// readSide is one side's measurement of a round.
+type readSide struct {
+	elapsed time.Duration
+	first   time.Duration // to the first chunk (node) or the first range (raw)
+	bytes   int64
+	peak    uint64 // node: peak live heap above the start of the read
+	remote  int64  // node: chunk bytes from the remote tier
+	n       int    // raw: concurrency
+}
+
+// readRound is one counted round.
+type readRound struct {
+	node, raw, best readSide
+}
+
+// rawObject is one fragment object of the stream, read whole by the baseline.
+type rawObject struct {
+	key  string
+	size int64
+}
+
+func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	fs := flag.NewFlagSet("read", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fl := readFlags{bytes: 1 << 30, fragment: 16 << 20, segment: 4 << 20, rangeSize: 4 << 20}
+	fl.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ns, err := fl.check()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, fl.common.timeout)
+	defer cancel()
+	f, err := startFixture(ctx, fl.common, map[string]string{
+		"fragment_target_size":   fmt.Sprint(uint64(fl.fragment)),
+		"local_hot_window_bytes": "0", // uploaded segments are deleted at once: the read is remote
+		"local_hot_window_age":   "0",
+	}, stderr)
+	if err != nil {
+		return err
+	}
+	var lg *segments.Log
+	defer func() {
+		if serr := f.stopNode(); serr != nil && err == nil {
+			err = serr
+		}
+		if lg != nil {
+			lg.Close()
+		}
+		closeErr(f, &err)
+	}()
+	f.header(stdout, "read")
+	const id = "read-bench"
+	genStart := time.Now()
+	if lg, err = segments.Open(f.logDir(id), segments.Options{MaxSegmentBytes: int64(fl.segment)}); err != nil {
+		return err
+	}
+	gen, err := loadgen.New(loadgen.Config{Seed: fl.seed, MinDataBytes: fl.minChunk, MaxDataBytes: fl.maxChunk, StartTimestamp: time.Now().UnixMilli()})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if _, err := loadgen.Write(ctx, lg, gen, loadgen.Limit{Bytes: int64(fl.bytes)}, loadgen.WriteOptions{Commit: true}); err != nil {
+		return err
+	}
+	next := lg.NextOffset()
+	if err := f.node.AddStream(actors.StreamSpec{ID: id, Log: lg, Epoch: 1}); err != nil {
+		return err
+	}
+	if err := tierAll(ctx, f.node, id, next); err != nil {
+		return err
+	}
+	if err := awaitLocalRetention(ctx, lg); err != nil {
+		return err
+	}
+	var objects []rawObject
+	if err := f.b.Store.List(ctx, streamPrefix(f, id), func(o s3io.ObjectInfo) error {
+		if strings.HasSuffix(o.Key, ".fragment") {
+			objects = append(objects, rawObject{o.Key, o.Size})
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	stderr = f.errw // from here on the node logs to it too
+	fmt.Fprintf(stderr, "bench read: %s generated and tiered in %v: %d fragment objects; local log from offset %d of %d\n",
+		nodeconfig.FormatSize(float64(fl.bytes)), time.Since(genStart).Round(time.Millisecond), len(objects), lg.FirstOffset(), next)
+	var counted []readRound
+	for r := range fl.warmup + fl.rounds {
+		var rd readRound
+		for _, n := range ns {
+			s, err := rawRead(ctx, f.b.Store, objects, n, int64(fl.rangeSize))
+			if err != nil {
+				return fmt.Errorf("round %d, raw sweep N=%d: %w", r, n, err)
+			}
+			if rd.best.elapsed == 0 || s.elapsed < rd.best.elapsed {
+				rd.best = s
+			}
+		}
+		node := func() (err error) { rd.node, err = nodeRead(ctx, f.node, id, next); return err }
+		raw := func() (err error) {
+			rd.raw, err = rawRead(ctx, f.b.Store, objects, rd.best.n, int64(fl.rangeSize))
+			return err
+		}
+		order := []func() error{node, raw}
+		if r%2 == 1 {
+			order = []func() error{raw, node}
+		}
+		for _, run := range order {
+			if err := run(); err != nil {
+				return fmt.Errorf("round %d: %w", r, err)
+			}
+		}
+		warm := r < fl.warmup
+		fmt.Fprintf(stderr, "bench read: round %d%s: node %v, raw N=%d %v (sweep best %v)\n", r, map[bool]string{true: " (warm-up)"}[warm],
+			rd.node.elapsed.Round(time.Millisecond), rd.best.n, rd.raw.elapsed.Round(time.Millisecond), rd.best.elapsed.Round(time.Millisecond))
+		if !warm {
+			counted = append(counted, rd)
+		}
+	}
+	printRead(stdout, fl, f.s.ReadBudgetBytes, len(objects), counted)
+	return nil
+}
+
+// awaitLocalRetention waits until local retention deleted every uploaded segment but the
+// last (the one being written is never deleted).
+func awaitLocalRetention(ctx context.Context, lg *segments.Log) error {
+	for len(lg.Segments()) > 1 {
+		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+			return fmt.Errorf("local retention kept %d segments: %w", len(lg.Segments()), err)
+		}
+	}
+	return nil
+}
+
+// nodeRead reads the stream through the node's cross-tier reader from the first offset to
+// next, dropping the chunks as they come (each valid until the next Next).
+func nodeRead(ctx context.Context, node *actors.Node, id string, next uint64) (readSide, error) {
+	runtime.GC()
+	hs := startHeapSampler()
+	start := time.Now()
+	rd, err := node.OpenReader(ctx, id, actors.FromFirst())
+	if err != nil {
+		hs.stop()
+		return readSide{}, err
+	}
+	defer rd.Close()
+	var s readSide
+	for rd.Position() < next {
+		it, err := rd.Next(ctx)
+		if err != nil {
+			hs.stop()
+			return s, fmt.Errorf("node read at %d: %w", rd.Position(), err)
+		}
+		if it.Kind != actors.ItemChunk {
+			hs.stop()
+			return s, fmt.Errorf("node read: %s [%d, %d) in a stream with no gaps", it.Kind, it.Offset, it.End)
+		}
+		if s.first == 0 {
+			s.first = time.Since(start)
+		}
+		s.bytes += int64(len(it.Chunk))
+		if it.Tier == actors.TierRemote {
+			s.remote += int64(len(it.Chunk))
+		}
+	}
+	s.elapsed = time.Since(start)
+	s.peak = hs.stop()
+	return s, nil
+}
+
+// rawRead GETs every object whole in ranges of rangeSize with n workers, each reading into
+// one buffer it reuses, no verification: the baseline.
+func rawRead(ctx context.Context, store *s3io.Store, objects []rawObject, n int, rangeSize int64) (readSide, error) {
+	type job struct {
+		key      string
+		off, len int64
+	}
+	jobs := make(chan job)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owned by rawRead: feeds the workers until done or cancelled
+		defer wg.Done()
+		defer close(jobs)
+		for _, o := range objects {
+			for off := int64(0); off < o.size; off += rangeSize {
+				select {
+				case jobs <- job{o.key, off, min(rangeSize, o.size-off)}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	var first atomic.Int64
+	errs := make([]error, n)
+	var total atomic.Int64
+	for w := range n {
+		wg.Add(1)
+		go func() { // owned by rawRead: one worker
+			defer wg.Done()
+			buf := make([]byte, rangeSize)
+			for j := range jobs {
+				got, err := store.GetRangePartial(ctx, j.key, j.off, j.len, buf)
+				if err == nil && int64(len(got)) != j.len {
+					err = fmt.Errorf("short read of %s at %d: %d of %d bytes", j.key, j.off, len(got), j.len)
+				}
+				if err != nil {
+					errs[w] = err
+					cancel()
+					return
+				}
+				total.Add(int64(len(got)))
+				first.CompareAndSwap(0, int64(time.Since(start)))
+			}
+		}()
+	}
+	wg.Wait()
+	s := readSide{elapsed: time.Since(start), first: time.Duration(first.Load()), bytes: total.Load(), n: n}
+	return s, errors.Join(errs...)
+}
+
+// heapSampler records the peak of live heap objects above where it started, every 5 ms.
+type heapSampler struct {
+	done chan struct{}
+	out  chan uint64
+}
+
+func startHeapSampler() *heapSampler {
+	h := &heapSampler{done: make(chan struct{}), out: make(chan uint64, 1)}
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	base := s[0].Value.Uint64()
+	go func() { // owned by h: stop ends it
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		var peak uint64
+		for {
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > base {
+				peak = max(peak, v-base)
+			}
+			select {
+			case <-h.done:
+				h.out <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return h
+}
+
+func (h *heapSampler) stop() uint64 {
+	close(h.done)
+	return <-h.out
+}
+
+// printRead prints the read report.
+func printRead(w io.Writer, fl readFlags, budget int64, objects int, rounds []readRound) {
+	fmt.Fprintf(w, "A = the node's cross-tier reader (Node.OpenReader from first) over a tiered stream whose local log local retention removed; B = raw parallel GETs of the same %d fragment objects in %s ranges, buffers reused, no verification, at the round's best N of %s\n",
+		objects, nodeconfig.FormatSize(float64(fl.rangeSize)), fl.rawN)
+	fmt.Fprintf(w, "stream: %s of records (chunks of %d to %d bytes), fragment target %s; read budget %s; rounds: %d counted (raw sweep, then A and B back to back, order alternating), %d warm-up\n",
+		nodeconfig.FormatSize(float64(fl.bytes)), fl.minChunk, fl.maxChunk, nodeconfig.FormatSize(float64(fl.fragment)), nodeconfig.FormatSize(float64(budget)), len(rounds), fl.warmup)
+	var aTP, bTP, sweepTP, aFirst, bFirst, peak, remote, bestN []float64
+	for _, r := range rounds {
+		aTP = append(aTP, mib(r.node.bytes)/r.node.elapsed.Seconds())
+		bTP = append(bTP, mib(r.raw.bytes)/r.raw.elapsed.Seconds())
+		sweepTP = append(sweepTP, mib(r.best.bytes)/r.best.elapsed.Seconds())
+		aFirst = append(aFirst, float64(r.node.first)/float64(time.Millisecond))
+		bFirst = append(bFirst, float64(r.raw.first)/float64(time.Millisecond))
+		peak = append(peak, mib(int64(r.node.peak)))
+		remote = append(remote, 100*float64(r.node.remote)/float64(max(r.node.bytes, 1)))
+		bestN = append(bestN, float64(r.best.n))
+	}
+	r := report{w}
+	r.columns("")
+	r.row("A node read MiB/s", aTP, 1)
+	r.row("B raw GET MiB/s (paired)", bTP, 1)
+	r.row("B raw GET MiB/s (best of the sweep)", sweepTP, 1)
+	r.row("B raw N (best of the sweep)", bestN, 0)
+	r.row("A node % of bytes from the remote tier", remote, 1)
+	r.row("A node time to first chunk ms", aFirst, 1)
+	r.row("B raw time to first range ms", bFirst, 1)
+	r.row("A node peak live heap MiB", peak, 1)
+	r.row("A node peak heap / read budget", ratios(peak, repeat(mib(budget), len(peak))), 3)
+	r.row("ratio A/B throughput (node/raw)", ratios(aTP, bTP), 3)
+	r.row("ratio A/B throughput (node/sweep best)", ratios(aTP, sweepTP), 3)
+}
+
+// repeat is n copies of v.
+func repeat(v float64, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
