@@ -33,7 +33,7 @@ func TestDefaultsFollowTheOperationsSpec(t *testing.T) {
 		s.TransferDeadline != 0 || s.EffectiveTransferDeadline() != 20*time.Minute || s.RetentionTaskTimeout != 60*time.Second ||
 		s.PersistTimeout != 30*time.Second || s.GroupUploadTimeout != 60*time.Second || s.ResolveTimeout != 30*time.Second ||
 		s.LocalHotWindowBytes != 0 || s.RetentionMaxBytes != 0 || s.RetentionMaxAge != 0 || s.GCGracePeriod != time.Hour ||
-		s.MaxUnpersistedBytes != 0 || s.MaxConcurrentUploads != 24 || s.MaxUploadsPerStream != 4 || s.S3Config().MaxConns != 40 {
+		s.MaxUnpersistedBytes != 0 || s.MaxConcurrentUploads != 24 || s.MaxUploadsPerStream != 4 || s.S3Config().MaxConns != 24+32+16 {
 		t.Fatalf("defaults differ from operations.md: %+v", s)
 	}
 	if s.Demo || !s.EmbeddedEtcd() || !s.EmbeddedS3() || s.DataDir != "/work/streamtier-data" || s.KeyPrefix != "streams" || s.EtcdPrefix != "/streamtier" {
