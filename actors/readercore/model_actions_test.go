@@ -3,6 +3,7 @@ package readercore
 import (
 	"fmt"
 	"sort"
+	"streamtier/actors/divergence"
 	"time"
 
 	"pgregory.net/rapid"
@@ -76,14 +77,15 @@ func (w *world) actStreamRetention(t *rapid.T) {
 }
 
 // actOperatorTruncate is the operator's 'node truncate': accepted only while the core is
-// stalled because the local log and the remote tier share no chunk, refused otherwise.
+// stalled because the local log and the remote tier share no chunk, refused otherwise, and
+// refused while the log is behind (a prefix of the remote tier: nothing to cut).
 func (w *world) actOperatorTruncate(t *rapid.T) {
 	if w.stopped {
 		return
 	}
-	if w.c.diverged == nil {
+	if w.c.diverged == nil || w.c.diverged.Kind == divergence.Behind {
 		if _, err := w.c.Step(OperatorTruncate{}); err == nil {
-			t.Fatalf("operator truncate accepted while %s and not diverged", w.c.phase)
+			t.Fatalf("operator truncate accepted while %s and not diverged (%v)", w.c.phase, w.c.diverged)
 		}
 		return
 	}

@@ -100,6 +100,7 @@ type streamState struct {
 	referenced  map[string]bool   // keys the persisted manifest referenced at the last check
 	listed      []Object          // the last listing
 	lastValue   []byte            // the last record value observed
+	lastRev     int64             // the etcd revision of lastValue
 	fragStarts  []uint64          // live fragments' first offsets at the last check
 	gapOffsets  uint64            // offsets in the live gaps at the last check
 }
@@ -267,22 +268,24 @@ func DecodeRecord(b []byte) (Record, uint64, error) {
 	return r, uid, nil
 }
 
-// Observe judges one persisted manifest record of stream, as etcd holds it (seen by a watch
-// or a read): next offset never regresses except by a harness truncation, first offset
-// never falls and rises only as far as a retention policy in force allows, the epoch never
-// falls.
-func (c *Checker) Observe(stream string, value []byte) {
+// Observe judges one persisted manifest record of stream, as etcd holds it at revision
+// modRev (seen by a watch or a read): next offset never regresses except by a harness
+// truncation, first offset never falls and rises only as far as a retention policy in force
+// allows, the epoch never falls. Records come in etcd's order, not in the order they reach
+// the checker: a watch resuming after an outage replays records older than one a read
+// already showed, and those are not news.
+func (c *Checker) Observe(stream string, value []byte, modRev int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.observe(stream, value)
+	c.observe(stream, value, modRev)
 }
 
-func (c *Checker) observe(stream string, value []byte) {
+func (c *Checker) observe(stream string, value []byte, modRev int64) {
 	st, ok := c.streams[stream]
-	if !ok || bytes.Equal(value, st.lastValue) {
+	if !ok || modRev <= st.lastRev || bytes.Equal(value, st.lastValue) {
 		return
 	}
-	st.lastValue = append([]byte(nil), value...)
+	st.lastValue, st.lastRev = append([]byte(nil), value...), modRev
 	r, _, err := DecodeRecord(value)
 	if err != nil {
 		c.violate(stream, "corrupt-record", "%v: %q", err, value)

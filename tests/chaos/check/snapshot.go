@@ -66,12 +66,13 @@ func (c *Checker) checkStream(ctx context.Context, st *streamState, full bool) e
 		return fmt.Errorf("etcd read %s: %w", base, err)
 	}
 	var recVal []byte
+	var recRev int64
 	var storedEpoch uint64
 	anchored := false
 	for _, kv := range resp.Kvs {
 		switch strings.TrimPrefix(string(kv.Key), base) {
 		case "manifest":
-			recVal = kv.Value
+			recVal, recRev = kv.Value, kv.ModRevision
 		case "epoch":
 			if storedEpoch, err = strconv.ParseUint(string(kv.Value), 10, 64); err != nil || len(kv.Value) != 20 {
 				c.violate(id, "corrupt-record", "epoch record %q", kv.Value)
@@ -116,7 +117,7 @@ func (c *Checker) checkStream(ctx context.Context, st *streamState, full bool) e
 	if !anchored {
 		c.violate(id, "anchor-missing", "a manifest record without an anchor")
 	}
-	c.observe(id, recVal)
+	c.observe(id, recVal, recRev)
 	rec, uid, err := DecodeRecord(recVal)
 	if err != nil {
 		return nil // observe reported it
