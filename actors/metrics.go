@@ -78,18 +78,42 @@ type Metrics struct {
 	// Read counts the cross-tier readers' work (Node.OpenReader).
 	Read ReadMetrics
 
-	mu             sync.Mutex
-	persistLatency []time.Duration // recent successful persists, for p50/p99
-	uploadLatency  []time.Duration
+	persistLatency latencies // recent successful persists
+	uploadLatency  latencies // recent successful uploads
 }
 
+// latencyWindow is how many recent durations a latencies keeps.
 const latencyWindow = 1024
+
+// latencies keeps the most recent latencyWindow durations of one kind, for their p50 and
+// p99; safe for concurrent use.
+type latencies struct {
+	mu sync.Mutex
+	w  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.w) >= latencyWindow {
+		copy(l.w, l.w[1:])
+		l.w = l.w[:latencyWindow-1]
+	}
+	l.w = append(l.w, d)
+}
+
+// quantiles returns the p50 and p99 of the durations kept.
+func (l *latencies) quantiles() (p50, p99 time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return quantiles(l.w)
+}
 
 func (m *Metrics) observeTransfer(class s3io.Class, bytes int64, d time.Duration) {
 	if class == s3io.ClassNone {
 		m.FragmentsUploaded.Add(1)
 		m.BytesUploaded.Add(bytes)
-		m.record(&m.uploadLatency, d)
+		m.uploadLatency.add(d)
 		return
 	}
 	if int(class) < len(m.TransferErrors) {
@@ -101,7 +125,7 @@ func (m *Metrics) observePersist(o readercore.PersistOutcome, d time.Duration) {
 	switch o {
 	case readercore.PersistOK:
 		m.Persists.Add(1)
-		m.record(&m.persistLatency, d)
+		m.persistLatency.add(d)
 	case readercore.PersistConflict, readercore.PersistFenced: // the condition failed: another writer
 		m.PersistConflicts.Add(1)
 	case readercore.PersistNotFound:
@@ -111,22 +135,10 @@ func (m *Metrics) observePersist(o readercore.PersistOutcome, d time.Duration) {
 	}
 }
 
-func (m *Metrics) record(window *[]time.Duration, d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(*window) >= latencyWindow {
-		copy(*window, (*window)[1:])
-		*window = (*window)[:latencyWindow-1]
-	}
-	*window = append(*window, d)
-}
-
 // LatencyQuantiles returns the p50 and p99 of recent successful persists and uploads.
 func (m *Metrics) LatencyQuantiles() (persistP50, persistP99, uploadP50, uploadP99 time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	persistP50, persistP99 = quantiles(m.persistLatency)
-	uploadP50, uploadP99 = quantiles(m.uploadLatency)
+	persistP50, persistP99 = m.persistLatency.quantiles()
+	uploadP50, uploadP99 = m.uploadLatency.quantiles()
 	return
 }
 

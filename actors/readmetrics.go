@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -83,8 +82,7 @@ type ReadMetrics struct {
 	Handoffs      atomic.Int64 // readers that moved from the remote tier to the local log
 	Errors        [readErrClasses]atomic.Int64
 
-	mu         sync.Mutex
-	firstChunk []time.Duration // recent times from open to the first chunk
+	firstChunk latencies // recent times from open to the first chunk
 }
 
 func (m *ReadMetrics) observe(it ReadItem) {
@@ -105,19 +103,11 @@ func (m *ReadMetrics) observe(it ReadItem) {
 func (m *ReadMetrics) countError(err error) { m.Errors[ClassifyReadError(err)].Add(1) }
 
 func (m *ReadMetrics) observeFirstChunk(d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.firstChunk) >= latencyWindow {
-		copy(m.firstChunk, m.firstChunk[1:])
-		m.firstChunk = m.firstChunk[:latencyWindow-1]
-	}
-	m.firstChunk = append(m.firstChunk, d)
+	m.firstChunk.add(d)
 }
 
 // FirstChunkQuantiles returns the p50 and p99 of recent readers' time from open to their
 // first chunk.
 func (m *ReadMetrics) FirstChunkQuantiles() (p50, p99 time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return quantiles(m.firstChunk)
+	return m.firstChunk.quantiles()
 }

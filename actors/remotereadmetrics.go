@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -23,24 +22,15 @@ type RemoteReadStats struct {
 	Open        atomic.Int64 // remote readers open
 	Errors      [remoteErrClasses]atomic.Int64
 
-	mu         sync.Mutex
-	firstChunk []time.Duration // recent times from open to the first chunk
+	firstChunk latencies // recent times from open to the first chunk
 }
 
 func (s *RemoteReadStats) observeFirstChunk(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.firstChunk) >= latencyWindow {
-		copy(s.firstChunk, s.firstChunk[1:])
-		s.firstChunk = s.firstChunk[:latencyWindow-1]
-	}
-	s.firstChunk = append(s.firstChunk, d)
+	s.firstChunk.add(d)
 }
 
 // FirstChunkQuantiles returns the p50 and p99 of recent times from opening a remote read
 // to its first chunk.
 func (s *RemoteReadStats) FirstChunkQuantiles() (p50, p99 time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return quantiles(s.firstChunk)
+	return s.firstChunk.quantiles()
 }
