@@ -23,17 +23,7 @@ import (
 // log and a reference log holding the same chunks.
 func tieredStream(t *testing.T, w *world, stream string) (*Node, *segments.Log, *segments.Log) {
 	t.Helper()
-	log, _ := testLogger(t)
-	n := w.startNode(Config{Logger: log, Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1,
-		PersistInterval: 50 * time.Millisecond, RebalanceThreshold: 4}})
-	opts := segments.Options{MaxSegmentBytes: 64 << 10}
-	lg, ref := openLog(t, opts), openLog(t, opts)
-	writeLog(t, lg, 31, loadgen.Limit{Bytes: 1 << 20})
-	writeLog(t, ref, 31, loadgen.Limit{Bytes: 1 << 20})
-	if err := n.AddStream(StreamSpec{ID: stream, Log: lg, Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
-	persisted(t, n, stream, lg.NextOffset(), 30*time.Second)
+	n, lg, ref := persistedStream(t, w, stream, Config{Stream: readercore.Config{RebalanceThreshold: 4}}, 31, 1<<20)
 	until(t, 10*time.Second, "local retention", func() (bool, string) {
 		return lg.FirstOffset() > 0, fmt.Sprint("local first ", lg.FirstOffset())
 	})
@@ -41,6 +31,26 @@ func tieredStream(t *testing.T, w *world, stream string) (*Node, *segments.Log, 
 	w.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `/data/`, Fault: s3test.FaultForbidden})
 	writeLog(t, lg, 33, loadgen.Limit{Bytes: 100 << 10})
 	writeLog(t, ref, 33, loadgen.Limit{Bytes: 100 << 10})
+	return n, lg, ref
+}
+
+// persistedStream starts a node with cfg (its logger, 16 KiB fragments and a persist after
+// every edit, within 50 ms, set here) and a stream over a log of 64 KiB segments holding
+// bytes of seed's load, and waits until all of it is persisted; it returns the node, the
+// stream's log and a reference log holding the same chunks.
+func persistedStream(t *testing.T, w *world, stream string, cfg Config, seed uint64, bytes int64) (*Node, *segments.Log, *segments.Log) {
+	t.Helper()
+	cfg.Logger, _ = testLogger(t)
+	cfg.Stream.FragmentTargetSize, cfg.Stream.PersistThreshold, cfg.Stream.PersistInterval = 16<<10, 1, 50*time.Millisecond
+	n := w.startNode(cfg)
+	opts := segments.Options{MaxSegmentBytes: 64 << 10}
+	lg, ref := openLog(t, opts), openLog(t, opts)
+	writeLog(t, lg, seed, loadgen.Limit{Bytes: bytes})
+	writeLog(t, ref, seed, loadgen.Limit{Bytes: bytes})
+	if err := n.AddStream(StreamSpec{ID: stream, Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n, stream, lg.NextOffset(), 30*time.Second)
 	return n, lg, ref
 }
 
@@ -257,18 +267,8 @@ func TestReaderUnavailable(t *testing.T) {
 // log's back, which leaves the reader in exactly that state.
 func TestReaderSegmentGoneBetweenHeaderAndBody(t *testing.T) {
 	w := newWorld(t, worldOptions{})
-	log, _ := testLogger(t)
-	n := w.startNode(Config{Logger: log, LocalHotWindowBytes: 1 << 30, Stream: readercore.Config{FragmentTargetSize: 16 << 10,
-		PersistThreshold: 1, PersistInterval: 50 * time.Millisecond}})
-	opts := segments.Options{MaxSegmentBytes: 64 << 10}
-	lg, ref := openLog(t, opts), openLog(t, opts)
-	writeLog(t, lg, 41, loadgen.Limit{Bytes: 512 << 10})
-	writeLog(t, ref, 41, loadgen.Limit{Bytes: 512 << 10})
-	if err := n.AddStream(StreamSpec{ID: "gone", Log: lg, Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
+	n, lg, ref := persistedStream(t, w, "gone", Config{LocalHotWindowBytes: 1 << 30}, 41, 512<<10)
 	next := lg.NextOffset()
-	persisted(t, n, "gone", next, 30*time.Second)
 	segs := lg.Segments()
 	if len(segs) < 4 || lg.FirstOffset() != 0 {
 		t.Fatalf("%d segments, local first %d: want at least 4, all kept", len(segs), lg.FirstOffset())
@@ -296,18 +296,8 @@ func TestReaderSegmentGoneBetweenHeaderAndBody(t *testing.T) {
 // S3 holds them all.
 func TestReaderHandsOffWhereTheLocalLogBegins(t *testing.T) {
 	w := newWorld(t, worldOptions{})
-	log, _ := testLogger(t)
-	n := w.startNode(Config{Logger: log, LocalHotWindowBytes: 192 << 10, Stream: readercore.Config{FragmentTargetSize: 16 << 10,
-		PersistThreshold: 1, PersistInterval: 50 * time.Millisecond}})
-	opts := segments.Options{MaxSegmentBytes: 64 << 10}
-	lg, ref := openLog(t, opts), openLog(t, opts)
-	writeLog(t, lg, 43, loadgen.Limit{Bytes: 768 << 10})
-	writeLog(t, ref, 43, loadgen.Limit{Bytes: 768 << 10})
-	if err := n.AddStream(StreamSpec{ID: "early", Log: lg, Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
+	n, lg, ref := persistedStream(t, w, "early", Config{LocalHotWindowBytes: 192 << 10}, 43, 768<<10)
 	next := lg.NextOffset()
-	persisted(t, n, "early", next, 30*time.Second)
 	until(t, 30*time.Second, "local retention past the first segments", func() (bool, string) {
 		return lg.FirstOffset() > 0, fmt.Sprintf("local first %d", lg.FirstOffset())
 	})
