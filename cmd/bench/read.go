@@ -296,40 +296,18 @@ func rawRead(ctx context.Context, store *s3io.Store, objects []rawObject, n int,
 	return s, errors.Join(errs...)
 }
 
-// heapSampler records the peak of live heap objects above where it started, every 5 ms.
-type heapSampler struct {
-	done chan struct{}
-	out  chan uint64
-}
-
-func startHeapSampler() *heapSampler {
-	h := &heapSampler{done: make(chan struct{}), out: make(chan uint64, 1)}
+// startHeapSampler records the peak of live heap objects above where it started.
+func startHeapSampler() *sampler[uint64] {
 	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	metrics.Read(s)
 	base := s[0].Value.Uint64()
-	go func() { // owned by h: stop ends it
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		var peak uint64
-		for {
-			metrics.Read(s)
-			if v := s[0].Value.Uint64(); v > base {
-				peak = max(peak, v-base)
-			}
-			select {
-			case <-h.done:
-				h.out <- peak
-				return
-			case <-tick.C:
-			}
+	var peak uint64
+	return startSampler(func() {
+		metrics.Read(s)
+		if v := s[0].Value.Uint64(); v > base {
+			peak = max(peak, v-base)
 		}
-	}()
-	return h
-}
-
-func (h *heapSampler) stop() uint64 {
-	close(h.done)
-	return <-h.out
+	}, func() uint64 { return peak })
 }
 
 // printRead prints the read report.

@@ -91,3 +91,35 @@ func delta(after, before s3io.MetricsSnapshot) s3io.MetricsSnapshot {
 	}
 	return out
 }
+
+// sampler calls sample every 5 ms (and once at the start) on a goroutine it owns, until
+// stop, which returns what result says then. sample and result run on that goroutine only,
+// so the state they share needs no lock.
+type sampler[T any] struct {
+	done chan struct{}
+	out  chan T
+}
+
+func startSampler[T any](sample func(), result func() T) *sampler[T] {
+	s := &sampler[T]{done: make(chan struct{}), out: make(chan T, 1)}
+	go func() { // owned by s: stop ends it
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			sample()
+			select {
+			case <-s.done:
+				s.out <- result()
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends the sampling and returns its result; call it once.
+func (s *sampler[T]) stop() T {
+	close(s.done)
+	return <-s.out
+}

@@ -401,42 +401,22 @@ type inFlightStats struct {
 	uploaded time.Duration
 }
 
-// inFlightSampler samples the node's running-transfers gauge until stop.
-type inFlightSampler struct {
-	done chan struct{}
-	out  chan inFlightStats
-}
-
-// sampleInFlight starts sampling; fragments is how many fragment uploads the round makes.
-func sampleInFlight(m *actors.Metrics, fragments int64) *inFlightSampler {
-	s := &inFlightSampler{done: make(chan struct{}), out: make(chan inFlightStats, 1)}
+// sampleInFlight samples the node's running-transfers gauge until stop; fragments is how
+// many fragment uploads the round makes.
+func sampleInFlight(m *actors.Metrics, fragments int64) *sampler[inFlightStats] {
 	start, base := time.Now(), m.FragmentsUploaded.Load()
-	go func() { // owned by s: stop ends it
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		var sum, n, peak int64
-		var uploaded time.Duration
-		for {
-			v := m.TransfersRunning.Load()
-			sum, n, peak = sum+v, n+1, max(peak, v)
-			if uploaded == 0 && m.FragmentsUploaded.Load()-base >= fragments {
-				uploaded = time.Since(start)
-			}
-			select {
-			case <-s.done:
-				if uploaded == 0 {
-					uploaded = time.Since(start)
-				}
-				s.out <- inFlightStats{mean: float64(sum) / float64(n), peak: peak, uploaded: uploaded}
-				return
-			case <-tick.C:
-			}
+	var sum, n, peak int64
+	var uploaded time.Duration
+	return startSampler(func() {
+		v := m.TransfersRunning.Load()
+		sum, n, peak = sum+v, n+1, max(peak, v)
+		if uploaded == 0 && m.FragmentsUploaded.Load()-base >= fragments {
+			uploaded = time.Since(start)
 		}
-	}()
-	return s
-}
-
-func (s *inFlightSampler) stop() inFlightStats {
-	close(s.done)
-	return <-s.out
+	}, func() inFlightStats {
+		if uploaded == 0 {
+			uploaded = time.Since(start)
+		}
+		return inFlightStats{mean: float64(sum) / float64(n), peak: peak, uploaded: uploaded}
+	})
 }
