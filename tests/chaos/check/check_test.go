@@ -35,26 +35,30 @@ type tier struct {
 	ctx    context.Context
 	bucket *Bucket
 	etcd   *clientv3.Client
+	load   loadgen.Config
 	ref    *Reference
 	rev    int
 }
 
-func newTier(t *testing.T) *tier {
+func newTier(t *testing.T) *tier { return newTierLoad(t, tLoad) }
+
+// newTierLoad is a tier whose stream is written by load.
+func newTierLoad(t *testing.T, load loadgen.Config) *tier {
 	srv := s3test.Start(t, s3test.Options{})
 	e := etcdtest.Start(t)
-	ref, err := NewReference(tLoad)
+	ref, err := NewReference(load)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	b := NewBucket(BucketConfig{Endpoint: srv.Endpoint, Region: s3test.Region, Bucket: srv.Bucket, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
-	return &tier{t: t, ctx: ctx, bucket: b, etcd: e.Client(), ref: ref}
+	return &tier{t: t, ctx: ctx, bucket: b, etcd: e.Client(), load: load, ref: ref}
 }
 
 func (tr *tier) checker() *Checker {
 	c, err := New(Config{Bucket: tr.bucket, Etcd: tr.etcd, EtcdPrefix: tPrefix, KeyPrefix: tKeys,
-		Streams: []StreamConfig{{ID: tStream, Load: tLoad}}, RetentionSlack: 4096})
+		Streams: []StreamConfig{{ID: tStream, Load: tr.load}}, RetentionSlack: 4096})
 	if err != nil {
 		tr.t.Fatal(err)
 	}
@@ -63,9 +67,15 @@ func (tr *tier) checker() *Checker {
 
 // fragment uploads the load's chunks [i, j) as one fragment object and returns its entry.
 func (tr *tier) fragment(i, j int) (manifest.Entry, string, []byte) {
+	return tr.fragmentOf(tr.ref, i, j, 1000)
+}
+
+// fragmentOf uploads chunks [i, j) of the timeline ref as one fragment object (uid
+// uidBase+i) and returns its entry.
+func (tr *tier) fragmentOf(ref *Reference, i, j int, uidBase uint64) (manifest.Entry, string, []byte) {
 	obj := []byte("OSIF\x00\x00\x00\x01")
 	var index []byte
-	err := tr.ref.Walk(i, j-i, func(c RefChunk, b []byte) error {
+	err := ref.Walk(i, j-i, func(c RefChunk, b []byte) error {
 		index = binary.BigEndian.AppendUint64(index, c.Offset)
 		index = binary.BigEndian.AppendUint64(index, uint64(c.TS))
 		index = binary.BigEndian.AppendUint32(index, uint32(len(obj)))
@@ -75,8 +85,8 @@ func (tr *tier) fragment(i, j int) (manifest.Entry, string, []byte) {
 	if err != nil {
 		tr.t.Fatal(err)
 	}
-	first, last := tr.ref.Chunk(i), tr.ref.Chunk(j-1)
-	e := manifest.Entry{FirstOffset: first.Offset, FirstTimestamp: first.TS, LastTimestamp: last.TS, Size: uint64(len(obj) - 8), UID: uint64(1000 + i), Kind: manifest.KindFragment}
+	first, last := ref.Chunk(i), ref.Chunk(j-1)
+	e := manifest.Entry{FirstOffset: first.Offset, FirstTimestamp: first.TS, LastTimestamp: last.TS, Size: uint64(len(obj) - 8), UID: uidBase + uint64(i), Kind: manifest.KindFragment}
 	obj = append(obj, index...)
 	key := fmt.Sprintf("%sdata/%020d-%020d-%016x.fragment", StreamPrefix(tKeys, tStream), e.FirstOffset, 1, e.UID)
 	tr.put(key, obj)
@@ -336,4 +346,133 @@ func TestCheckerOrdersRecordsByRevision(t *testing.T) {
 	}
 	c.Observe(tStream, r.Value, r.ModRevision)
 	wantRule(t, c, "next-regressed")
+}
+
+// forkLoad is the load of a timeline forking off tr's: another seed and a higher epoch.
+func (tr *tier) forkLoad() loadgen.Config {
+	cfg := tr.load
+	cfg.Seed ^= 0x5eed
+	cfg.Epoch = 2
+	return cfg
+}
+
+// forked writes three fragments of the load, checks them, and has the harness fork the log
+// at chunk 30 (inside the third fragment, [25,40)): the local log holds another timeline from
+// there. It returns the entries, the fork's offset and the new timeline.
+func (tr *tier) forked(c *Checker) ([]manifest.Entry, uint64, *Reference) {
+	es, _, _ := tr.three(0)
+	mustCheck(tr.t, c, false)
+	at := tr.ref.Chunk(30).Offset
+	if err := c.Forked(tStream, at, tr.forkLoad()); err != nil {
+		tr.t.Fatal(err)
+	}
+	nt, err := NewReferenceAt(tr.forkLoad(), at)
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	if !c.ForkPending(tStream) {
+		tr.t.Fatal("a fork below the acknowledged next offset is not pending")
+	}
+	return es, at, nt
+}
+
+// A fork followed as the spec asks: the remote tier keeps the old timeline while the node has
+// not resolved (no violation), is cut back to the fork exactly (the straddling fragment
+// replaced by its prefix), then holds the new timeline's chunks from there. The checker sees
+// the truncation record, or (watch behind) only the bucket holding the new chunks.
+func TestCheckerFollowsAFork(t *testing.T) {
+	for _, seen := range []bool{true, false} {
+		t.Run(fmt.Sprintf("truncation-record-seen=%t", seen), func(t *testing.T) {
+			tr := newTier(t)
+			c := tr.checker()
+			es, at, nt := tr.forked(c)
+			mustCheck(t, c, false) // not resolved yet: the old timeline is still there
+			prefix, _, _ := tr.fragmentOf(tr.ref, 25, 30, 5000)
+			tr.persist([]manifest.Entry{es[0], es[1], prefix}, 0, at, 0)
+			if seen {
+				mustCheck(t, c, false)
+				if c.ForkPending(tStream) {
+					t.Fatal("the truncation to the fork did not settle it")
+				}
+			}
+			nf, _, _ := tr.fragmentOf(nt, 0, 12, 7000)
+			tr.persist([]manifest.Entry{es[0], es[1], prefix, nf}, 0, nt.Chunk(11).End(), 0)
+			mustCheck(t, c, true)
+			if v := rules(c); len(v) != 0 {
+				t.Fatalf("a fork followed as it should be: %v", v)
+			}
+			st := c.Stats()
+			if c.ForkPending(tStream) || st.Forks != 1 || st.ForksFollowed != 1 {
+				t.Fatalf("fork not followed: %+v", st)
+			}
+			if seen != (st.Truncations == 1) {
+				t.Fatalf("truncations %d, truncation record seen %t", st.Truncations, seen)
+			}
+		})
+	}
+}
+
+// Truncations that break the fork rule are each reported: one that cuts below the fork
+// (acknowledged shared chunks lost), one that keeps old-timeline chunks above it, old
+// chunks uploaded again after the cut, and a remote tier that never follows.
+func TestCheckerReportsBrokenForkTruncation(t *testing.T) {
+	t.Run("below", func(t *testing.T) {
+		tr := newTier(t)
+		c := tr.checker()
+		es, _, _ := tr.forked(c)
+		tr.persist(es[:2], 0, es[2].FirstOffset, 0) // cut at 25, the fork is at 30
+		mustCheck(t, c, false)
+		wantRule(t, c, "truncated-below-divergence")
+	})
+	t.Run("above", func(t *testing.T) {
+		tr := newTier(t)
+		c := tr.checker()
+		es, _, _ := tr.forked(c)
+		kept, _, _ := tr.fragmentOf(tr.ref, 25, 35, 5000) // old chunks 30..34 kept
+		tr.persist([]manifest.Entry{es[0], es[1], kept}, 0, tr.ref.Chunk(34).End(), 0)
+		mustCheck(t, c, false)
+		wantRule(t, c, "truncated-above-divergence")
+		wantRule(t, c, "bytes-differ")
+	})
+	t.Run("old-chunks-again", func(t *testing.T) {
+		tr := newTier(t)
+		c := tr.checker()
+		es, at, _ := tr.forked(c)
+		prefix, _, _ := tr.fragmentOf(tr.ref, 25, 30, 5000)
+		tr.persist([]manifest.Entry{es[0], es[1], prefix}, 0, at, 0)
+		mustCheck(t, c, false)
+		old, _, _ := tr.fragmentOf(tr.ref, 30, 40, 6000) // the old timeline's chunks, uploaded after the cut
+		tr.persist([]manifest.Entry{es[0], es[1], prefix, old}, 0, tr.ref.Chunk(39).End(), 0)
+		mustCheck(t, c, false)
+		wantRule(t, c, "bytes-differ")
+	})
+	t.Run("never-followed", func(t *testing.T) {
+		tr := newTier(t)
+		c := tr.checker()
+		tr.forked(c)
+		mustCheck(t, c, false)
+		if v := rules(c); len(v) != 0 {
+			t.Fatalf("a fork not resolved yet, mid-soak: %v", v)
+		}
+		mustCheck(t, c, true)
+		wantRule(t, c, "fork-not-followed")
+	})
+}
+
+// Old-timeline chunks above the fork next to new-timeline ones (with every chunk one offset,
+// so that both timelines have a chunk at every offset) are two histories mixed.
+func TestCheckerReportsMixedTimelines(t *testing.T) {
+	one := loadgen.Config{Seed: 9, MinDataBytes: 200, MaxDataBytes: 900, MinEntries: 1, MaxEntries: 1, StartTimestamp: 1_700_000_000_000}
+	tr := newTierLoad(t, one)
+	c := tr.checker()
+	es, at, nt := tr.forked(c)
+	kept, _, _ := tr.fragmentOf(tr.ref, 25, 35, 5000) // old 30..34
+	nf, _, _ := tr.fragmentOf(nt, 5, 12, 7000)        // new from offset 35 on
+	if kept.FirstOffset != 25 || at != 30 || nf.FirstOffset != 35 {
+		t.Fatalf("one offset per chunk expected: %d %d %d", kept.FirstOffset, at, nf.FirstOffset)
+	}
+	// Between two checks: the checker sees no regression, only the bucket.
+	tr.persist([]manifest.Entry{es[0], es[1], kept, nf}, 0, nt.Chunk(11).End(), 0)
+	mustCheck(t, c, false)
+	wantRule(t, c, "mixed-timelines")
 }

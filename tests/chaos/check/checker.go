@@ -69,13 +69,25 @@ type Stats struct {
 	RootsRead       int    `json:"roots_read"`       // root objects
 	GapOffsets      uint64 `json:"gap_offsets"`      // offsets in declared gaps at the last check
 	Truncations     int    `json:"truncations"`      // next-offset regressions explained by a harness truncation
+	Forks           int    `json:"forks"`            // divergent refills the harness wrote (another timeline from the cut on)
+	ForksFollowed   int    `json:"forks_followed"`   // forks the remote tier was seen to follow (cut back to the fork, then the new timeline)
 	RetainedOffsets uint64 `json:"retained_offsets"` // offsets removed by remote retention, each judged
 }
 
-// truncation is a lost local tail the harness caused: the log ends at cut.
+// truncation is a lost local tail the harness caused: the log ends at cut, or (fork) the
+// log holds another timeline's chunks from cut on.
 type truncation struct {
 	cut  uint64
 	used bool
+	fork bool
+}
+
+// pendingFork is a fork the remote tier may not have followed yet: it may still hold the
+// old timeline's chunks from at on (acknowledged before the fork), which the local log no
+// longer has. Only those may leave it, and only down to at.
+type pendingFork struct {
+	at       uint64
+	timeline int // the new timeline's index in the lineage
 }
 
 // rng is a half-open offset range.
@@ -83,7 +95,8 @@ type rng struct{ from, to uint64 }
 
 type streamState struct {
 	cfg       StreamConfig
-	ref       *Reference
+	lin       *Lineage     // the expected chunks, timeline by timeline
+	fork      *pendingFork // nil: the remote tier holds (or will hold) only the lineage's chunks
 	ackedNext uint64 // highest persisted next acknowledged, lowered only by a harness truncation
 	// keepNext: acknowledged data below it must stay data (no gap may ever cover it); it
 	// falls only to the cut of a truncation the harness caused, never below.
@@ -97,6 +110,7 @@ type streamState struct {
 	policies    map[int][]Policy  // by cycle: policies set with `node retention`
 	etags       map[string]string // key -> etag + size: objects are never overwritten
 	verified    map[string]bool   // fragment key+etag whose bytes were compared
+	verifiedOld map[string]bool   // those of them that matched only the timeline before a pending fork
 	referenced  map[string]bool   // keys the persisted manifest referenced at the last check
 	listed      []Object          // the last listing
 	lastValue   []byte            // the last record value observed
@@ -122,12 +136,12 @@ type Checker struct {
 func New(cfg Config) (*Checker, error) {
 	c := &Checker{cfg: cfg, streams: map[string]*streamState{}, seen: map[string]bool{}}
 	for _, sc := range cfg.Streams {
-		ref, err := NewReference(sc.Load)
+		lin, err := NewLineage(sc.Load)
 		if err != nil {
 			return nil, fmt.Errorf("check: stream %s: %w", sc.ID, err)
 		}
-		c.streams[sc.ID] = &streamState{cfg: sc, ref: ref, policies: map[int][]Policy{}, etags: map[string]string{},
-			verified: map[string]bool{}, referenced: map[string]bool{}}
+		c.streams[sc.ID] = &streamState{cfg: sc, lin: lin, policies: map[int][]Policy{}, etags: map[string]string{},
+			verified: map[string]bool{}, verifiedOld: map[string]bool{}, referenced: map[string]bool{}}
 		c.order = append(c.order, sc.ID)
 	}
 	return c, nil
@@ -188,10 +202,85 @@ func (c *Checker) Truncated(stream string, cut uint64) {
 	st.truncations = append(st.truncations, truncation{cut: cut, used: cut >= st.ackedNext})
 }
 
-// expireTruncations forgets truncations the node did not act on while it ran: once the
-// broker has appended again (every cycle does), the log is no longer behind.
+// Forked notes that the harness cut stream's local log back to cut and wrote another
+// timeline from there, the load cfg describes (what a new leader writes after an unclean
+// failover: other chunks at the same offsets, a higher epoch). From cut on the expected
+// chunks are the new timeline's. While the remote tier may still hold the old timeline's
+// chunks above cut (they were acknowledged), those alone may leave it, and the persisted
+// next offset may fall once, to cut exactly: the chunks below are the same in both, the
+// chunk at cut differs.
+func (c *Checker) Forked(stream string, cut uint64, cfg loadgen.Config) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.streams[stream]
+	if st.fork != nil {
+		return fmt.Errorf("check: stream %s forked at %d while the fork at %d is pending", stream, cut, st.fork.at)
+	}
+	if err := st.lin.Fork(cut, cfg); err != nil {
+		return fmt.Errorf("check: stream %s: %w", stream, err)
+	}
+	c.stats.Forks++
+	if cut < st.ackedNext {
+		st.fork = &pendingFork{at: cut, timeline: st.lin.Timelines() - 1}
+		st.truncations = append(st.truncations, truncation{cut: cut, fork: true})
+	}
+	return nil
+}
+
+// ForkPending reports whether stream's remote tier may still hold chunks of the timeline
+// before its last fork.
+func (c *Checker) ForkPending(stream string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.streams[stream].fork != nil
+}
+
+// followFork records that the remote tier followed the pending fork (cut back to it, or
+// holding the new timeline's chunks above it): from now on only the new timeline's chunks
+// are expected there, and fragments that matched only the old one are compared again.
+func (c *Checker) followFork(st *streamState, how string) {
+	f := st.fork
+	st.fork = nil
+	st.keepNext = min(st.keepNext, f.at)
+	for i := range st.truncations {
+		if st.truncations[i].fork {
+			st.truncations[i].used = true
+		}
+	}
+	for k := range st.verifiedOld {
+		delete(st.verified, k)
+	}
+	st.verifiedOld = map[string]bool{}
+	c.stats.ForksFollowed++
+	if h := c.cfg.History; h != nil {
+		h.Add(c.cycle, "fork-followed", st.cfg.ID, false, "the remote tier follows the fork at %d: %s", f.at, how)
+	}
+}
+
+// expireTruncations forgets lost tails the node did not act on while it ran: once the
+// broker has appended again (every cycle does), the log is no longer behind. A fork stays
+// until the remote tier follows it.
 func (st *streamState) expireTruncations() {
-	st.truncations = nil
+	kept := st.truncations[:0]
+	for _, t := range st.truncations {
+		if t.fork && !t.used {
+			kept = append(kept, t)
+		}
+	}
+	st.truncations = kept
+}
+
+// lowestTruncation is the unused truncation with the lowest cut below the acknowledged next
+// offset: the node's divergence point is the first offset where the log changed (nil: none).
+func (st *streamState) lowestTruncation() *truncation {
+	var best *truncation
+	for i := range st.truncations {
+		t := &st.truncations[i]
+		if !t.used && t.cut < st.ackedNext && (best == nil || t.cut < best.cut) {
+			best = t
+		}
+	}
+	return best
 }
 
 // Lost notes that the harness deleted stream's local offsets [from, to) before the node
@@ -297,29 +386,39 @@ func (c *Checker) observe(stream string, value []byte, modRev int64) {
 	}
 	st.epoch = max(st.epoch, r.Epoch)
 	if r.NextOffset < st.ackedNext {
-		explained, below := false, false
-		var cut uint64
-		for i := range st.truncations {
-			t := &st.truncations[i]
-			if !t.used && t.cut < st.ackedNext {
-				t.used, cut = true, t.cut
-				explained, below = t.cut <= r.NextOffset, t.cut > r.NextOffset
-				break
+		t := st.lowestTruncation()
+		var tr truncation
+		if t != nil {
+			tr = *t
+			for i := range st.truncations { // the lowest cut settles every loss above it
+				if u := &st.truncations[i]; !u.used && u.cut >= t.cut {
+					u.used = true
+				}
 			}
 		}
 		switch {
-		case below:
-			c.violate(stream, "truncated-below-divergence", "persisted next offset %d after %d was acknowledged: the harness cut the local log at %d, the chunks both hold end there, so only offsets from %d on may leave the remote tier, yet [%d,%d) left it too",
-				r.NextOffset, st.ackedNext, cut, cut, r.NextOffset, cut)
-			st.keepNext = min(st.keepNext, cut)
-		case !explained:
+		case t == nil:
 			c.violate(stream, "next-regressed", "persisted next offset %d after %d was acknowledged, and no truncation the harness caused explains it", r.NextOffset, st.ackedNext)
+		case tr.cut > r.NextOffset:
+			c.violate(stream, "truncated-below-divergence", "persisted next offset %d after %d was acknowledged: the harness cut the local log at %d, the chunks both hold end there, so only offsets from %d on may leave the remote tier, yet [%d,%d) left it too",
+				r.NextOffset, st.ackedNext, tr.cut, tr.cut, r.NextOffset, tr.cut)
+			st.keepNext = min(st.keepNext, tr.cut)
+		case tr.fork && r.NextOffset > tr.cut:
+			c.violate(stream, "truncated-above-divergence", "persisted next offset %d after %d was acknowledged: the local log holds another timeline's chunks from %d on (a fork), so the remote tier must be cut back to %d exactly, yet it kept the old timeline's [%d,%d)",
+				r.NextOffset, st.ackedNext, tr.cut, tr.cut, tr.cut, r.NextOffset)
 		default:
-			st.keepNext = min(st.keepNext, cut)
+			st.keepNext = min(st.keepNext, tr.cut)
 			c.stats.Truncations++
-			if h := c.cfg.History; h != nil {
-				h.Add(c.cycle, "truncation-seen", stream, false, "persisted next %d -> %d (a lost tail the harness caused)", st.ackedNext, r.NextOffset)
+			what := "a lost tail the harness caused"
+			if tr.fork {
+				what = "the fork the harness wrote"
 			}
+			if h := c.cfg.History; h != nil {
+				h.Add(c.cycle, "truncation-seen", stream, false, "persisted next %d -> %d (%s at %d)", st.ackedNext, r.NextOffset, what, tr.cut)
+			}
+		}
+		if tr.fork && st.fork != nil && st.fork.at == tr.cut {
+			c.followFork(st, fmt.Sprintf("persisted next %d -> %d", st.ackedNext, r.NextOffset))
 		}
 		st.ackedNext = r.NextOffset
 	}
@@ -345,6 +444,7 @@ func (c *Checker) observe(stream string, value []byte, modRev int64) {
 // that may have been in force allows its removal.
 func (c *Checker) judgeRetention(st *streamState, from, to uint64) {
 	pols := c.candidates(st)
+	m := st.remote()
 	now := time.Now().UnixMilli()
 	off := from
 	for off < to {
@@ -352,10 +452,10 @@ func (c *Checker) judgeRetention(st *streamState, from, to uint64) {
 			off = min(l.to, to)
 			continue
 		}
-		ch := st.ref.ChunkCovering(off)
+		ch := m.chunkCovering(off)
 		allowed := false
 		for _, p := range pols {
-			if p.MaxBytes > 0 && st.ref.BytesBetween(ch.Offset, st.maxNext)+c.cfg.RetentionSlack > p.MaxBytes {
+			if p.MaxBytes > 0 && m.bytesBetween(ch.Offset, st.maxNext)+c.cfg.RetentionSlack > p.MaxBytes {
 				allowed = true
 			}
 			if p.MaxAge > 0 && ch.TS < now-p.MaxAge.Milliseconds() {
@@ -364,12 +464,21 @@ func (c *Checker) judgeRetention(st *streamState, from, to uint64) {
 		}
 		if !allowed {
 			c.violate(st.cfg.ID, "retention-not-allowed", "offsets [%d,%d) left the remote tier (first offset %d -> %d), but no policy in force (%v) allows chunk %d (timestamp %d, %d bytes up to next %d)",
-				from, to, from, to, pols, ch.Offset, ch.TS, st.ref.BytesBetween(ch.Offset, st.maxNext), st.maxNext)
+				from, to, from, to, pols, ch.Offset, ch.TS, m.bytesBetween(ch.Offset, st.maxNext), st.maxNext)
 			return
 		}
 		c.stats.RetainedOffsets += min(ch.End(), to) - off
 		off = ch.End()
 	}
+}
+
+// remote is the mapping the remote tier's head is judged by: the timelines before a pending
+// fork (the old chunks may still be there), else every timeline.
+func (st *streamState) remote() mapping {
+	if st.fork != nil {
+		return st.lin.upTo(st.fork.timeline)
+	}
+	return st.lin.tls
 }
 
 // lossCovering is the loss range that holds off.

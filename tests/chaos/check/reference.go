@@ -24,26 +24,36 @@ type RefChunk struct {
 // End is one past its last offset.
 func (c RefChunk) End() uint64 { return c.Offset + uint64(c.Records) }
 
-// Reference is the expected content of a stream: the chunks its load generator writes, in
-// order, from offset 0. It extends itself on demand and can produce the exact bytes of any
+// Reference is the expected content of one timeline of a stream: the chunks its load
+// generator writes, in order, from its base offset (0 for a stream's first timeline). It extends itself on demand and can produce the exact bytes of any
 // chunk from a saved generator state. It is safe for concurrent use.
 type Reference struct {
 	mu     sync.Mutex
 	gen    *loadgen.Generator
 	chunks []RefChunk
 	ckpts  []loadgen.Generator // ckpts[i] is the generator before chunk i*ckptEvery
+	base   uint64 // the first chunk's offset
 	next   uint64
 	sums   []uint64 // sums[i] = bytes of chunks[0:i]
 }
 
-// NewReference returns the reference of the load cfg describes.
+// NewReference returns the reference of the load cfg describes, written from offset 0.
 func NewReference(cfg loadgen.Config) (*Reference, error) {
+	return NewReferenceAt(cfg, 0)
+}
+
+// NewReferenceAt returns the reference of the load cfg describes written from offset base
+// on: a timeline that forks off another at base (a new leader's chunks).
+func NewReferenceAt(cfg loadgen.Config, base uint64) (*Reference, error) {
 	g, err := loadgen.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Reference{gen: g, sums: []uint64{0}}, nil
+	return &Reference{gen: g, base: base, next: base, sums: []uint64{0}}, nil
 }
+
+// Base is the offset of the reference's first chunk.
+func (r *Reference) Base() uint64 { return r.base }
 
 // extend generates chunks until the reference reaches offset off (or holds n chunks).
 func (r *Reference) extend(off uint64, n int) {

@@ -28,6 +28,9 @@ type snapshot struct {
 	refs    map[entryRef]string // entry -> key
 	roots   map[string]bool
 	ref     map[string]bool // keys the manifest references
+	// While a fork is pending: live fragments holding chunks at or above it that matched
+	// only the old timeline, and only the new one (both at once: the timelines are mixed).
+	oldKeys, newKeys []string
 }
 
 // Check reads every stream's etcd records and remote tier now and checks them: the record
@@ -157,7 +160,29 @@ func (c *Checker) checkStream(ctx context.Context, st *streamState, full bool) e
 		return err
 	}
 	st.referenced = sn.ref
+	c.judgeFork(sn, rec, full)
 	return nil
+}
+
+// judgeFork decides what the snapshot says about a pending fork: a live fragment holding the
+// new timeline's chunks above it shows the remote tier followed it (the truncation record
+// itself may have gone by unseen); old and new chunks above it at once are two timelines
+// mixed; at the final check (full) the remote tier must have followed it.
+func (c *Checker) judgeFork(sn *snapshot, rec Record, full bool) {
+	st := sn.st
+	f := st.fork
+	if f == nil {
+		return
+	}
+	if len(sn.oldKeys) > 0 && len(sn.newKeys) > 0 {
+		c.violate(st.cfg.ID, "mixed-timelines", "above the fork at %d the remote tier holds the old timeline's chunks (%s) and the new one's (%s) at once", f.at, sn.oldKeys[0], sn.newKeys[0])
+	}
+	switch {
+	case len(sn.newKeys) > 0:
+		c.followFork(st, "the bucket holds the new timeline's chunks above it ("+sn.newKeys[0]+")")
+	case full && rec.NextOffset > f.at:
+		c.violate(st.cfg.ID, "fork-not-followed", "at the final check the persisted next offset is %d and the local log has held another timeline from %d on since a fork, yet the remote tier was never cut back to it", rec.NextOffset, f.at)
+	}
 }
 
 // walkTree flattens the tree into its leaves (entries of groups that end at or below the
@@ -324,6 +349,9 @@ func (c *Checker) checkFragment(ctx context.Context, sn *snapshot, l leaf, full 
 	o := sn.objects[key]
 	vkey := key + "@" + o.ETag + "/" + strconv.FormatInt(o.Size, 10)
 	if st.verified[vkey] && !full {
+		if st.verifiedOld[vkey] {
+			sn.oldKeys = append(sn.oldKeys, key)
+		}
 		return nil
 	}
 	b, err := c.cfg.Bucket.Get(ctx, key)
@@ -350,34 +378,76 @@ func (c *Checker) checkFragment(ctx context.Context, sn *snapshot, l leaf, full 
 	case first.TS != l.FirstTS || last.TS != l.LastTS:
 		c.violate(id, "fragment-timestamps", "fragment %s chunks %d..%d, its entry says %d..%d", key, first.TS, last.TS, l.FirstTS, l.LastTS)
 	}
-	idx, ok := st.ref.Index(first.ID)
-	if !ok {
-		c.violate(id, "chunk-boundary", "fragment %s starts at %d, where no chunk of the load starts", key, first.ID)
-		return nil
+	// The expected chunks: the lineage's; while a fork is pending, a fragment reaching above
+	// it may instead hold the old timeline's chunks there (not truncated yet).
+	maps := []mapping{st.lin.tls}
+	forkAbove := st.fork != nil && last.ID >= st.fork.at
+	if forkAbove {
+		maps = append(maps, st.lin.upTo(st.fork.timeline))
 	}
-	k := 0
-	bad := false
-	err = st.ref.Walk(idx, len(f.Chunks), func(rc RefChunk, want []byte) error {
-		ch := f.Chunks[k]
-		k++
-		got := b[ch.Pos : ch.Pos+ch.Size]
-		if rc.Offset != ch.ID || !bytes.Equal(got, want) {
-			at := firstDiff(got, want)
-			c.violate(id, "bytes-differ", "fragment %s: chunk %d (%d bytes) differs from the load's chunk %d (%d bytes) at byte %d", key, ch.ID, len(got), rc.Offset, len(want), at)
-			bad = true
-			return errStop
+	var miss []mismatch
+	for i, m := range maps {
+		chunks, n, mm := compareChunks(f, b, m)
+		if mm.rule == "" {
+			c.stats.ChunksCompared += chunks
+			c.stats.BytesCompared += n
+			st.verified[vkey] = true
+			switch {
+			case forkAbove && i == 0:
+				sn.newKeys = append(sn.newKeys, key)
+			case forkAbove:
+				sn.oldKeys = append(sn.oldKeys, key)
+				st.verifiedOld[vkey] = true
+			}
+			return nil
 		}
-		c.stats.ChunksCompared++
-		c.stats.BytesCompared += uint64(len(got))
-		return nil
-	})
-	if err != nil && !errors.Is(err, errStop) {
-		return err
+		miss = append(miss, mm)
 	}
-	if !bad {
-		st.verified[vkey] = true
+	detail := fmt.Sprintf("fragment %s: %s", key, miss[0].detail)
+	if len(miss) > 1 {
+		detail += fmt.Sprintf("; nor is it the timeline before the fork at %d: %s", st.fork.at, miss[1].detail)
 	}
+	c.violate(id, miss[0].rule, "%s", detail)
 	return nil
+}
+
+// mismatch is why a fragment's chunks are not the expected ones (rule empty: they are).
+type mismatch struct{ rule, detail string }
+
+// compareChunks compares every chunk of fragment f (object bytes b) with the chunk mapping m
+// expects at its offset, and returns how many chunks and bytes it compared.
+func compareChunks(f Fragment, b []byte, m mapping) (chunks, n uint64, mm mismatch) {
+	ids := make([]uint64, len(f.Chunks))
+	for k, ch := range f.Chunks {
+		ids[k] = ch.ID
+	}
+	runs, bad, ok := m.runs(ids)
+	if !ok {
+		return 0, 0, mismatch{"chunk-boundary", fmt.Sprintf("chunk %d starts where no chunk of the load (timeline from %d) starts", bad, m.at(bad).Base())}
+	}
+	for _, r := range runs {
+		k := r.k
+		err := r.ref.Walk(r.idx, r.n, func(rc RefChunk, want []byte) error {
+			ch := f.Chunks[k]
+			k++
+			got := b[ch.Pos : ch.Pos+ch.Size]
+			if rc.Offset != ch.ID || !bytes.Equal(got, want) {
+				mm = mismatch{"bytes-differ", fmt.Sprintf("chunk %d (%d bytes, epoch %d) differs from the load's chunk %d (%d bytes, timeline from %d) at byte %d",
+					ch.ID, len(got), ch.Epoch, rc.Offset, len(want), r.ref.Base(), firstDiff(got, want))}
+				return errStop
+			}
+			chunks++
+			n += uint64(len(got))
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStop) {
+			return 0, 0, mismatch{"bytes-differ", err.Error()}
+		}
+		if mm.rule != "" {
+			return 0, 0, mm
+		}
+	}
+	return chunks, n, mismatch{}
 }
 
 var errStop = errors.New("stop")

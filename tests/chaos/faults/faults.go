@@ -37,7 +37,10 @@ const (
 	LocalAhead Kind = "local-ahead"
 	// LostTail cuts a stream's local log back at a chunk boundary before the node starts
 	// (an unsynced tail lost in a crash): the remote tier is ahead; the node waits behind
-	// until the log refills (a match) or forks (a truncation at the divergence point).
+	// until the log refills (a match) or forks (a truncation at the divergence point). In
+	// some cycles (Fork) the broker at once writes other chunks from the cut on, at a higher
+	// epoch, as a new leader does after an unclean failover: the node must cut the remote
+	// tier back to the cut exactly and tier the new timeline.
 	LostTail Kind = "lost-tail"
 	// Cut forces a fragment cut with `node cut`.
 	Cut Kind = "cut"
@@ -86,8 +89,11 @@ type Fault struct {
 	Member int
 	// Retention.
 	Policy Policy
-	// LostTail: where in the range it may cut, 0 to 1.
-	Fraction float64
+	// LostTail: where in the range it may cut, 0 to 1; Fork: the log is refilled at once
+	// with ForkBytes of another timeline's chunks (else it refills later with the same ones).
+	Fraction  float64
+	Fork      bool
+	ForkBytes int64
 	// NodeKill and LocalAhead: bytes each stream's log grows by before the restart.
 	Appends []int64
 }
@@ -114,6 +120,9 @@ func (f Fault) String() string {
 		fmt.Fprintf(&b, " max-bytes=%d max-age=%v", f.Policy.MaxBytes, f.Policy.MaxAge)
 	case LostTail:
 		fmt.Fprintf(&b, " at %.3f", f.Fraction)
+		if f.Fork {
+			fmt.Fprintf(&b, " fork %d bytes", f.ForkBytes)
+		}
 	}
 	if len(f.Appends) > 0 {
 		fmt.Fprintf(&b, " appends=%v", f.Appends)
@@ -159,6 +168,7 @@ type Options struct {
 	MaxFaults        int          // faults per cycle at most (at least 1)
 	Weights          map[Kind]int // relative frequency; a kind absent or 0 never happens
 	LostTailPercent  int          // chance a cycle starts with a lost tail
+	ForkPercent      int          // chance a lost tail is refilled at once with another timeline
 	CleanStopPercent int          // chance a cycle ends with SIGTERM rather than SIGKILL
 }
 
@@ -169,7 +179,7 @@ var DefaultWeights = map[Kind]int{NodeKill: 3, S3Storm: 6, EtcdMemberKill: 2, Et
 func DefaultOptions(streams int) Options {
 	return Options{Streams: streams, Members: 3, MinCycle: 4 * time.Second, MaxCycle: 9 * time.Second,
 		MinAppend: 128 << 10, MaxAppend: 1536 << 10, SegmentBytes: 256 << 10, MaxFaults: 3,
-		Weights: DefaultWeights, LostTailPercent: 15, CleanStopPercent: 30}
+		Weights: DefaultWeights, LostTailPercent: 15, ForkPercent: 50, CleanStopPercent: 30}
 }
 
 // Plan is cycle index's plan under seed.
@@ -275,6 +285,10 @@ func Plan(seed uint64, index int, o Options) Cycle {
 	}
 	sort.SliceStable(c.Faults, func(i, j int) bool { return c.Faults[i].At < c.Faults[j].At })
 	c.CleanStop = r.IntN(100) < o.CleanStopPercent
+	// Drawn last, so that adding it left every earlier draw of a seed's schedule as it was.
+	if fork, bytes := r.IntN(100) < o.ForkPercent, o.MinAppend/8+r.Int64N(o.MaxAppend); c.LostTail != nil {
+		c.LostTail.Fork, c.LostTail.ForkBytes = fork, bytes
+	}
 	return c
 }
 

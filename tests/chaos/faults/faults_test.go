@@ -22,12 +22,19 @@ func TestPlanReplays(t *testing.T) {
 		t.Fatal("two seeds gave the same schedule")
 	}
 	seen := map[Kind]int{}
+	forks := 0
 	for _, c := range a {
 		if c.Duration < o.MinCycle || len(c.Appends) != 3 || len(c.Faults) == 0 || len(c.Faults) > o.MaxFaults {
 			t.Fatalf("bad cycle: %s", c)
 		}
 		if c.LostTail != nil {
 			seen[LostTail]++
+			if c.LostTail.Fork {
+				forks++
+				if c.LostTail.ForkBytes <= 0 {
+					t.Fatalf("a fork that writes nothing: %s", c)
+				}
+			}
 			if c.Appends[c.LostTail.Stream] != 0 {
 				t.Fatalf("a lost tail's stream grows in its cycle: %s", c)
 			}
@@ -46,6 +53,9 @@ func TestPlanReplays(t *testing.T) {
 		if seen[k] == 0 {
 			t.Errorf("200 cycles never drew a %s", k)
 		}
+	}
+	if forks == 0 || forks == seen[LostTail] {
+		t.Errorf("%d of %d lost tails fork: want some, not all", forks, seen[LostTail])
 	}
 	if d := a[0].Duration; d > time.Minute {
 		t.Fatalf("cycle of %v", d)

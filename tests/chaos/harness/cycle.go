@@ -76,8 +76,11 @@ func (w *world) persisted(ctx context.Context, stream string) (first, next uint6
 }
 
 // lostTail cuts a stream's log back at a chunk boundary where the remote tier is ahead of
-// it: above the local and remote first offsets, below the persisted next offset when it
-// can (else anywhere above the first chunk).
+// it: above the local and remote first offsets and the latest fork, below the persisted
+// next offset when it can (else anywhere above the first chunk). A fork then writes another
+// timeline from the cut on at once (when no earlier fork of the stream is still pending).
+// The cut stays above the latest fork so that the log's last epoch, which the node takes as
+// its writer epoch, never falls.
 func (w *world) lostTail(ctx context.Context, f faults.Fault) error {
 	l, id := w.logs[f.Stream], w.streams[f.Stream]
 	first, next, _, err := l.bounds()
@@ -88,7 +91,7 @@ func (w *world) lostTail(ctx context.Context, f faults.Fault) error {
 	if err != nil {
 		return err
 	}
-	lo := first + 1
+	lo := max(first, l.lin.Latest().Base()) + 1
 	if found {
 		lo = max(lo, pFirst+1)
 	}
@@ -120,11 +123,34 @@ func (w *world) lostTail(ctx context.Context, f faults.Fault) error {
 		return nil
 	}
 	cut := cands[int(f.Fraction*float64(len(cands)))%len(cands)]
-	w.chk.Truncated(id, cut)
+	if f.Fork && w.chk.ForkPending(id) {
+		w.skip(string(faults.LostTail)+"/fork", id, "the fork at %d is still pending: the log refills with the same chunks", l.lin.Latest().Base())
+		f.Fork = false
+	}
+	if !f.Fork {
+		w.chk.Truncated(id, cut)
+		if err := l.truncateTail(cut); err != nil {
+			return err
+		}
+		w.countFault(string(faults.LostTail), id, "local log cut back from %d to %d (persisted [%d,%d)): the remote tier is ahead", next, cut, pFirst, pNext)
+		return nil
+	}
+	cfg := w.forkLoad(id, l.lin.Timelines(), l.lin.ChunkCovering(cut).TS)
+	if err := w.chk.Forked(id, cut, cfg); err != nil {
+		return err
+	}
 	if err := l.truncateTail(cut); err != nil {
 		return err
 	}
-	w.countFault(string(faults.LostTail), id, "local log cut back from %d to %d (persisted [%d,%d)): the remote tier is ahead", next, cut, pFirst, pNext)
+	if err := l.lin.Fork(cut, cfg); err != nil {
+		return err
+	}
+	end, err := l.appendBytes(f.ForkBytes)
+	if err != nil {
+		return err
+	}
+	w.countFault(string(faults.LostTail)+"/fork", id, "local log cut back from %d to %d (persisted [%d,%d)), then another timeline (epoch %d) written to %d: the node must cut the remote tier back to %d",
+		next, cut, pFirst, pNext, cfg.Epoch, end, cut)
 	return nil
 }
 

@@ -308,7 +308,8 @@ func (r Report) Print(out io.Writer) {
 	c := r.Check
 	fmt.Fprintf(out, "  checks %d: %d persists observed, offsets checked %d, chunks compared %d, bytes compared %d (%.1f MiB), fragments read %d, groups %d, roots %d\n",
 		c.Checks, c.Acks, c.OffsetsChecked, c.ChunksCompared, c.BytesCompared, float64(c.BytesCompared)/(1<<20), c.FragmentsRead, c.GroupsRead, c.RootsRead)
-	fmt.Fprintf(out, "  truncations explained %d, offsets retained by policy %d, offsets in declared gaps at the end %d\n", c.Truncations, c.RetainedOffsets, c.GapOffsets)
+	fmt.Fprintf(out, "  truncations explained %d, forks written %d (followed by the remote tier %d), offsets retained by policy %d, offsets in declared gaps at the end %d\n",
+		c.Truncations, c.Forks, c.ForksFollowed, c.RetainedOffsets, c.GapOffsets)
 	fmt.Fprintf(out, "  recovery: lag zero %v after the faults stopped\n", r.Recovery.Round(time.Millisecond))
 	for _, v := range r.Verify {
 		fmt.Fprintf(out, "  verify %s\n", v)

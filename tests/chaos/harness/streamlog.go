@@ -18,7 +18,7 @@ type streamLog struct {
 	id       string
 	dir      string
 	segBytes int64
-	ref      *check.Reference // private: it hands out generators
+	lin      *check.Lineage // private: its references hand out generators
 }
 
 // bounds opens the log (recovering it as any opener would) and reports its first and next
@@ -40,11 +40,15 @@ func (s *streamLog) appendBytes(n int64) (uint64, error) {
 		return 0, err
 	}
 	next := lg.NextOffset()
-	idx, ok := s.ref.Index(next)
+	ref := s.lin.Latest()
+	if next < ref.Base() {
+		return 0, errors.Join(fmt.Errorf("stream %s: the log ends at %d, below its latest timeline's start %d", s.id, next, ref.Base()), lg.Close())
+	}
+	idx, ok := ref.Index(next)
 	if !ok {
 		return 0, errors.Join(fmt.Errorf("stream %s: the log ends at %d, where no chunk of the load starts", s.id, next), lg.Close())
 	}
-	g := s.ref.Generator(idx)
+	g := ref.Generator(idx)
 	var written int64
 	for written < n {
 		before := g.Bytes()

@@ -112,6 +112,16 @@ func (w *world) load(id string) loadgen.Config {
 		SubBatchPercent: 20, TrackingEvery: 53, StartTimestamp: w.start.UnixMilli(), BytesPerSecond: 150_000}
 }
 
+// forkLoad is the load of stream id's timeline k (k >= 1: the k-th fork), starting at
+// timestamp ts: another seed, so other chunks, and epoch k+1, as a new leader writes them.
+func (w *world) forkLoad(id string, k int, ts int64) loadgen.Config {
+	cfg := w.load(id)
+	cfg.Seed ^= uint64(k) * 0x9e3779b97f4a7c15
+	cfg.Epoch = uint64(k) + 1
+	cfg.StartTimestamp = ts
+	return cfg
+}
+
 // setup starts etcd, S3, the injector, the checker and the observer, and writes the node's
 // configuration.
 func (w *world) setup(ctx context.Context) error {
@@ -162,11 +172,11 @@ func (w *world) setup(ctx context.Context) error {
 	for i := range w.cfg.Streams {
 		id := fmt.Sprintf("s%d", i)
 		w.streams = append(w.streams, id)
-		ref, err := check.NewReference(w.load(id))
+		lin, err := check.NewLineage(w.load(id))
 		if err != nil {
 			return err
 		}
-		w.logs = append(w.logs, &streamLog{id: id, dir: filepath.Join(w.dir, "logs", id), segBytes: segmentBytes, ref: ref})
+		w.logs = append(w.logs, &streamLog{id: id, dir: filepath.Join(w.dir, "logs", id), segBytes: segmentBytes, lin: lin})
 		scs = append(scs, check.StreamConfig{ID: id, Load: w.load(id), Policy: check.Policy{MaxBytes: configMaxBytes}})
 	}
 	w.chk, err = check.New(check.Config{
