@@ -97,7 +97,7 @@ type streamState struct {
 	cfg       StreamConfig
 	lin       *Lineage     // the expected chunks, timeline by timeline
 	fork      *pendingFork // nil: the remote tier holds (or will hold) only the lineage's chunks
-	ackedNext uint64 // highest persisted next acknowledged, lowered only by a harness truncation
+	ackedNext uint64       // highest persisted next acknowledged, lowered only by a harness truncation
 	// keepNext: acknowledged data below it must stay data (no gap may ever cover it); it
 	// falls only to the cut of a truncation the harness caused, never below.
 	keepNext    uint64

@@ -32,7 +32,7 @@ type Reference struct {
 	gen    *loadgen.Generator
 	chunks []RefChunk
 	ckpts  []loadgen.Generator // ckpts[i] is the generator before chunk i*ckptEvery
-	base   uint64 // the first chunk's offset
+	base   uint64              // the first chunk's offset
 	next   uint64
 	sums   []uint64 // sums[i] = bytes of chunks[0:i]
 }
