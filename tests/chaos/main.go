@@ -69,9 +69,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "chaos: %v\n", err)
-		return 2
 	}
-	if len(rep.Violations) > 0 {
+	return exitCode(rep, err)
+}
+
+// exitCode is the process's exit status: 2 when the harness could not run (whatever it
+// found before), 1 when the checker found a violation, 0 otherwise.
+func exitCode(rep harness.Report, err error) int {
+	switch {
+	case err != nil:
+		return 2
+	case len(rep.Violations) > 0:
 		return 1
 	}
 	return 0
