@@ -475,4 +475,14 @@ func TestCheckerReportsMixedTimelines(t *testing.T) {
 	tr.persist([]manifest.Entry{es[0], es[1], kept, nf}, 0, nt.Chunk(11).End(), 0)
 	mustCheck(t, c, false)
 	wantRule(t, c, "mixed-timelines")
+
+	// The same with the old fragment the checker had already compared before the fork
+	// ([25,40), old 30..39) kept whole, and the new timeline appended after it.
+	tr2 := newTierLoad(t, one)
+	c2 := tr2.checker()
+	es2, _, nt2 := tr2.forked(c2)
+	after, _, _ := tr2.fragmentOf(nt2, 10, 15, 7000) // new from offset 40 on
+	tr2.persist(append(es2[:3:3], after), 0, nt2.Chunk(14).End(), 0)
+	mustCheck(t, c2, false)
+	wantRule(t, c2, "mixed-timelines")
 }

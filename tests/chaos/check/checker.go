@@ -223,6 +223,9 @@ func (c *Checker) Forked(stream string, cut uint64, cfg loadgen.Config) error {
 	if cut < st.ackedNext {
 		st.fork = &pendingFork{at: cut, timeline: st.lin.Timelines() - 1}
 		st.truncations = append(st.truncations, truncation{cut: cut, fork: true})
+		// Fragments compared before the fork matched the old timeline: compare them again,
+		// so that one still live above the fork counts as old (and is judged once followed).
+		st.verified = map[string]bool{}
 	}
 	return nil
 }
