@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"streamtier/netport"
 )
 
 // EmbeddedConfig describes a single-member etcd server run inside this process. The zero value
@@ -129,8 +131,9 @@ func loopbackAddrs(client, peer string) (clientAddr, peerAddr string, chosen boo
 		if port != "0" {
 			return addr, nil
 		}
-		// Hold every drawn port until all are drawn, so the two never coincide.
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		// Hold every drawn port until all are drawn, so the two never coincide. They are
+		// remembered for the next start, so they come from below the ephemeral range.
+		l, err := netport.Listen(host)
 		if err != nil {
 			return "", fmt.Errorf("embedded etcd: %s port: %w", what, err)
 		}

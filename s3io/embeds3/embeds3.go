@@ -27,6 +27,7 @@ import (
 	"github.com/versity/versitygw/backend/posix"
 	"github.com/versity/versitygw/embedgw"
 
+	"streamtier/netport"
 	"streamtier/s3io"
 )
 
@@ -106,7 +107,7 @@ func StartWith(ctx context.Context, o Options) (*Server, error) {
 		return nil, fmt.Errorf("embedded s3: data directory %q: %w", o.Dir, err)
 	}
 	if o.Addr == "" {
-		if o.Addr, err = freeLoopbackAddr(); err != nil {
+		if o.Addr, err = netport.Free("127.0.0.1"); err != nil {
 			return nil, fmt.Errorf("embedded s3: %w", err)
 		}
 	} else if err := checkLoopback(o.Addr); err != nil {
@@ -237,15 +238,6 @@ func checkLoopback(addr string) error {
 		return fmt.Errorf("embedded s3: listen address %q: only loopback addresses are allowed", addr)
 	}
 	return nil
-}
-
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 func randomHex(n int) string {

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"streamtier/netport"
 	"streamtier/s3io"
 )
 
@@ -102,7 +102,7 @@ func Launch(dir string, opts Options) (*Server, error) {
 }
 
 func (s *Server) launch(bin string) error {
-	addr, err := freeLoopbackAddr()
+	addr, err := netport.Free("127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -246,16 +246,6 @@ func (s *Server) kill() {
 
 // Output is what the server printed so far, for failure messages.
 func (s *Server) Output() string { return s.output.String() }
-
-// freeLoopbackAddr asks the kernel for a free port on 127.0.0.1.
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -18,6 +18,8 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"streamtier/netport"
 )
 
 // Options configure the cluster.
@@ -83,7 +85,9 @@ func Start(ctx context.Context, dir string, o Options) (*Cluster, error) {
 	return c, nil
 }
 
-// freePorts draws n distinct free loopback ports, holding each until all are drawn.
+// freePorts draws n distinct free loopback ports, holding each until all are drawn. A
+// member restarts on the ports it was given once, so they come from below the kernel's
+// ephemeral range (netport), where nobody else's bind(0) takes them while it is down.
 func freePorts(n int) ([]string, error) {
 	var out []string
 	var held []net.Listener
@@ -93,7 +97,7 @@ func freePorts(n int) ([]string, error) {
 		}
 	}()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := netport.Listen("127.0.0.1")
 		if err != nil {
 			return nil, fmt.Errorf("etcdcluster: free port: %w", err)
 		}
