@@ -97,7 +97,7 @@ type Governor struct {
 	tokens  float64
 	last    time.Time
 	pending []Submission
-	byKey   map[key]uint64    // owner and ref -> id of the queued submission
+	byKey   map[key]uint64       // owner and ref -> id of the queued submission
 	running map[uint64]admission // admitted, not yet Done or Unused
 	streams map[string]int       // running transfers per stream
 	counts  counts
