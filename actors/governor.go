@@ -215,9 +215,9 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 		c.Spawn(actor.PropsFromProducer(func() actor.Actor { return t }))
 	}
 	for _, id := range unused {
-		// No task runs, so no transferDone comes: give the slot back now (what that admits
-		// is executed in turn; each round takes from the queue, so it ends).
-		g.execute(c, g.core.Done(now, id))
+		// No task runs, so no transferDone comes: give the slot and the tokens back now
+		// (what that admits is executed in turn; each round takes from the queue, so it ends).
+		g.execute(c, g.core.Unused(now, id))
 	}
 	if d.Wake > 0 {
 		at := now.Add(d.Wake)

@@ -309,3 +309,30 @@ func TestGovernorFreesTheSlotOfAnEndedReader(t *testing.T) {
 		return st.InFlight == 0, fmt.Sprintf("in flight %d", st.InFlight)
 	})
 }
+
+// TestGovernorEndedReaderAdmittedUncharged: a reader incarnation ends between its
+// submission and its cancelOwner (its context is cancelled first): the governor may admit
+// the submission in that window, finds nobody waiting and starts no upload. The bucket must
+// not pay for it: the tokens go back with the slot, and the live reader's fragment behind it
+// is admitted without waiting for a refill.
+func TestGovernorEndedReaderAdmittedUncharged(t *testing.T) {
+	// Fragments are 32 to 37 KiB; the bucket holds 40 KiB and refills at 1 KiB/s.
+	f := newGovFixture(t, governorcore.Config{RateBytesPerSec: 1 << 10, BurstBytes: 40 << 10}, nil)
+	before := f.status()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	d := f.frags[0]
+	f.sys.Root.Send(f.pid, &submitTransfer{Ctx: ended, Owner: 9, Stream: "g", Dir: f.dir, Ref: 1, Attempt: 1,
+		Fragment: &d, Size: d.ObjectSize(), ReplyTo: f.reader.pid})
+	st := f.status()
+	if st.Admitted != 1 || st.Queued != 0 || st.InFlight != 0 {
+		t.Fatalf("after the ended reader's submission: %+v", st.Status)
+	}
+	if st.Tokens != before.Tokens {
+		t.Fatalf("the ended reader's submission was charged: tokens %d, %d before (%d bytes)", st.Tokens, before.Tokens, d.ObjectSize())
+	}
+	f.submit(1, 2, 1, 1) // no clock advance: only the refunded tokens cover it
+	if res := f.admitted(2, 1); res.Outcome != readercore.OK {
+		t.Fatalf("the live reader's upload: %+v", res)
+	}
+}

@@ -102,7 +102,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 // calls it (through readSide) before openRemoteSource.
 func (n *Node) remoteEnvFor(env remoteEnv) remoteEnv {
 	env.System, env.Budget, env.Metrics, env.Clock = n.system, n.readBudget, n.metrics, n.cfg.clock
-	env.Fetch = n.cfg.Read
+	env.Fetch, env.faults = n.cfg.Read, n.cfg.faults
 	if env.KeyPrefix == "" {
 		env.KeyPrefix = n.cfg.KeyPrefix
 	}

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -115,16 +116,23 @@ func (sw *steadyWriter) stop(t *testing.T) {
 
 // TestEtcdOutageMidRun: while a writer appends at a steady rate, etcd is stopped (the
 // embedded server closed) and started again on the same data directory and ports. The
-// outage lasts 8 s rather than 30: with a 1 s persist timeout it crosses the deadline
-// several times, and the client's reconnect backoff is capped at 2 s, so a longer outage
-// shows nothing more. Persist failures are counted and shown in status while it lasts,
+// outage lasts 8 s by default (STREAMTIER_ETCD_OUTAGE=30s for the 30 s): with a 1 s
+// persist timeout it crosses the deadline several times, and the client's reconnect
+// backoff is capped at 2 s, so a longer outage shows little more. Persist failures are counted and shown in status while it lasts,
 // the stream resumes by itself within seconds of etcd's return, and nothing is lost: every
 // offset is durable at the end and the remote tier matches the local log chunk for chunk.
 func TestEtcdOutageMidRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("an 8 s etcd outage")
 	}
-	const outage = 8 * time.Second
+	outage := 8 * time.Second
+	if v := os.Getenv("STREAMTIER_ETCD_OUTAGE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("STREAMTIER_ETCD_OUTAGE=%q: %v", v, err)
+		}
+		outage = d
+	}
 	w := newWorld(t, worldOptions{etcdRestart: true})
 	log, _ := testLogger(t)
 	n := w.startNode(Config{Logger: log, PersistTimeout: time.Second, LocalHotWindowBytes: 1 << 40, // keep the log to compare with

@@ -142,6 +142,7 @@ type remoteEnv struct {
 	Metrics *Metrics
 	Clock   clock
 	Fetch   fetchcore.Config // range size and concurrency ceiling; Budget comes from Budget
+	faults  *faultHooks      // the node's (tests): a panic injected into a GET, index or walk task
 }
 
 // openRemoteSource opens the remote source a reader uses; from is at or above the manifest's

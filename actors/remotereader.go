@@ -109,7 +109,7 @@ func openRemoteRead(ctx context.Context, env remoteEnv, from uint64) (remoteSour
 	}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	r.tm.clock = env.Clock
-	r.tasks = taskSet{log: log, metrics: env.Metrics}
+	r.tasks = taskSet{log: log, metrics: env.Metrics, faults: env.faults}
 	props := actor.PropsFromProducer(func() actor.Actor { return r },
 		actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
 	src.pid = env.System.Root.Spawn(props)

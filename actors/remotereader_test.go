@@ -12,6 +12,7 @@ import (
 
 	"streamtier/actors/fetchcore"
 	"streamtier/manifest"
+	"streamtier/s3io"
 	"streamtier/s3io/s3test"
 	"streamtier/tiertest"
 )
@@ -27,7 +28,12 @@ type remoteFixture struct {
 }
 
 func newRemoteFixture(t *testing.T, chunks int) *remoteFixture {
-	w := newWorld(t, worldOptions{})
+	return newRemoteFixtureIn(t, chunks, worldOptions{})
+}
+
+// newRemoteFixtureIn is newRemoteFixture in a world built with o.
+func newRemoteFixtureIn(t *testing.T, chunks int, o worldOptions) *remoteFixture {
+	w := newWorld(t, o)
 	st := tiertest.Write(t, tiertest.Env{Store: w.store, Meta: w.meta}, tiertest.Spec{
 		Stream: "remote-read", Seed: 5, Chunks: chunks, FragmentSize: 48 << 10, Rebalance: 3,
 	})
@@ -280,4 +286,47 @@ func TestRemoteReadRecyclesRangeBuffers(t *testing.T) {
 		t.Fatalf("no chunk kept past the next Next changed: the buffers were not recycled")
 	}
 	t.Logf("%d GETs, %d buffers allocated, %d reused; %d of %d chunks kept past Next changed", gets, allocs, reuses, changed, len(keep))
+}
+
+// TestRemoteReadGetPastDeadlineOrPanicRetried: a range GET that hangs (the server holds
+// its answer for a minute) ends at its deadline, s3_transfer_timeout (1 s here), and a GET
+// task that panics reports a failure: the core sees both as retriable and fetches the range
+// again. The read completes, every chunk once and byte for byte, well within the minute.
+func TestRemoteReadGetPastDeadlineOrPanicRetried(t *testing.T) {
+	f := newRemoteFixtureIn(t, 200, worldOptions{s3: func(c *s3io.Config) { c.TransferTimeout = time.Second }})
+	m := f.st.Manifest
+	hung := make(chan string, 2)
+	f.w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `/data/.*\.fragment$`, Fault: s3test.FaultDelay, Delay: time.Minute, Count: 2, Hit: hung})
+	var mu sync.Mutex
+	panics := 0
+	env := f.env
+	env.faults = &faultHooks{task: func(name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if name == "remote-read-get" && panics < 3 {
+			panics++
+			panic("injected remote GET fault")
+		}
+	}}
+	start := time.Now()
+	src := f.open(t, env, m.FirstOffset)
+	n, end := f.readAll(t, src, m.FirstOffset)
+	took := time.Since(start)
+	if n != len(f.order) || end != m.NextOffset {
+		t.Fatalf("read %d chunks up to %d, the tier holds %d up to %d", n, end, len(f.order), m.NextOffset)
+	}
+	if len(hung) != 2 {
+		t.Fatalf("%d GETs held by the server, want 2", len(hung))
+	}
+	rs := &f.env.Metrics.RemoteRead
+	if got := rs.Errors[RemoteErrRetriable].Load(); got < 5 {
+		t.Fatalf("%d retriable errors counted, want at least 5 (2 GETs past their deadline, 3 panics)", got)
+	}
+	if p := f.env.Metrics.TaskPanics.Load(); p != 3 {
+		t.Fatalf("%d task panics counted, want 3", p)
+	}
+	if took > 30*time.Second {
+		t.Fatalf("the read took %v: a hung GET waited for the server instead of its 1 s deadline", took)
+	}
+	t.Logf("%d chunks in %v through 2 hung GETs and 3 panicking GET tasks; %d retriable errors", n, took.Round(time.Millisecond), rs.Errors[RemoteErrRetriable].Load())
 }

@@ -6,7 +6,8 @@
 // submission whose stream is at its share keeps its place in the queue while the ones
 // behind it from other streams go first; admission is otherwise FIFO. A queued submission is
 // superseded in place by a later one with the same owner and reference (never queued or
-// charged twice), and an owner's queued submissions can be cancelled together, uncharged.
+// charged twice), and an owner's queued submissions can be cancelled together, uncharged;
+// an admitted one that is never started (its owner ended first) is refunded (Unused).
 // Time comes in as an argument, so every decision is a function of state and event.
 package governorcore
 
@@ -96,13 +97,19 @@ type Governor struct {
 	tokens  float64
 	last    time.Time
 	pending []Submission
-	byKey   map[key]uint64    // owner and ref -> id of the queued submission
-	running map[uint64]string // admitted, not yet Done: id -> stream
-	streams map[string]int    // running transfers per stream
+	byKey   map[key]uint64       // owner and ref -> id of the queued submission
+	running map[uint64]admission // admitted, not yet Done or Unused
+	streams map[string]int       // running transfers per stream
 	counts  counts
 }
 
-type counts struct{ submitted, admitted, superseded, canceled uint64 }
+// admission is an admitted transfer's stream and what the bucket paid for it (0 unpaced).
+type admission struct {
+	stream  string
+	charged float64
+}
+
+type counts struct{ submitted, admitted, superseded, canceled, unused uint64 }
 
 // New returns a governor whose bucket starts full at now.
 func New(cfg Config, now time.Time) *Governor {
@@ -114,7 +121,7 @@ func New(cfg Config, now time.Time) *Governor {
 // tokens above the bucket size are cut to it. The queue starts empty.
 func Resume(cfg Config, tokens int64, at time.Time) *Governor {
 	return &Governor{cfg: cfg, tokens: min(float64(tokens), float64(cfg.Burst())), last: at, byKey: make(map[key]uint64),
-		running: make(map[uint64]string), streams: make(map[string]int)}
+		running: make(map[uint64]admission), streams: make(map[string]int)}
 }
 
 // Submit queues a transfer and admits whatever the bucket allows now. A queued submission
@@ -217,10 +224,14 @@ func (g *Governor) Tick(now time.Time) Decision {
 				d.Wake = max(time.Duration(wait)+1, time.Millisecond)
 				break
 			}
-			g.tokens -= float64(head.Size)
+		}
+		a := admission{stream: head.Stream}
+		if !g.cfg.Unlimited() {
+			a.charged = float64(head.Size)
+			g.tokens -= a.charged
 		}
 		d.Admit = append(d.Admit, head)
-		g.running[head.ID] = head.Stream
+		g.running[head.ID] = a
 		g.streams[head.Stream]++
 	}
 	kept = append(kept, g.pending[i:]...)
@@ -242,13 +253,36 @@ func (g *Governor) full() bool {
 // admits what may run now. An id it does not know (a transfer of a governor before a
 // restart, or reported twice) changes nothing.
 func (g *Governor) Done(now time.Time, id uint64) Decision {
-	if stream, ok := g.running[id]; ok {
-		delete(g.running, id)
-		if g.streams[stream]--; g.streams[stream] <= 0 {
-			delete(g.streams, stream)
+	g.release(id)
+	return g.Tick(now)
+}
+
+// Unused records that an admitted transfer was never started: its owner ended between the
+// submission and its CancelOwner, so nobody waits for it. Like Done it frees the slot, and
+// the bucket gets back what the admission charged (a transfer that never ran is not
+// paced), so an ended owner is never charged. An id it does not know changes nothing.
+func (g *Governor) Unused(now time.Time, id uint64) Decision {
+	if a, ok := g.release(id); ok {
+		g.counts.unused++
+		if !g.cfg.Unlimited() {
+			g.refill(now)
+			g.tokens = min(g.tokens+a.charged, float64(g.cfg.Burst()))
 		}
 	}
 	return g.Tick(now)
+}
+
+// release frees the slot of the admitted transfer id and returns its admission.
+func (g *Governor) release(id uint64) (admission, bool) {
+	a, ok := g.running[id]
+	if !ok {
+		return admission{}, false
+	}
+	delete(g.running, id)
+	if g.streams[a.stream]--; g.streams[a.stream] <= 0 {
+		delete(g.streams, a.stream)
+	}
+	return a, true
 }
 
 func (g *Governor) admitted(ss []Submission) {
@@ -288,13 +322,14 @@ type Status struct {
 	Admitted   uint64 // admitted (and charged, when paced)
 	Superseded uint64 // queued submissions replaced by a resubmission of the same reference
 	Canceled   uint64 // queued submissions dropped uncharged (Cancel, CancelOwner)
+	Unused     uint64 // admitted but never started (their owner ended), refunded (Unused)
 }
 
 // Status reports the bucket and queue as of the last event.
 func (g *Governor) Status() Status {
 	st := Status{RateBytesPerSec: g.cfg.RateBytesPerSec, Queued: len(g.pending),
 		InFlight: len(g.running), MaxConcurrent: g.cfg.MaxConcurrent, PerStream: g.cfg.PerStream,
-		Submitted: g.counts.submitted, Admitted: g.counts.admitted, Superseded: g.counts.superseded, Canceled: g.counts.canceled}
+		Submitted: g.counts.submitted, Admitted: g.counts.admitted, Superseded: g.counts.superseded, Canceled: g.counts.canceled, Unused: g.counts.unused}
 	if !g.cfg.Unlimited() {
 		st.BurstBytes = g.cfg.Burst()
 		st.Tokens = int64(g.tokens)

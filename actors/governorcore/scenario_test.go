@@ -15,9 +15,11 @@ import (
 //	new [max=N] [per-stream=N] [rate=B] [burst=B]   a governor at time 0
 //	submit id=N stream=S [size=B] [owner=N] [ref=N] [at=D]
 //	done id=N [at=D]                                  an admitted transfer ended
+//	unused id=N [at=D]                                an admitted transfer never started
 //	tick at=D
 //	cancel-owner owner=N
 //	status                                            in flight per stream and the queue
+//	bucket                                            tokens and the admission counters
 //
 // Each event prints what the governor decided: admitted ids (with their stream),
 // superseded ids and the wake-up, or "-" for nothing.
@@ -65,12 +67,17 @@ func TestScenarios(t *testing.T) {
 				return describe(g.Submit(at(), s), g)
 			case "done":
 				return describe(g.Done(at(), uint64(num("id", 0))), g)
+			case "unused":
+				return describe(g.Unused(at(), uint64(num("id", 0))), g)
 			case "tick":
 				return describe(g.Tick(at()), g)
 			case "cancel-owner":
 				return fmt.Sprintf("canceled %v", g.CancelOwner(uint64(num("owner", 0))))
 			case "status":
 				return status(g)
+			case "bucket":
+				st := g.Status()
+				return fmt.Sprintf("tokens %d admitted %d unused %d canceled %d", st.Tokens, st.Admitted, st.Unused, st.Canceled)
 			}
 			d.Fatalf(t, "unknown command %s", d.Cmd)
 			return ""

@@ -169,3 +169,51 @@ func TestBackoffSchedules(t *testing.T) {
 		t.Errorf("doubling overflow: %s", d)
 	}
 }
+
+// TestSupersededPersistKeepsWaitersWhileResetPending: a persist that does not carry the
+// pending truncation (one started before it) succeeds while the truncation waits for its
+// own persist. The manifest it published is the timeline being cut back, so no waiter is
+// answered from it, and the truncation's own persist follows; only that persist's
+// manifest releases waiters. No event sequence reaches this state today (a truncation
+// starts at a resolution or at an operator's truncate of a diverged stream, both with no
+// persist in flight), so the state is set by hand: the guard keeps it safe should one.
+func TestSupersededPersistKeepsWaitersWhileResetPending(t *testing.T) {
+	c, err := New(Config{StreamID: "s", FragmentTargetSize: 100, PersistThreshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStep(t, c, Resolved{Manifest: manifest.Empty()})
+	mustStep(t, c, LogOpened{})
+	h := segments.Header{Records: 1, DataLen: 52}
+	effs := mustStep(t, c, ChunkDrained{Header: h, Location: segments.Location{Segment: "s", Position: 8, Size: 100}})
+	sub := effs[0].(SubmitTransfer)
+	mustStep(t, c, AwaitOffset{Offset: 0, Waiter: 1})
+	var persist StartPersist
+	for _, e := range mustStep(t, c, TransferResult{Ref: sub.Ref, Attempt: 1, Outcome: OK, UID: 7}) {
+		if p, ok := e.(StartPersist); ok {
+			persist = p
+		}
+	}
+	if persist.Ref == 0 || persist.Reset {
+		t.Fatalf("no plain persist started: %+v", persist)
+	}
+	// A truncation back to the empty manifest arrives while that persist is in flight.
+	c.reset = &pendingReset{reason: TruncateOperator, base: manifest.Empty()}
+	c.mem, c.pending, c.nonAppend = manifest.Empty(), nil, 0
+	effs = mustStep(t, c, PersistResult{Ref: persist.Ref, Outcome: PersistOK, Revision: 1, RootUID: 9})
+	var next StartPersist
+	for _, e := range effs {
+		switch e := e.(type) {
+		case ReplyWaiters:
+			t.Fatalf("waiters answered from a persist the pending truncation supersedes: %v", e)
+		case StartPersist:
+			next = e
+		}
+	}
+	if !next.Reset || next.ExpectedRevision != 1 || next.Root.NextOffset != 0 {
+		t.Fatalf("the truncation's persist does not follow: %+v (effects %v)", next, effs)
+	}
+	if st := c.Status(); st.Waiters != 1 || !st.ResetPending {
+		t.Fatalf("after the superseded persist: %d waiters, reset pending %v", st.Waiters, st.ResetPending)
+	}
+}

@@ -182,7 +182,9 @@ func (c *Core) persistSucceeded(op *persistOp, e PersistResult) {
 	c.lastPersistAt = e.Now
 	c.rebalanceHeld = false
 	c.stats.Persists++
-	c.pending = append([]pendingEdit(nil), c.pending[len(op.edits):]...)
+	if op.reset == c.reset {
+		c.pending = append([]pendingEdit(nil), c.pending[len(op.edits):]...)
+	} // else a truncation superseded this persist: it dropped the edits this one carried
 	c.recountHeld() // what this persist made durable no longer counts against the bound
 	c.nonAppend = 0
 	for _, p := range c.pending {
@@ -236,7 +238,11 @@ func (c *Core) persistSucceeded(op *persistOp, e PersistResult) {
 	if len(del) > 0 || len(alone) > 0 || len(roots) > 0 {
 		c.emit(DeleteObjects{Entries: dedupeEntries(del), From: from, Alone: alone, Roots: roots})
 	}
-	c.releaseWaiters()
+	if c.reset == nil && c.diverged == nil {
+		// Never from a manifest a pending truncation cuts back (a superseded persist): its
+		// own persist releases them.
+		c.releaseWaiters()
+	}
 	c.afterChange()
 }
 
