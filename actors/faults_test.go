@@ -94,7 +94,12 @@ func TestGovernorDeadlineRunsFromAdmission(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	log, _ := testLogger(t)
 	n := w.startNode(Config{Logger: log, Governor: governorcore.Config{RateBytesPerSec: rate}, Stream: readercore.Config{
-		FragmentTargetSize: 64 << 10, PersistThreshold: 4, PersistInterval: 200 * time.Millisecond, TransferDeadline: time.Second,
+		// The deadline (3 s) is far below the ~10 s a fragment waits in the queue. The bound on
+		// unpersisted bytes is raised above the whole log so that the queue is the governor's:
+		// at the default (4 fragments) the persist round trip, not the rate, set the pace on a
+		// loaded machine (ratio 0.495, the queue never long).
+		FragmentTargetSize: 64 << 10, PersistThreshold: 4, PersistInterval: 200 * time.Millisecond,
+		TransferDeadline: 3 * time.Second, MaxUnpersistedBytes: 16 << 20,
 	}})
 	lg := openLog(t, segments.Options{MaxSegmentBytes: 4 << 20})
 	writeLog(t, lg, 20, loadgen.Limit{Bytes: 10 << 20}) // about ten seconds of queue
