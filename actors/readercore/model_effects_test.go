@@ -268,7 +268,6 @@ func (w *world) checkTruncate(ev Event, e TruncateRemote) {
 			t.Fatalf("%s on an operator's truncate, the comparison said %s", e, w.cmp.Kind)
 		}
 		w.truncation = &mTruncation{at: e.At, base: tr.Manifest, operator: true}
-		w.cutEnds[tr.Manifest.NextOffset] = true
 		return
 	}
 	switch ev.(type) {
@@ -323,7 +322,6 @@ func (w *world) checkTruncate(ev Event, e TruncateRemote) {
 		t.Fatalf("%s: the straddling fragment's prefix is neither copied nor in the local log (from %d)", e, w.logFirst)
 	}
 	w.truncation = &mTruncation{at: e.At, base: base}
-	w.cutEnds[r.Manifest.NextOffset] = true
 }
 
 // localSame says whether the local log holds the remote chunk c, the very same one.
