@@ -74,6 +74,7 @@ const (
 	taskPersist
 	taskGroup
 	taskFetch
+	taskLookup
 	taskResolve // the shell re-resolves after Reinitialize
 	taskResync  // a replica asks for a sync
 )
@@ -86,6 +87,7 @@ type mTask struct {
 	persist StartPersist
 	group   UploadGroup
 	fetch   manifest.Entry
+	lookup  LookUpLeaves
 	replica string
 	core    *Core // the core that started it (a restart makes the old one's results stale)
 }
