@@ -1,9 +1,12 @@
 package actors
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"math/rand/v2"
 
 	"streamtier/actors/divergence"
@@ -144,22 +147,26 @@ func compareWithLocal(ctx context.Context, n *Node, stream string, epoch uint64,
 
 // copyPrefix writes a fragment object holding the chunks of t.Straddle below t.At: its
 // chunk region is the first PrefixBytes of the old object's (positions unchanged), followed
-// by the index records of those chunks.
+// by the index records of those chunks. It streams, holding a copy buffer, not the
+// fragment: a first ranged GET of the prefix's chunk region checks every chunk as it
+// passes (header, data CRC, contiguous ids, and the ids, timestamps and positions the
+// divergence search read from the old object's index) and computes the new object's
+// CRC-32; a second ranged GET streams the same bytes into the PUT, whose CRC-32 the server
+// verifies, so bytes that differ from the checked ones are refused. Objects are immutable:
+// both reads see the same bytes.
 func copyPrefix(ctx context.Context, n *Node, remote remoteChunks, stream string, epoch uint64, t *divergence.Truncation) (manifest.Entry, error) {
 	src, err := remote.locate(*t.Straddle)
 	if err != nil {
 		return manifest.Entry{}, err
 	}
-	region, err := n.store.GetRange(ctx, src, fragment.ObjectHeaderSize, int64(t.PrefixBytes))
-	if err != nil {
-		return manifest.Entry{}, fmt.Errorf("get %s: %w", src, err)
-	}
-	obj := fragment.AppendObjectHeader(make([]byte, 0, fragment.ObjectHeaderSize+len(region)+fragment.IndexRecordSize*len(t.Prefix)))
-	obj = append(obj, region...)
+	size := int64(t.PrefixBytes)
+	hdr := fragment.AppendObjectHeader(nil)
+	index := make([]byte, 0, fragment.IndexRecordSize*len(t.Prefix))
 	for _, p := range t.Prefix {
-		obj = fragment.AppendIndexRecord(obj, fragment.IndexRecord{ChunkID: p.ID, Timestamp: p.Timestamp, Position: p.Position})
+		index = fragment.AppendIndexRecord(index, fragment.IndexRecord{ChunkID: p.ID, Timestamp: p.Timestamp, Position: p.Position})
 	}
-	if _, err := fragment.ParseObject(obj); err != nil {
+	crc, err := checkPrefix(ctx, n, src, size, t.Prefix, hdr, index)
+	if err != nil {
 		return manifest.Entry{}, fmt.Errorf("prefix of %s: %w", src, err)
 	}
 	e := manifest.Entry{
@@ -167,8 +174,49 @@ func copyPrefix(ctx context.Context, n *Node, remote remoteChunks, stream string
 		Size: t.PrefixBytes, UID: rand.Uint64(), Kind: manifest.KindFragment,
 	}
 	key := manifest.FragmentKey(n.cfg.KeyPrefix, stream, e.FirstOffset, epoch, e.UID)
-	if err := n.store.PutObject(ctx, key, obj); err != nil {
-		return manifest.Entry{}, fmt.Errorf("put %s: %w", key, err)
+	region, err := n.store.GetRangeStream(ctx, src, fragment.ObjectHeaderSize, size)
+	if err != nil {
+		return manifest.Entry{}, err
+	}
+	defer region.Close()
+	body := io.MultiReader(bytes.NewReader(hdr), region, bytes.NewReader(index))
+	if err := n.store.PutObjectStream(ctx, key, body, int64(len(hdr))+size+int64(len(index)), crc); err != nil {
+		return manifest.Entry{}, fmt.Errorf("copy the prefix of %s: %w", src, err)
 	}
 	return e, nil
+}
+
+// prefixCopyBuffer is the copy buffer of a prefix check.
+const prefixCopyBuffer = 64 << 10
+
+// checkPrefix reads the first size bytes of the chunk region of the fragment object src as a
+// stream, checks that they hold exactly the chunks prefix names, whole and intact, and
+// returns the CRC-32 of the object hdr, that region and index make.
+func checkPrefix(ctx context.Context, n *Node, src string, size int64, prefix []divergence.IndexEntry, hdr, index []byte) (uint32, error) {
+	region, err := n.store.GetRangeStream(ctx, src, fragment.ObjectHeaderSize, size)
+	if err != nil {
+		return 0, err
+	}
+	defer region.Close()
+	walk := fragment.NewRegionWalker(fragment.ObjectHeaderSize)
+	sum := crc32.NewIEEE()
+	sum.Write(hdr)
+	if _, err := io.CopyBuffer(io.MultiWriter(walk, sum), region, make([]byte, prefixCopyBuffer)); err != nil {
+		return 0, err
+	}
+	chunks, err := walk.Done()
+	if err != nil {
+		return 0, err
+	}
+	if len(chunks) != len(prefix) {
+		return 0, fmt.Errorf("%w: %d chunks in the first %d bytes, the index names %d", fragment.ErrCorrupt, len(chunks), size, len(prefix))
+	}
+	for i, c := range chunks {
+		if p := prefix[i]; c.Header.ChunkID != p.ID || c.Header.Timestamp != p.Timestamp || c.Position != int64(p.Position) {
+			return 0, fmt.Errorf("%w: chunk %d (id %d, ts %d, pos %d) disagrees with its index record (id %d, ts %d, pos %d)",
+				fragment.ErrCorrupt, i, c.Header.ChunkID, c.Header.Timestamp, c.Position, p.ID, p.Timestamp, p.Position)
+		}
+	}
+	sum.Write(index)
+	return sum.Sum32(), nil
 }

@@ -283,6 +283,12 @@ var ErrStreamExists = errors.New("stream already running")
 // removed or node stopped) before their offset was persisted.
 var ErrStreamStopped = errors.New("stream stopped")
 
+// ErrAwaitUndecided is returned to an await_offset caller whose offset lies inside a group
+// object of the remote tier that could not be read to tell a fragment from a declared gap
+// (S3 failing): the offset is neither known persisted nor known lost; asking again may
+// succeed.
+var ErrAwaitUndecided = errors.New("await_offset undecided")
+
 // ErrStreamStarting is returned by commands sent to a stream whose reader has not started
 // yet; retrying shortly succeeds.
 var ErrStreamStarting = errors.New("stream reader not started yet")

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -412,6 +411,8 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.uploadGroup(c, e)
 	case readercore.FetchGroupForRetention:
 		r.fetchGroup(c, e)
+	case readercore.LookUpLeaves:
+		r.lookUpLeaves(c, e)
 	case readercore.RemoteRetention:
 		r.n.metrics.RemoteRetentionRuns.Add(1)
 		r.retLog.note(r.log, r.n.cfg.clock.Now(), e.Edit, len(e.Deferred))
@@ -432,7 +433,10 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.reap(c, e)
 	case readercore.ReplyWaiters:
 		var err error
-		if !e.OK {
+		switch {
+		case e.Retry:
+			err = fmt.Errorf("await_offset on %s: %s: %w", stream, e.Reason, ErrAwaitUndecided)
+		case !e.OK:
 			err = fmt.Errorf("await_offset on %s: %s: %w", stream, e.Reason, ErrStreamStopped)
 		}
 		r.h.reply(e.Waiters, err)
@@ -497,29 +501,6 @@ func (r *reader) uploadGroup(c actor.Context, e readercore.UploadGroup) {
 	}, failed: func(reason string) any {
 		return readercore.GroupUploadResult{Ref: e.Ref, Attempt: e.Attempt, Outcome: readercore.NonTransient, Jitter: rand.Float64(),
 			Reason: fmt.Sprintf("upload group of %s: %s", stream, reason)}
-	}})
-}
-
-func (r *reader) fetchGroup(c actor.Context, e readercore.FetchGroupForRetention) {
-	n, stream := r.n, r.h.spec.ID
-	r.spawnTask(c, taskSpec{name: "retention fetch", timeout: e.Timeout, run: func(ctx context.Context) any {
-		key, err := n.store.LocateEntry(ctx, n.cfg.KeyPrefix, stream, e.Group)
-		var body []byte
-		if err == nil {
-			body, err = n.store.GetObject(ctx, key)
-		}
-		if err == nil {
-			var children []manifest.Entry
-			if _, children, err = manifest.DecodeGroup(body); err == nil {
-				return readercore.RetentionGroupFetched{Ref: e.Ref, Children: children, Now: time.Now().UnixMilli()}
-			}
-		}
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return readercore.RetentionTimeout{Ref: e.Ref}
-		}
-		return readercore.RetentionGroupFailed{Ref: e.Ref, Reason: fmt.Sprintf("fetch %s group at %d: %v", stream, e.Group.FirstOffset, err)}
-	}, failed: func(reason string) any {
-		return readercore.RetentionGroupFailed{Ref: e.Ref, Reason: fmt.Sprintf("fetch %s group at %d: %s", stream, e.Group.FirstOffset, reason)}
 	}})
 }
 

@@ -166,6 +166,8 @@ func (r *reader) deliver(c actor.Context, res any) {
 		r.step(c, m)
 	case readercore.RetentionTimeout:
 		r.step(c, m)
+	case readercore.LeavesLookedUp:
+		r.step(c, m)
 	default:
 		r.stray(res)
 	}

@@ -188,6 +188,11 @@ func (s *machine) checkLeaves(t *rapid.T, live []FragmentRef) {
 		if i == 0 && l.Gap {
 			t.Fatalf("the first live leaf is a gap")
 		}
+		if l.Gap && i > 0 && live[i-1].Gap {
+			// not even across a group boundary (remote-format.md): a truncation that
+			// ends at a group whose last leaf is a gap opens that group
+			t.Fatalf("model leaves %d and %d are adjacent gaps at %d and %d\n%s", i-1, i, live[i-1].Entry.FirstOffset, l.Entry.FirstOffset, s.tr.fmtTree())
+		}
 		if l.Gap {
 			gaps++
 			gapOffs += l.End - l.Entry.FirstOffset

@@ -18,9 +18,12 @@ type Rebalance struct {
 // consecutive root entries of one kind below mega-groups, a gap counting as a fragment
 // (both are leaves); the first run, scanning from the head, that holds at least threshold
 // entries is due, and its first threshold entries are folded (a run of leaves never holds
-// only gaps: no two are adjacent). Scanning from the head folds the highest due level first, which keeps the root's
-// kinds non-increasing from head to tail. Cascading works by applying the replace edit and
-// calling again. A threshold below 2 disables rebalancing.
+// only gaps: no two are adjacent). Scanning from the head folds the highest due level
+// first, which keeps the root's kinds non-increasing from head to tail. Cascading works by
+// applying the replace edit and calling again. A threshold below 2 disables rebalancing.
+// A fold that would take the root's trailing gap is not due: that gap stays in the root
+// until something follows it, so that a gap declared next extends it (a group object is
+// immutable and could not), and two gaps never stand side by side (remote-format.md).
 func FindRebalance(m Manifest, threshold int) (Rebalance, bool) {
 	if threshold < 2 {
 		return Rebalance{}, false
@@ -32,6 +35,9 @@ func FindRebalance(m Manifest, threshold int) (Rebalance, bool) {
 			end++
 		}
 		if k < KindMegaGroup && end-start >= threshold {
+			if last := start + threshold; last == len(m.Entries) && m.Entries[last-1].IsGap() {
+				return Rebalance{}, false // the fold waits for the next append
+			}
 			children := append([]Entry(nil), m.Entries[start:start+threshold]...)
 			return Rebalance{At: start, Kind: k + 1, Children: children}, true
 		}

@@ -1,6 +1,9 @@
 package manifest
 
-import "fmt"
+import (
+	"fmt"
+	"sort"
+)
 
 // TruncateResult is a divergence truncation (invariants.md, "S3 ahead"): the manifest cut
 // back to an offset, and the objects no longer referenced.
@@ -49,11 +52,17 @@ func TruncateTail(m Manifest, at uint64, fetch GroupFetcher) (TruncateResult, er
 	if err != nil {
 		return TruncateResult{}, fmt.Errorf("truncate at %d: %w", at, err)
 	}
-	res := TruncateResult{At: at, Dropped: t.dropped}
 	next := at
 	if t.straddle != nil {
-		res.Straddle, res.StraddleEnd = t.straddle, t.straddleEnd
 		next = t.straddle.FirstOffset
+	}
+	if kept, _, err = t.openTail(kept, next, 1); err != nil {
+		return TruncateResult{}, fmt.Errorf("truncate at %d: %w", at, err)
+	}
+	sort.SliceStable(t.dropped, func(i, j int) bool { return t.dropped[i].FirstOffset < t.dropped[j].FirstOffset })
+	res := TruncateResult{At: at, Dropped: t.dropped}
+	if t.straddle != nil {
+		res.Straddle, res.StraddleEnd = t.straddle, t.straddleEnd
 	}
 	if t.removed > m.TotalSize {
 		return TruncateResult{}, fmt.Errorf("truncate at %d: %w: %d bytes removed, the total is %d", at, ErrCorrupt, t.removed, m.TotalSize)
@@ -132,6 +141,48 @@ func (t *truncator) level(entries []Entry, end uint64, depth int) ([]Entry, erro
 		}
 	}
 	return kept, nil
+}
+
+// openTail opens the groups at the tail of entries (one tree level ending at end) whose
+// last leaf is a gap: each such group is replaced by its live children, its own object
+// goes (listed in dropped; its children stay referenced), and the gap becomes the root's
+// trailing entry. A truncation that ends at such a group would otherwise leave a gap sealed
+// in an immutable object at the new next offset, and the next gap declared there would
+// stand beside it (remote-format.md: two gaps are never adjacent, not even across a group
+// boundary); as a root entry the gap is extended instead. A group whose last leaf is a
+// fragment stays whole. It fetches at most one group per level; gap reports whether the
+// last leaf of entries is a gap.
+func (t *truncator) openTail(entries []Entry, end uint64, depth int) (out []Entry, gap bool, err error) {
+	n := len(entries)
+	if n == 0 {
+		return entries, false, nil
+	}
+	e := entries[n-1]
+	if e.IsLeaf() {
+		return entries, e.IsGap(), nil
+	}
+	if depth >= maxDepth {
+		return nil, false, fmt.Errorf("%s at offset %d: tree deeper than %d levels", e.Kind, e.FirstOffset, maxDepth)
+	}
+	children, err := fetchChildren(t.fetch, e, end)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := CheckGroup(e, children); err != nil {
+		return nil, false, err
+	}
+	opened, gap, err := t.openTail(children, end, depth+1)
+	if err != nil || !gap {
+		return entries, false, err
+	}
+	t.dropped = append(t.dropped, e)
+	out = append([]Entry(nil), entries[:n-1]...)
+	for i, c := range opened {
+		if endOf(opened, i, end) > t.m.FirstOffset { // not gone to retention already
+			out = append(out, c)
+		}
+	}
+	return out, true, nil
 }
 
 // Objects lists every object to delete for r, flat: the groups in Dropped that start at or

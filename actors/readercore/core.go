@@ -137,6 +137,11 @@ type Core struct {
 	nonAppend int // pending edits that changed the head (rebalance, retention)
 	reset     *pendingReset
 	gaps      []gapSpan // every gap of the in-memory manifest the core knows of, sorted (see persistedGap)
+	// sealed are the ranges of the resolved root's group entries, less what lookups showed
+	// to be fragments: gaps inside them are known only once looked up (lookupNeeded).
+	sealed     []gapSpan
+	lookup     Ref      // the LookUpLeaves in flight, 0 when none
+	lookupOffs []uint64 // the offsets it asked for, sorted
 
 	drainNext uint64
 	asm       *fragment.Assembly
@@ -266,6 +271,8 @@ func (c *Core) Step(ev Event) ([]Effect, error) {
 		err = c.onPersistResult(e)
 	case GroupUploadResult:
 		err = c.onGroupResult(e)
+	case LeavesLookedUp:
+		c.onLeavesLookedUp(e)
 	case RetentionGroupFetched:
 		c.onRetentionFetched(e)
 	case RetentionGroupFailed:

@@ -270,6 +270,21 @@ type ReplyWaiters struct {
 	Waiters []WaiterID
 	OK      bool
 	Reason  string
+	// Retry says the answer is not known (the lookup of a gap inside a group object failed):
+	// the caller may ask again; it is neither persisted nor lost.
+	Retry bool
+}
+
+// LookUpLeaves asks for the leaf of Manifest (the persisted manifest, an immutable
+// snapshot) that holds each of Offsets: they lie inside group objects of the manifest the
+// core resolved, which may hold gaps the core never saw (it reads no group object), so
+// their waiters can be told neither "persisted" nor "lost" before. The shell walks the tree
+// (one group download per level, bounded by Timeout) and answers LeavesLookedUp.
+type LookUpLeaves struct {
+	Ref      Ref
+	Manifest manifest.Manifest
+	Offsets  []uint64
+	Timeout  time.Duration
 }
 
 // Reinitialize tells the shell another writer persisted (or the stream's anchor is
@@ -310,6 +325,7 @@ func (CancelPersistTimer) isEffect()     {}
 func (UploadGroup) isEffect()            {}
 func (RetryGroupUploadAfter) isEffect()  {}
 func (FetchGroupForRetention) isEffect() {}
+func (LookUpLeaves) isEffect()           {}
 func (RemoteRetention) isEffect()        {}
 func (UpdateRange) isEffect()            {}
 func (Broadcast) isEffect()              {}
@@ -393,6 +409,14 @@ func (e FetchGroupForRetention) String() string {
 	return fmt.Sprintf("fetch-group ref=%d group=%s timeout=%s", e.Ref, FormatEntry(e.Group), e.Timeout)
 }
 
+func (e LookUpLeaves) String() string {
+	offs := make([]string, len(e.Offsets))
+	for i, o := range e.Offsets {
+		offs[i] = fmt.Sprint(o)
+	}
+	return fmt.Sprintf("look-up-leaves ref=%d rev-next=%d offsets=[%s] timeout=%s", e.Ref, e.Manifest.NextOffset, strings.Join(offs, " "), e.Timeout)
+}
+
 func (e RemoteRetention) String() string {
 	return fmt.Sprintf("remote-retention %s deferred-deletes=%s", FormatEdit(e.Edit), FormatEntries(e.Deferred))
 }
@@ -432,6 +456,9 @@ func (e ReplyWaiters) String() string {
 	}
 	if e.OK {
 		return fmt.Sprintf("reply-waiters ok [%s]", strings.Join(ids, " "))
+	}
+	if e.Retry {
+		return fmt.Sprintf("reply-waiters undecided [%s] reason=%q", strings.Join(ids, " "), e.Reason)
 	}
 	return fmt.Sprintf("reply-waiters failed [%s] reason=%q", strings.Join(ids, " "), e.Reason)
 }

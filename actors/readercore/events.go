@@ -216,6 +216,20 @@ type RetentionGroupFailed struct {
 // RetentionTimeout says a group fetch for remote retention ran past its timeout.
 type RetentionTimeout struct{ Ref Ref }
 
+// LeavesLookedUp answers LookUpLeaves: the leaf holding each offset looked up, a fragment
+// or a gap, or Reason when the lookup failed (a group object missing, corrupt, S3 down).
+type LeavesLookedUp struct {
+	Ref    Ref
+	Leaves []Leaf
+	Reason string
+}
+
+// Leaf is one leaf of the manifest tree: [From, To), a declared gap or a fragment.
+type Leaf struct {
+	From, To uint64
+	Gap      bool
+}
+
 // AwaitOffset asks to be told once Offset is persisted (Offset < persisted next offset).
 type AwaitOffset struct {
 	Offset uint64
@@ -268,6 +282,7 @@ func (RetentionGroupFetched) isEvent()  {}
 func (RetentionGroupFailed) isEvent()   {}
 func (RetentionTimeout) isEvent()       {}
 func (AwaitOffset) isEvent()            {}
+func (LeavesLookedUp) isEvent()         {}
 func (CancelAwait) isEvent()            {}
 func (RetentionPolicyChanged) isEvent() {}
 func (EvaluateRetention) isEvent()      {}

@@ -249,6 +249,8 @@ func (w *world) runTask(i int, t *rapid.T) {
 		w.runGroup(k, t)
 	case taskFetch:
 		w.runFetch(k, t)
+	case taskLookup:
+		w.runLookup(k, t)
 	case taskResolve:
 		if !w.stopped {
 			w.resolve()
@@ -269,6 +271,8 @@ func (w *world) deliverStale(k *mTask) {
 		w.step(GroupUploadResult{Ref: k.ref, Attempt: k.attempt, Outcome: OK, UID: w.newUID()})
 	case taskFetch:
 		w.step(RetentionGroupFailed{Ref: k.ref})
+	case taskLookup:
+		w.step(LeavesLookedUp{Ref: k.ref, Reason: "stale"})
 	default:
 		return
 	}
@@ -418,6 +422,26 @@ func (w *world) runFetch(k *mTask, t *rapid.T) {
 	default:
 		w.step(RetentionGroupFetched{Ref: k.ref, Children: o.children, Now: w.clock})
 	}
+}
+
+// runLookup is the shell's leaf lookup: each offset looked up in the snapshot the core
+// sent, through the model's objects (retention may have deleted a group since: the lookup
+// fails); with faults, S3 fails now and then.
+func (w *world) runLookup(k *mTask, t *rapid.T) {
+	if w.faults && rapid.IntRange(0, 5).Draw(t, "lookup-fault") == 0 {
+		w.step(LeavesLookedUp{Ref: k.ref, Reason: "500"})
+		return
+	}
+	e := LeavesLookedUp{Ref: k.ref}
+	for _, o := range k.lookup.Offsets {
+		ref, err := manifest.LookupOffset(k.lookup.Manifest, o, w.fetcher())
+		if err != nil {
+			e = LeavesLookedUp{Ref: k.ref, Reason: err.Error()}
+			break
+		}
+		e.Leaves = append(e.Leaves, Leaf{From: ref.Entry.FirstOffset, To: ref.End, Gap: ref.Gap})
+	}
+	w.step(e)
 }
 
 func (w *world) actFireTimer(t *rapid.T) {

@@ -74,6 +74,7 @@ const (
 	taskPersist
 	taskGroup
 	taskFetch
+	taskLookup
 	taskResolve // the shell re-resolves after Reinitialize
 	taskResync  // a replica asks for a sync
 )
@@ -86,6 +87,7 @@ type mTask struct {
 	persist StartPersist
 	group   UploadGroup
 	fetch   manifest.Entry
+	lookup  LookUpLeaves
 	replica string
 	core    *Core // the core that started it (a restart makes the old one's results stale)
 }
@@ -201,7 +203,6 @@ type world struct {
 	truncation *mTruncation              // the current core's truncation, until persisted
 	persisting *mTruncation              // the truncation whose persist etcd is accepting now
 	copies     map[uint64]manifest.Entry // replacements the shell made, by uid
-	cutEnds    map[uint64]bool           // where truncations' bases ended
 
 	idle idleCutState // the idle cut and the persist failures (model_idlecut_test.go)
 
@@ -235,7 +236,6 @@ func newWorld(t *rapid.T) *world {
 		replicas: map[string]*mReplica{},
 		acked:    map[uint64]mAck{},
 		copies:   map[uint64]manifest.Entry{},
-		cutEnds:  map[uint64]bool{},
 		misread:  map[uint64]int{},
 		faults:   true,
 		clock:    1000,

@@ -8,20 +8,14 @@ import (
 
 // maybeRebalance starts a group upload when the head of the in-memory manifest has a run of
 // M entries of one kind, unless a persist or a retention is in flight (one head change at a
-// time), a truncation is pending, a rebalance was given up since the last persist, or the
-// fold would take the root's trailing gap.
+// time), a truncation is pending or a rebalance was given up since the last persist. A fold
+// never takes the root's trailing gap (FindRebalance).
 func (c *Core) maybeRebalance() {
 	if c.phase != phaseRunning || c.reset != nil || c.inflight != nil || c.retention != nil || c.rebalance != nil || c.rebalanceHeld {
 		return
 	}
 	r, ok := manifest.FindRebalance(c.mem, c.cfg.RebalanceThreshold)
 	if !ok {
-		return
-	}
-	if n := len(r.Children); r.At+n == len(c.mem.Entries) && r.Children[n-1].IsGap() {
-		// The root's trailing gap stays in the root until something follows it: a gap
-		// declared next extends it, which a group object (immutable) could not, and two
-		// gaps are never adjacent (remote-format.md). The fold waits for the next append.
 		return
 	}
 	c.rebalance = &rebalanceOp{ref: c.newRef(), attempt: 1, r: r}

@@ -43,6 +43,7 @@ type harness struct {
 	cutTimer  Ref
 	group     Ref
 	fetch     Ref
+	lookup    Ref
 	nextID    uint64 // where the next drained chunk starts
 	seg       string
 	pos       int64
@@ -196,6 +197,22 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		evs = append(evs, e)
 	case "fetched":
 		evs = append(evs, RetentionGroupFetched{Ref: Ref(argU(t, d, "ref", uint64(h.fetch))), Children: parseEntries(t, d), Now: int64(argU(t, d, "now", 0))})
+	case "leaves":
+		// one leaf a line: "gap FROM TO" or "frag FROM TO"
+		e := LeavesLookedUp{Ref: Ref(argU(t, d, "ref", uint64(h.lookup))), Reason: argS(d, "failed", "")}
+		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+			if line = strings.TrimSpace(line); line == "" {
+				continue
+			}
+			var kind string
+			var l Leaf
+			if _, err := fmt.Sscanf(line, "%s %d %d", &kind, &l.From, &l.To); err != nil || (kind != "gap" && kind != "frag") {
+				t.Fatalf("%s: leaf %q: want gap|frag FROM TO", d.Pos, line)
+			}
+			l.Gap = kind == "gap"
+			e.Leaves = append(e.Leaves, l)
+		}
+		evs = append(evs, e)
 	case "fetch-failed":
 		evs = append(evs, RetentionGroupFailed{Ref: Ref(argU(t, d, "ref", uint64(h.fetch))), Reason: argS(d, "reason", "")})
 	case "retention-timeout":
@@ -300,6 +317,8 @@ func (h *harness) observe(e Effect) {
 		h.attempts[e.Ref] = e.Attempt
 	case FetchGroupForRetention:
 		h.fetch = e.Ref
+	case LookUpLeaves:
+		h.lookup = e.Ref
 	}
 }
 

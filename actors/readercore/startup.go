@@ -123,6 +123,7 @@ func (c *Core) start() error {
 	c.hasRoot = r.Revision > 0
 	c.mem = c.persisted
 	c.knowGaps(p)
+	c.sealed, c.lookup, c.lookupOffs = sealedSpans(p), 0, nil
 	switch {
 	case empty:
 		c.resume()
@@ -249,6 +250,7 @@ func (c *Core) truncate(reason TruncateReason, t *divergence.Truncation) {
 	oldNext := c.persisted.NextOffset
 	c.mem = base
 	c.cutGaps(base.NextOffset)
+	c.sealed, c.lookup, c.lookupOffs = cutSpan(c.sealed, base.NextOffset, ^uint64(0)), 0, nil // a lookup of the other timeline is void
 	c.reset = &pendingReset{reason: reason, base: base, stale: t.Dropped, alone: t.Alone}
 	c.pending = nil
 	c.nonAppend = 0

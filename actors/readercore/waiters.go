@@ -2,6 +2,7 @@ package readercore
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"streamtier/manifest"
@@ -11,7 +12,8 @@ import (
 // otherwise. Only the persisted next offset counts, never the in-memory one; while a
 // truncation is pending nothing is answered from the manifest it cuts back, nor while the
 // local log and the remote tier share no chunk. An offset inside a persisted gap is told it
-// is lost.
+// is lost; one inside a group object of the resolved manifest waits for the lookup of its
+// leaf (lookupNeeded): that group may hold a gap the core never saw.
 func (c *Core) onAwait(e AwaitOffset) error {
 	for _, w := range c.waiters {
 		if w.id == e.Waiter {
@@ -23,7 +25,12 @@ func (c *Core) onAwait(e AwaitOffset) error {
 			c.emit(ReplyWaiters{Waiters: []WaiterID{e.Waiter}, Reason: gapReason(from, to)})
 			return nil
 		}
-		c.emit(ReplyWaiters{Waiters: []WaiterID{e.Waiter}, OK: true})
+		if !c.lookupNeeded(e.Offset) {
+			c.emit(ReplyWaiters{Waiters: []WaiterID{e.Waiter}, OK: true})
+			return nil
+		}
+		c.waiters = append(c.waiters, waiter{id: e.Waiter, offset: e.Offset})
+		c.startLookup()
 		return nil
 	}
 	c.waiters = append(c.waiters, waiter{id: e.Waiter, offset: e.Offset})
@@ -40,7 +47,8 @@ func (c *Core) onCancelAwait(e CancelAwait) {
 }
 
 // releaseWaiters answers every waiter whose offset is below the persisted next offset: lost
-// when it falls in a declared gap, persisted otherwise.
+// when it falls in a declared gap, persisted otherwise, except those whose leaf must be
+// looked up first (lookupNeeded), for which a lookup starts.
 func (c *Core) releaseWaiters() {
 	next := c.persisted.NextOffset
 	for {
@@ -58,7 +66,139 @@ func (c *Core) releaseWaiters() {
 		}
 		c.replyWaiters(func(o uint64) bool { return o >= from && o < to }, false, gapReason(from, to))
 	}
-	c.replyWaiters(func(o uint64) bool { return o < next }, true, "")
+	c.replyWaiters(func(o uint64) bool { return o < next && !c.lookupNeeded(o) }, true, "")
+	c.startLookup()
+}
+
+// lookupNeeded tells whether a waiter for o cannot be answered from what the core knows: o
+// lies below the persisted next offset, in no gap the core knows of, in a root entry that
+// is a group object, inside the range of the resolved manifest's groups (c.sealed), whose
+// gaps the core never saw (it reads no group object). Groups the core folded itself hold
+// only gaps it knows of.
+func (c *Core) lookupNeeded(o uint64) bool {
+	p := c.persisted
+	if o < p.FirstOffset || o >= p.NextOffset || !inSpans(c.sealed, o) {
+		return false
+	}
+	if _, _, gap := c.persistedGap(o); gap {
+		return false
+	}
+	i := sort.Search(len(p.Entries), func(i int) bool { return p.Entries[i].FirstOffset > o }) - 1
+	return i >= 0 && !p.Entries[i].IsLeaf()
+}
+
+// startLookup asks the shell for the leaves of the waiters that need one (one lookup at a
+// time), while waiters may be answered at all.
+func (c *Core) startLookup() {
+	if c.lookup != 0 || c.phase != phaseRunning || c.reset != nil || c.diverged != nil {
+		return
+	}
+	var offs []uint64
+	for _, w := range c.waiters {
+		if c.lookupNeeded(w.offset) {
+			offs = append(offs, w.offset)
+		}
+	}
+	if len(offs) == 0 {
+		return
+	}
+	sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
+	offs = slices.Compact(offs)
+	c.lookup, c.lookupOffs = c.newRef(), offs
+	c.emit(LookUpLeaves{Ref: c.lookup, Manifest: c.persisted, Offsets: offs, Timeout: c.cfg.RetentionTimeout})
+}
+
+// onLeavesLookedUp learns from a lookup: a gap is a gap the core now knows of (its waiters
+// are told their offsets are lost, and so is anyone asking later), a fragment's range
+// needs no lookup any more (its waiters are told persisted). When the lookup failed, or
+// left a waiter's offset unanswered, that waiter is told the answer is not known yet: it
+// may ask again (a waiter that came after the lookup started waits for the next one).
+// Nothing is ever answered "persisted" for an offset not looked up.
+func (c *Core) onLeavesLookedUp(e LeavesLookedUp) {
+	if c.phase != phaseRunning || e.Ref == 0 || e.Ref != c.lookup {
+		c.ignored()
+		return
+	}
+	asked := c.lookupOffs
+	c.lookup, c.lookupOffs = 0, nil
+	reason := e.Reason
+	if reason == "" {
+		for _, l := range e.Leaves {
+			switch {
+			case l.From >= l.To:
+			case l.Gap:
+				c.learnGap(l.From, l.To)
+			default:
+				c.sealed = cutSpan(c.sealed, l.From, l.To)
+			}
+		}
+		reason = "the lookup did not return its leaf"
+	}
+	var ids []WaiterID
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if _, ok := slices.BinarySearch(asked, w.offset); ok && c.lookupNeeded(w.offset) {
+			ids = append(ids, w.id)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(c.waiters[len(kept):])
+	c.waiters = kept
+	if len(ids) > 0 {
+		c.emit(ReplyWaiters{Waiters: ids, Retry: true, Reason: "cannot tell yet whether the offset is in S3 or in a declared gap sealed in a group object: " + reason})
+	}
+	c.releaseWaiters()
+}
+
+// sealedSpans are the ranges of m's root entries that are group objects, merged.
+func sealedSpans(m manifest.Manifest) []gapSpan {
+	var out []gapSpan
+	for i, e := range m.Entries {
+		if e.IsLeaf() {
+			continue
+		}
+		from, to := max(e.FirstOffset, m.FirstOffset), m.EntryEnd(i)
+		if n := len(out); n > 0 && out[n-1].to == from {
+			out[n-1].to = to
+			continue
+		}
+		out = append(out, gapSpan{from, to})
+	}
+	return out
+}
+
+// inSpans tells whether o lies in one of the sorted, disjoint spans.
+func inSpans(spans []gapSpan, o uint64) bool {
+	i := sort.Search(len(spans), func(i int) bool { return spans[i].to > o })
+	return i < len(spans) && spans[i].from <= o
+}
+
+// cutSpan removes [from, to) from the sorted, disjoint spans.
+func cutSpan(spans []gapSpan, from, to uint64) []gapSpan {
+	var out []gapSpan
+	for _, s := range spans {
+		if s.to <= from || s.from >= to {
+			out = append(out, s)
+			continue
+		}
+		if s.from < from {
+			out = append(out, gapSpan{s.from, from})
+		}
+		if s.to > to {
+			out = append(out, gapSpan{to, s.to})
+		}
+	}
+	return out
+}
+
+// learnGap records a gap found inside a group object, in order among the known gaps.
+func (c *Core) learnGap(from, to uint64) {
+	i := sort.Search(len(c.gaps), func(i int) bool { return c.gaps[i].to > from })
+	if i < len(c.gaps) && c.gaps[i].from <= from {
+		return // known already
+	}
+	c.gaps = slices.Insert(c.gaps, i, gapSpan{from, to})
 }
 
 // gapSpan is a range of offsets declared lost, [from, to).
