@@ -283,6 +283,11 @@ var ErrStreamExists = errors.New("stream already running")
 // removed or node stopped) before their offset was persisted.
 var ErrStreamStopped = errors.New("stream stopped")
 
+// ErrOffsetInGap is returned to an await_offset caller whose offset lies in a declared gap:
+// the local log lost it before it was uploaded, so it will never be persisted, while the
+// stream itself goes on (unlike ErrStreamStopped).
+var ErrOffsetInGap = errors.New("offset in a declared gap")
+
 // ErrAwaitUndecided is returned to an await_offset caller whose offset lies inside a group
 // object of the remote tier that could not be read to tell a fragment from a declared gap
 // (S3 failing): the offset is neither known persisted nor known lost; asking again may

@@ -239,7 +239,10 @@ func (n *Node) DeleteStream(ctx context.Context, id string) error {
 }
 
 // AwaitOffset blocks until offset is persisted: its fragment and a root referencing it are
-// in S3, etcd accepted the root, the cache is updated and retention evaluated.
+// in S3, etcd accepted the root, the cache is updated and retention evaluated. An offset the
+// local log lost before its upload gets ErrOffsetInGap (the stream goes on), one whose
+// answer needs a group object that could not be read ErrAwaitUndecided (ask again), and a
+// stream that stopped ErrStreamStopped.
 func (n *Node) AwaitOffset(ctx context.Context, id string, offset uint64) error {
 	h, err := n.handle(id)
 	if err != nil {

@@ -436,6 +436,8 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		switch {
 		case e.Retry:
 			err = fmt.Errorf("await_offset on %s: %s: %w", stream, e.Reason, ErrAwaitUndecided)
+		case e.Gap:
+			err = fmt.Errorf("await_offset on %s: %s: %w", stream, e.Reason, ErrOffsetInGap)
 		case !e.OK:
 			err = fmt.Errorf("await_offset on %s: %s: %w", stream, e.Reason, ErrStreamStopped)
 		}

@@ -273,6 +273,9 @@ type ReplyWaiters struct {
 	// Retry says the answer is not known (the lookup of a gap inside a group object failed):
 	// the caller may ask again; it is neither persisted nor lost.
 	Retry bool
+	// Gap says the offsets lie in a declared gap: lost from the local log before they were
+	// uploaded, they will never be persisted (the stream itself goes on).
+	Gap bool
 }
 
 // LookUpLeaves asks for the leaf of Manifest (the persisted manifest, an immutable
@@ -459,6 +462,9 @@ func (e ReplyWaiters) String() string {
 	}
 	if e.Retry {
 		return fmt.Sprintf("reply-waiters undecided [%s] reason=%q", strings.Join(ids, " "), e.Reason)
+	}
+	if e.Gap {
+		return fmt.Sprintf("reply-waiters in-gap [%s] reason=%q", strings.Join(ids, " "), e.Reason)
 	}
 	return fmt.Sprintf("reply-waiters failed [%s] reason=%q", strings.Join(ids, " "), e.Reason)
 }

@@ -22,7 +22,7 @@ func (c *Core) onAwait(e AwaitOffset) error {
 	}
 	if c.phase == phaseRunning && c.reset == nil && c.diverged == nil && e.Offset < c.persisted.NextOffset {
 		if from, to, gap := c.persistedGap(e.Offset); gap {
-			c.emit(ReplyWaiters{Waiters: []WaiterID{e.Waiter}, Reason: gapReason(from, to)})
+			c.emit(ReplyWaiters{Waiters: []WaiterID{e.Waiter}, Gap: true, Reason: gapReason(from, to)})
 			return nil
 		}
 		if !c.lookupNeeded(e.Offset) {
@@ -64,9 +64,9 @@ func (c *Core) releaseWaiters() {
 		if !found {
 			break
 		}
-		c.replyWaiters(func(o uint64) bool { return o >= from && o < to }, false, gapReason(from, to))
+		c.replyWaiters(func(o uint64) bool { return o >= from && o < to }, ReplyWaiters{Gap: true, Reason: gapReason(from, to)})
 	}
-	c.replyWaiters(func(o uint64) bool { return o < next && !c.lookupNeeded(o) }, true, "")
+	c.replyWaiters(func(o uint64) bool { return o < next && !c.lookupNeeded(o) }, ReplyWaiters{OK: true})
 	c.startLookup()
 }
 
@@ -260,8 +260,9 @@ func gapReason(from, to uint64) string {
 	return fmt.Sprintf("offsets [%d,%d) were lost from the local log before they were uploaded: a declared gap", from, to)
 }
 
-// replyWaiters answers, in one effect, the waiters whose offset matches.
-func (c *Core) replyWaiters(match func(uint64) bool, ok bool, reason string) {
+// replyWaiters answers, in one effect (reply with its waiters filled in), the waiters whose
+// offset matches.
+func (c *Core) replyWaiters(match func(uint64) bool, reply ReplyWaiters) {
 	var ids []WaiterID
 	kept := c.waiters[:0]
 	for _, w := range c.waiters {
@@ -274,6 +275,7 @@ func (c *Core) replyWaiters(match func(uint64) bool, ok bool, reason string) {
 	clear(c.waiters[len(kept):])
 	c.waiters = kept
 	if len(ids) > 0 {
-		c.emit(ReplyWaiters{Waiters: ids, OK: ok, Reason: reason})
+		reply.Waiters = ids
+		c.emit(reply)
 	}
 }
