@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -136,5 +137,88 @@ func TestGovernorDeadlineRunsFromAdmission(t *testing.T) {
 	}
 	if math.Abs(got-rate)/rate > 0.05 {
 		t.Fatalf("upload rate %.0f B/s is not within 5%% of %d B/s", got, rate)
+	}
+}
+
+// TestHungTransferAbandonedFreesItsSlot: with max_concurrent_uploads 1, the first upload
+// hangs outside its context (the hook blocks, ignoring it, like a read on a hung disk). Its
+// transfer deadline fires and the reader resubmits the fragment: the governor abandons the
+// hung attempt, frees its slot and says so (log, counter, status), so the stream still gets
+// everything persisted. When the hung task ends at last, its transferDone frees nothing: the
+// uploads after it, of two streams, still run one at a time. Before the fix the resubmission
+// queued behind the hung admission for ever and nothing more was uploaded.
+func TestHungTransferAbandonedFreesItsSlot(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	log, logs := testLogger(t)
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	var node atomic.Pointer[Node]
+	var uploads, afterRelease, maxRunning atomic.Int64
+	var ended atomic.Bool // the hung task's transferDone was handled
+	faults := &faultHooks{transfer: func(s *submitTransfer) {
+		if uploads.Add(1) == 1 {
+			<-release // hangs, deaf to its context, until the test lets it go
+			return
+		}
+		if ended.Load() {
+			// The uploads once the hung task ended: each must see itself alone running.
+			afterRelease.Add(1)
+			running := node.Load().Metrics().TransfersRunning.Load()
+			for m := maxRunning.Load(); running > m && !maxRunning.CompareAndSwap(m, running); m = maxRunning.Load() {
+			}
+		}
+	}}
+	n := w.startNode(Config{Logger: log, faults: faults, Governor: governorcore.Config{MaxConcurrent: 1},
+		Stream: readercore.Config{FragmentTargetSize: 32 << 10, PersistThreshold: 2, PersistInterval: 50 * time.Millisecond,
+			TransferDeadline: 500 * time.Millisecond}})
+	node.Store(n)
+	t.Cleanup(unblock) // before the node stops (cleanups run last first): goleak stays clean
+	lg := openLog(t, segments.Options{MaxSegmentBytes: 128 << 10})
+	writeLog(t, lg, 30, loadgen.Limit{Bytes: 256 << 10})
+	if err := n.AddStream(StreamSpec{ID: "hung", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n, "hung", lg.NextOffset(), 30*time.Second)
+
+	m := n.Metrics()
+	gs, err := n.GovernorStatus(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("governor: %+v; uploads %d, abandoned %d", gs, uploads.Load(), m.TransfersAbandoned.Load())
+	if gs.Abandoned < 1 || m.TransfersAbandoned.Load() != int64(gs.Abandoned) || gs.AbandonedRunning != 1 {
+		t.Fatalf("abandoned %d (metric %d), abandoned still running %d; want at least 1, the same, and 1 (the hung task)",
+			gs.Abandoned, m.TransfersAbandoned.Load(), gs.AbandonedRunning)
+	}
+	if logs.count("transfer abandoned", `"stream":"hung"`, `"ran":`) == 0 {
+		t.Errorf("no warning naming the stream and how long the abandoned transfer ran")
+	}
+
+	// The hung task ends at last: its transferDone must not free a slot a second time.
+	unblock()
+	until(t, 10*time.Second, "the hung task's transferDone", func() (bool, string) {
+		gs, err := n.GovernorStatus(context.Background())
+		return err == nil && gs.AbandonedRunning == 0 && m.TransfersRunning.Load() == 0,
+			fmt.Sprintf("%+v, transfers running %d; %v", gs, m.TransfersRunning.Load(), err)
+	})
+	ended.Store(true)
+	if logs.count("abandoned transfer task ended at last") == 0 {
+		t.Errorf("nothing logged when the abandoned task ended")
+	}
+	if gs, _ := n.GovernorStatus(context.Background()); gs.InFlight != 0 || gs.Running != 0 {
+		t.Fatalf("after the late transferDone: in flight %d, running %d, want 0, 0", gs.InFlight, gs.Running)
+	}
+	// Two streams now compete for the one slot: a slot freed twice would run two at once.
+	lg2 := openLog(t, segments.Options{MaxSegmentBytes: 128 << 10})
+	writeLog(t, lg2, 31, loadgen.Limit{Bytes: 256 << 10})
+	writeLog(t, lg, 32, loadgen.Limit{Bytes: 256 << 10})
+	if err := n.AddStream(StreamSpec{ID: "other", Log: lg2, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n, "hung", lg.NextOffset(), 30*time.Second)
+	persisted(t, n, "other", lg2.NextOffset(), 30*time.Second)
+	if afterRelease.Load() < 8 || maxRunning.Load() != 1 {
+		t.Fatalf("%d uploads after the release, at most %d running at once; want at least 8, and 1", afterRelease.Load(), maxRunning.Load())
 	}
 }

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -59,9 +60,19 @@ type governorStatusRequest struct{}
 // GovernorStatus is the governor's state for status and metrics.
 type GovernorStatus struct {
 	governorcore.Status
-	Running     int    // transfer tasks in flight
-	Incarnation uint64 // 1 until the governor first restarts
+	Running int // transfer tasks in flight, abandoned ones not counted
+	// AbandonedRunning is how many transfer tasks this incarnation abandoned (their reader
+	// resubmitted after the deadline) have not ended yet: hung outside their context.
+	AbandonedRunning int
+	Incarnation      uint64 // 1 until the governor first restarts
 }
+
+// errGovernorRestart and errAbandoned are why the governor cancels an upload whose reader
+// lives (the cause of the task's context): it restarts, or the reader gave the attempt up.
+var (
+	errGovernorRestart = errors.New("cancelled by the governor's restart")
+	errAbandoned       = errors.New("abandoned by the governor: the reader resubmitted it after its transfer deadline")
+)
 
 // governorMemo is what outlives the governor's incarnations: the bucket's level (so that a
 // restart grants no fresh burst) and the submission id counter (so that a late transferDone
@@ -119,16 +130,26 @@ type governor struct {
 
 	core    *governorcore.Governor
 	queued  map[uint64]*submitTransfer
-	running map[uint64]context.CancelFunc
-	timers  timers
-	wakeAt  time.Time
+	running map[uint64]runningTransfer
+	// abandoned are the tasks the core abandoned whose transferDone has not come (hung).
+	abandoned map[uint64]runningTransfer
+	timers    timers
+	wakeAt    time.Time
+}
+
+// runningTransfer is a transfer task the governor started: how to cancel it, what it
+// uploads and since when.
+type runningTransfer struct {
+	cancel  context.CancelCauseFunc
+	sub     *submitTransfer
+	started time.Time
 }
 
 func newGovernor(d governorDeps, incarnation uint64) *governor {
 	return &governor{
 		governorDeps: d, incarnation: incarnation,
-		queued: make(map[uint64]*submitTransfer), running: make(map[uint64]context.CancelFunc),
-		timers: timers{clock: d.clock},
+		queued: make(map[uint64]*submitTransfer), running: make(map[uint64]runningTransfer),
+		abandoned: make(map[uint64]runningTransfer), timers: timers{clock: d.clock},
 	}
 }
 
@@ -139,8 +160,8 @@ func (g *governor) Receive(c actor.Context) {
 		return
 	case *actor.Stopping, *actor.Restarting:
 		g.timers.stopAll()
-		for _, cancel := range g.running {
-			cancel() // a restart must not wait minutes for uploads: they report retriable
+		for _, r := range g.running {
+			r.cancel(errGovernorRestart) // a restart must not wait minutes for uploads: they report retriable
 		}
 		return
 	case actor.SystemMessage, actor.AutoReceiveMessage:
@@ -158,8 +179,14 @@ func (g *governor) Receive(c actor.Context) {
 		g.wakeAt = time.Time{}
 		g.execute(c, g.core.Tick(g.clock.Now()))
 	case transferDone:
-		delete(g.running, m.id) // unknown: a previous incarnation's task
-		g.execute(c, g.core.Done(g.clock.Now(), m.id))
+		delete(g.running, m.id) // unknown: a previous incarnation's task, or abandoned
+		if r, ok := g.abandoned[m.id]; ok {
+			delete(g.abandoned, m.id)
+			g.log.Info().Str("stream", r.sub.Stream).Uint64("ref", uint64(r.sub.Ref)).Int("attempt", r.sub.Attempt).
+				Str("ran", g.clock.Now().Sub(r.started).Round(time.Millisecond).String()).
+				Msg("abandoned transfer task ended at last; its slot was freed at its abandonment")
+		}
+		g.execute(c, g.core.Done(g.clock.Now(), m.id)) // an abandoned id: the core frees nothing
 	case cancelStream:
 		for id, s := range g.queued {
 			if s.Stream == m.Stream && g.core.Cancel(id) {
@@ -171,7 +198,7 @@ func (g *governor) Receive(c actor.Context) {
 			delete(g.queued, id)
 		}
 	case governorStatusRequest:
-		c.Respond(GovernorStatus{Status: g.core.Status(), Running: len(g.running), Incarnation: g.incarnation})
+		c.Respond(GovernorStatus{Status: g.core.Status(), Running: len(g.running), AbandonedRunning: len(g.abandoned), Incarnation: g.incarnation})
 	}
 	st := g.core.Status()
 	g.metrics.GovernorQueued.Store(int64(st.Queued))
@@ -199,6 +226,9 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 	for _, id := range d.Superseded {
 		delete(g.queued, id)
 	}
+	for _, id := range d.Abandoned {
+		g.abandon(id, now)
+	}
 	var unused []uint64
 	for _, s := range d.Admit {
 		sub := g.queued[s.ID]
@@ -207,8 +237,8 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 			unused = append(unused, s.ID) // its slot goes back to the core below
 			continue                      // its reader ended (the cancel is on its way): nobody waits for it
 		}
-		ctx, cancel := context.WithCancel(sub.Ctx)
-		g.running[s.ID] = cancel
+		ctx, cancel := context.WithCancelCause(sub.Ctx)
+		g.running[s.ID] = runningTransfer{cancel: cancel, sub: sub, started: now}
 		g.metrics.TransfersRunning.Add(1)
 		c.Send(sub.ReplyTo, transferAdmitted{Ref: sub.Ref, Attempt: sub.Attempt})
 		t := &transferTask{id: s.ID, ctx: ctx, sub: sub, store: g.store, keyPrefix: g.keyPrefix, log: g.log, metrics: g.metrics, faults: g.faults}
@@ -226,4 +256,23 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 			g.timers.after(c.ActorSystem().Root, c.Self(), d.Wake, governorTick{})
 		}
 	}
+}
+
+// abandon stops waiting for the running transfer id, which the core abandoned: its reader
+// resubmitted the reference after the transfer deadline, so the task hangs outside its
+// context (or its result was lost). Its context is cancelled (should it ever look) and it
+// leaves running, so Running counts only the tasks holding a slot; TransfersRunning stays the
+// task's own to decrement when it really ends, so it still counts a hung task.
+func (g *governor) abandon(id uint64, now time.Time) {
+	g.metrics.TransfersAbandoned.Add(1)
+	r, ok := g.running[id]
+	if !ok {
+		return // cannot happen: the core abandons only what it admitted and this shell started
+	}
+	delete(g.running, id)
+	r.cancel(errAbandoned)
+	g.abandoned[id] = r
+	g.log.Warn().Str("stream", r.sub.Stream).Uint64("ref", uint64(r.sub.Ref)).Int("attempt", r.sub.Attempt).
+		Uint64("offset", r.sub.Fragment.FirstOffset).Str("ran", now.Sub(r.started).Round(time.Millisecond).String()).
+		Msg("transfer abandoned: its reader resubmitted it after the transfer deadline; its upload slot is freed (the task may hang outside its context)")
 }

@@ -13,8 +13,13 @@ import (
 // Metrics are the node's counters and gauges (plain atomics; the binary exports them to
 // Prometheus). Counters only rise; gauges say where the pipeline is now.
 type Metrics struct {
-	StreamsRunning       atomic.Int64
-	TransfersRunning     atomic.Int64
+	StreamsRunning atomic.Int64
+	// TransfersRunning is how many transfer tasks run now (each decrements it as it ends), the
+	// hung ones the governor abandoned included.
+	TransfersRunning atomic.Int64
+	// TransfersAbandoned counts running transfers the governor abandoned: their reader
+	// resubmitted them after the transfer deadline, so their slot was freed without a Done.
+	TransfersAbandoned   atomic.Int64
 	GovernorQueued       atomic.Int64
 	GovernorTokens       atomic.Int64
 	FragmentsUploaded    atomic.Int64

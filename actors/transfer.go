@@ -17,9 +17,12 @@ import (
 
 // transferTask uploads one attempt of one fragment and reports the result to the stream's
 // reader, then stops. The upload runs inside Started with ctx: the reader incarnation's
-// context, also cancelled when the governor restarts (the attempt then reports a retriable
-// failure, so the reader resubmits it). A panic in the upload is recovered and reported as
-// a non-transient failure: the reader always hears of an attempt it is still waiting for.
+// context, also cancelled when the governor restarts or abandons the attempt (it then
+// reports a retriable failure, so the reader resubmits it). A panic in the upload is
+// recovered and reported as a non-transient failure: the reader always hears of an attempt
+// it is still waiting for. The governor hears transferDone before the reader hears the
+// result, so that the reader's immediate resubmission of a retriable failure reaches the
+// governor after the slot was freed (else the core would take it for an abandonment).
 type transferTask struct {
 	id        uint64
 	ctx       context.Context
@@ -35,14 +38,13 @@ func (t *transferTask) Receive(c actor.Context) {
 	if _, ok := c.Message().(*actor.Started); !ok {
 		return
 	}
-	defer func() {
-		t.metrics.TransfersRunning.Add(-1)
-		c.Send(c.Parent(), transferDone{id: t.id})
-		c.Stop(c.Self())
-	}()
-	if res, ok := t.upload(); ok {
+	res, reply := t.upload() // recovers its panics
+	t.metrics.TransfersRunning.Add(-1)
+	c.Send(c.Parent(), transferDone{id: t.id})
+	if reply {
 		c.Send(t.sub.ReplyTo, res)
 	}
+	c.Stop(c.Self())
 }
 
 // upload runs the attempt and returns its result, or false when nobody waits for it (the
@@ -73,8 +75,9 @@ func (t *transferTask) upload() (res readercore.TransferResult, reply bool) {
 	case class == s3io.ClassCanceled && s.Ctx.Err() != nil:
 		return res, false // the reader or the node is stopping: nobody waits for this result
 	case class == s3io.ClassCanceled:
-		// Only the governor cancels an upload whose reader lives: it is restarting.
-		res.Outcome, res.Reason = readercore.Retriable, fmt.Sprintf("upload %s: cancelled by the governor's restart", key)
+		// Only the governor cancels an upload whose reader lives: it is restarting, or it
+		// abandoned the attempt (the reader has a later one: this result is stale to it).
+		res.Outcome, res.Reason = readercore.Retriable, fmt.Sprintf("upload %s: %v", key, context.Cause(t.ctx))
 		return res, true
 	}
 	switch class {

@@ -185,6 +185,7 @@ func TestAdminServer(t *testing.T) {
 		`streamtier_stream_lag_seconds{stream="s"}`, `streamtier_latency_seconds{operation="persist",quantile="0.99"}`,
 		`streamtier_s3_requests_total{class="none",op="put_fragment"}`, `streamtier_s3_request_duration_seconds{op="put_fragment"}`,
 		`streamtier_etcd_requests_total{class="none",op="txn"}`, `streamtier_etcd_request_duration_seconds{op="txn"}`,
+		`streamtier_events_total{event="transfer_abandoned"}`, `streamtier_governor_abandoned_running{}`,
 	} {
 		if _, ok := first[name]; !ok {
 			t.Errorf("/metrics lacks %s", name)

@@ -34,7 +34,7 @@ var (
 	descUploadedBytes  = desc("uploaded_bytes_total", "Chunk bytes uploaded in fragment objects.")
 	descTransferErrors = desc("transfer_errors_total", "Failed fragment uploads by error class.", "class")
 	descPersists       = desc("persists_total", "Persist attempts by outcome (ok, conflict, not_found, failure).", "outcome")
-	descEvents         = desc("events_total", "Noteworthy pipeline events by kind (resolve_failure, reset, reinitialization, reader_crash, core_error, stall, remote_retention_run, local_segment_deleted, actor_restart, task_panic, task_overdue, broadcast_dropped, stray_message, stream_parked, park_retry).", "event")
+	descEvents         = desc("events_total", "Noteworthy pipeline events by kind (resolve_failure, reset, reinitialization, reader_crash, core_error, stall, remote_retention_run, local_segment_deleted, actor_restart, task_panic, task_overdue, transfer_abandoned, broadcast_dropped, stray_message, stream_parked, park_retry).", "event")
 	descGapOffsets     = desc("gap_offsets_total", "Offsets given up because the local log dropped them before upload.")
 	descReaper         = desc("reaper_total", "Reaper work by kind (deleted, failed, retries, group_gets).", "kind")
 	descStreams        = desc("streams_running", "Streams whose replica reader runs (stalled ones not counted).")
@@ -43,6 +43,7 @@ var (
 	descFaults         = desc("node_faults", "Fatal failures outside the streams (an embedded server that stopped), by server and exhausted resource (empty when another cause).", "server", "exhausted")
 	descGovInFlight    = desc("governor_in_flight", "Uploads admitted by the governor and not yet done.")
 	descGovMax         = desc("governor_max_concurrent", "The governor's node-wide bound on uploads at once.")
+	descGovHung        = desc("governor_abandoned_running", "Uploads the governor abandoned (resubmitted after their transfer deadline) whose task has not ended: hung outside its context.")
 	descReadersOpen    = desc("read_readers_open", "Cross-tier readers open now (consumers, node read).")
 	descReadersOpened  = desc("read_readers_opened_total", "Cross-tier readers opened.")
 	descReadBytes      = desc("read_bytes_total", "Chunk bytes delivered to readers by tier (local, remote).", "tier")
@@ -144,6 +145,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		{"core_error", m.CoreErrors.Load()}, {"stall", m.Stalls.Load()},
 		{"remote_retention_run", m.RemoteRetentionRuns.Load()}, {"local_segment_deleted", m.LocalSegmentsDeleted.Load()},
 		{"actor_restart", m.ActorRestarts.Load()}, {"task_panic", m.TaskPanics.Load()}, {"task_overdue", m.TasksOverdue.Load()},
+		{"transfer_abandoned", m.TransfersAbandoned.Load()},
 		{"broadcast_dropped", m.BroadcastsDropped.Load()}, {"stray_message", m.StrayMessages.Load()},
 		{"drain_wakeup", m.DrainWakeups.Load()}, {"drain_reposition", m.DrainRepositions.Load()},
 		{"drain_stall", m.DrainStalls.Load()}, {"drain_pause", m.DrainPauses.Load()},
@@ -174,6 +176,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descGovBurst, float64(in.Governor.BurstBytes))
 		gauge(descGovInFlight, float64(in.Governor.InFlight))
 		gauge(descGovMax, float64(in.Governor.MaxConcurrent))
+		gauge(descGovHung, float64(in.Governor.AbandonedRunning))
 	}
 	gauge(descReaperQueued, float64(m.Reaper.Queued.Load()))
 	p50, p99, u50, u99 := m.LatencyQuantiles()

@@ -107,6 +107,10 @@ type GovernorReport struct {
 	MaxConcurrent  int `json:"max_concurrent"`
 	PerStream      int `json:"per_stream"`
 	StreamsAtShare int `json:"streams_at_share"`
+	// Abandoned counts running uploads freed because their reader resubmitted them after the
+	// transfer deadline; AbandonedRunning those whose task has not ended yet (hung).
+	Abandoned        uint64 `json:"abandoned"`
+	AbandonedRunning int    `json:"abandoned_running"`
 }
 
 // ReaperReport is the reaper's queue and what it did.
@@ -400,7 +404,7 @@ func BuildReport(in NodeInput, now time.Time) Report {
 			RateBytesPerSec: in.Governor.RateBytesPerSec, BurstBytes: in.Governor.BurstBytes, Tokens: in.Governor.Tokens,
 			Queued: in.Governor.Queued, QueuedBytes: in.Governor.QueuedBytes, Running: in.Governor.Running,
 			InFlight: in.Governor.InFlight, MaxConcurrent: in.Governor.MaxConcurrent, PerStream: in.Governor.PerStream,
-			StreamsAtShare: in.Governor.StreamsAtShare,
+			StreamsAtShare: in.Governor.StreamsAtShare, Abandoned: in.Governor.Abandoned, AbandonedRunning: in.Governor.AbandonedRunning,
 		},
 		StreamsStalled: m.StreamsStalled.Load(),
 		Reaper: ReaperReport{

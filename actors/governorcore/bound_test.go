@@ -14,7 +14,10 @@ import (
 // passes over an earlier queued submission whose stream had room (FIFO and fair: no stream
 // waits behind more than its share of another's); without a rate nothing that may run is
 // left waiting; every id is admitted at most once, never after it was superseded or
-// canceled; a resubmission keeps its turn.
+// canceled; a resubmission keeps its turn. A resubmission of a running reference abandons
+// exactly that admission (its slot and share count no more; the bounds are checked on the
+// admissions not abandoned), a late Done of an abandoned one changes nothing, and no two
+// admissions of one owner and reference run at once.
 func TestPropertyBoundAndShare(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		max := rapid.IntRange(1, 6).Draw(t, "max")
@@ -26,23 +29,41 @@ func TestPropertyBoundAndShare(t *testing.T) {
 		g := New(cfg, t0)
 		now := t0
 		streams := []string{"a", "b", "c", "d"}
-		var order []Submission // the model's queue, in turn order
-		running := map[uint64]string{}
+		var order []Submission             // the model's queue, in turn order
+		running := map[uint64]Submission{} // admitted, not done nor abandoned
 		perStream := map[string]int{}
-		gone := map[uint64]bool{} // admitted, superseded or canceled
+		gone := map[uint64]bool{}      // admitted, superseded or canceled
+		abandoned := map[uint64]bool{} // abandoned, their task maybe still hung
+		var wantAbandoned []uint64     // what the next decision must abandon
 		var next uint64
+		stop := func(id uint64) {
+			st := running[id].Stream
+			if perStream[st]--; perStream[st] == 0 {
+				delete(perStream, st)
+			}
+			delete(running, id)
+		}
 		check := func(d Decision) {
 			pre := slices.Clone(order)
 			for _, id := range d.Superseded {
 				gone[id] = true
 			}
+			if !slices.Equal(d.Abandoned, wantAbandoned) {
+				t.Fatalf("abandoned %v, the model says %v", d.Abandoned, wantAbandoned)
+			}
+			wantAbandoned = nil
 			admitted := map[uint64]bool{}
 			for _, s := range d.Admit {
 				if gone[s.ID] {
 					t.Fatalf("id %d admitted after it was admitted, superseded or canceled", s.ID)
 				}
+				for _, r := range running {
+					if s.Ref != 0 && r.Owner == s.Owner && r.Ref == s.Ref {
+						t.Fatalf("id %d admitted while %d of the same owner %d and ref %d runs", s.ID, r.ID, s.Owner, s.Ref)
+					}
+				}
 				gone[s.ID], admitted[s.ID] = true, true
-				running[s.ID] = s.Stream
+				running[s.ID] = s
 				perStream[s.Stream]++
 			}
 			order = slices.DeleteFunc(order, func(s Submission) bool { return admitted[s.ID] })
@@ -84,17 +105,38 @@ func TestPropertyBoundAndShare(t *testing.T) {
 			if !slices.Equal(q, want) {
 				t.Fatalf("queue %v, the model says %v", q, want)
 			}
-			if st := g.Status(); st.InFlight != len(running) {
-				t.Fatalf("status in flight %d, the model says %d", st.InFlight, len(running))
+			if st := g.Status(); st.InFlight != len(running) || st.Abandoned != uint64(len(abandoned)) {
+				t.Fatalf("status in flight %d, abandoned %d; the model says %d, %d", st.InFlight, st.Abandoned, len(running), len(abandoned))
 			}
 		}
 		for i, steps := 0, rapid.IntRange(1, 120).Draw(t, "steps"); i < steps; i++ {
-			switch rapid.IntRange(0, 4).Draw(t, "op") {
-			case 0, 1:
+			switch rapid.IntRange(0, 5).Draw(t, "op") {
+			case 0, 1, 5:
 				next++
 				s := Submission{ID: next, Size: rapid.Int64Range(1, 300).Draw(t, "size"),
 					Stream: rapid.SampledFrom(streams).Draw(t, "stream"), Ref: rapid.Uint64Range(0, 3).Draw(t, "ref")}
 				s.Owner = uint64(s.Stream[0]) // one reader per stream
+				if op := rapid.IntRange(0, 2).Draw(t, "resubmit running"); op == 0 && len(running) > 0 {
+					// The owner of a running admission resubmits its reference (its deadline passed).
+					var refs []Submission
+					for _, r := range running {
+						if r.Ref != 0 {
+							refs = append(refs, r)
+						}
+					}
+					slices.SortFunc(refs, func(a, b Submission) int { return int(a.ID) - int(b.ID) })
+					if len(refs) > 0 {
+						r := rapid.SampledFrom(refs).Draw(t, "running ref")
+						s.Stream, s.Owner, s.Ref = r.Stream, r.Owner, r.Ref
+					}
+				}
+				for id, r := range running {
+					if s.Ref != 0 && r.Owner == s.Owner && r.Ref == s.Ref {
+						wantAbandoned = append(wantAbandoned, id)
+						abandoned[id] = true
+						stop(id)
+					}
+				}
 				if j := slices.IndexFunc(order, func(o Submission) bool { return s.Ref != 0 && o.Owner == s.Owner && o.Ref == s.Ref }); j >= 0 {
 					order[j] = s // supersedes in place
 				} else {
@@ -102,19 +144,22 @@ func TestPropertyBoundAndShare(t *testing.T) {
 				}
 				check(g.Submit(now, s))
 			case 2:
-				if len(running) == 0 {
-					continue
-				}
-				ids := make([]uint64, 0, len(running))
+				// A running transfer ends, or an abandoned one's hung task at last (changes nothing).
+				ids := make([]uint64, 0, len(running)+len(abandoned))
 				for id := range running {
 					ids = append(ids, id)
 				}
+				for id := range abandoned {
+					ids = append(ids, id)
+				}
+				if len(ids) == 0 {
+					continue
+				}
 				slices.Sort(ids)
 				id := rapid.SampledFrom(ids).Draw(t, "done")
-				if perStream[running[id]]--; perStream[running[id]] == 0 {
-					delete(perStream, running[id])
+				if _, ok := running[id]; ok {
+					stop(id)
 				}
-				delete(running, id)
 				check(g.Done(now, id))
 			case 3:
 				now = now.Add(time.Duration(rapid.Int64Range(0, int64(time.Second)).Draw(t, "advance")))
@@ -132,11 +177,8 @@ func TestPropertyBoundAndShare(t *testing.T) {
 			if guard > 10_000 {
 				t.Fatalf("the queue does not drain: %v queued, %d running", order, len(running))
 			}
-			for id, st := range running {
-				delete(running, id)
-				if perStream[st]--; perStream[st] == 0 {
-					delete(perStream, st)
-				}
+			for id := range running {
+				stop(id)
 				check(g.Done(now, id))
 				break
 			}

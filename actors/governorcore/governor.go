@@ -7,7 +7,11 @@
 // behind it from other streams go first; admission is otherwise FIFO. A queued submission is
 // superseded in place by a later one with the same owner and reference (never queued or
 // charged twice), and an owner's queued submissions can be cancelled together, uncharged;
-// an admitted one that is never started (its owner ended first) is refunded (Unused).
+// an admitted one that is never started (its owner ended first) is refunded (Unused). A
+// submission with the owner and reference of one still running declares that one dead (its
+// owner's transfer deadline passed, so its task hangs or its result was lost): the running
+// one is abandoned, its slot freed for the queue, so that hung uploads cannot hold every
+// slot for ever.
 // Time comes in as an argument, so every decision is a function of state and event.
 package governorcore
 
@@ -69,7 +73,8 @@ func (c Config) Burst() int64 {
 
 // Submission is one transfer waiting for admission, charged Size bytes once, at admission.
 // Owner and Ref identify what it uploads: a submission with the Owner and Ref (Ref != 0) of
-// one still queued supersedes it in place; Ref 0 is never deduplicated.
+// one still queued supersedes it in place, and of one running abandons it; Ref 0 is never
+// deduplicated.
 type Submission struct {
 	ID     uint64
 	Size   int64
@@ -81,13 +86,18 @@ type Submission struct {
 type key struct{ owner, ref uint64 }
 
 // Decision is what the governor must do after an event: forget the superseded submissions,
-// start the admitted transfers, in this order, and, when Wake > 0, call Tick again after
-// that long. Every admitted transfer must be reported with Done when it ends: until then it
-// holds its slot under MaxConcurrent and PerStream.
+// stop the abandoned ones, start the admitted transfers, in this order, and, when Wake > 0,
+// call Tick again after that long. Every admitted transfer must be reported with Done when
+// it ends: until then it holds its slot under MaxConcurrent and PerStream (unless it is
+// abandoned first).
 type Decision struct {
 	Admit      []Submission
 	Wake       time.Duration
 	Superseded []uint64 // queued submissions replaced by the one just submitted, never charged
+	// Abandoned are running admissions the submission just made declared dead (same owner
+	// and reference): their slots are free already, their tokens are not refunded, and a
+	// later Done or Unused of theirs changes nothing. The shell cancels their tasks.
+	Abandoned []uint64
 }
 
 // Governor is the pacing state: the bucket's tokens (negative while in debt), the FIFO
@@ -98,18 +108,21 @@ type Governor struct {
 	last    time.Time
 	pending []Submission
 	byKey   map[key]uint64       // owner and ref -> id of the queued submission
-	running map[uint64]admission // admitted, not yet Done or Unused
+	running map[uint64]admission // admitted, not yet Done, Unused or abandoned
+	live    map[key]uint64       // owner and ref (ref != 0) -> id of the running admission
 	streams map[string]int       // running transfers per stream
 	counts  counts
 }
 
-// admission is an admitted transfer's stream and what the bucket paid for it (0 unpaced).
+// admission is an admitted transfer's stream, reference and what the bucket paid for it (0
+// unpaced).
 type admission struct {
 	stream  string
+	key     key
 	charged float64
 }
 
-type counts struct{ submitted, admitted, superseded, canceled, unused uint64 }
+type counts struct{ submitted, admitted, superseded, canceled, unused, abandoned uint64 }
 
 // New returns a governor whose bucket starts full at now.
 func New(cfg Config, now time.Time) *Governor {
@@ -121,16 +134,26 @@ func New(cfg Config, now time.Time) *Governor {
 // tokens above the bucket size are cut to it. The queue starts empty.
 func Resume(cfg Config, tokens int64, at time.Time) *Governor {
 	return &Governor{cfg: cfg, tokens: min(float64(tokens), float64(cfg.Burst())), last: at, byKey: make(map[key]uint64),
-		running: make(map[uint64]admission), streams: make(map[string]int)}
+		running: make(map[uint64]admission), live: make(map[key]uint64), streams: make(map[string]int)}
 }
 
 // Submit queues a transfer and admits whatever the bucket allows now. A queued submission
 // with the same owner and reference is replaced in place (it keeps its turn, is never
-// charged, and its id is returned in Superseded).
+// charged, and its id is returned in Superseded). A running admission with the same owner
+// and reference is abandoned (returned in Abandoned): the owner only submits a reference
+// again once it gave up waiting for the attempt running (its transfer deadline passed), so
+// that attempt's slot goes to the queue now instead of at a Done that may never come. Its
+// tokens are not refunded: the upload was started and may have sent its bytes, and pacing
+// errs on the side of sending less.
 func (g *Governor) Submit(now time.Time, s Submission) Decision {
 	g.counts.submitted++
-	var superseded []uint64
+	var superseded, abandoned []uint64
 	k := key{s.Owner, s.Ref}
+	if id, ok := g.live[k]; ok && s.Ref != 0 {
+		g.release(id)
+		abandoned = []uint64{id}
+		g.counts.abandoned++
+	}
 	if old, ok := g.byKey[k]; ok && s.Ref != 0 {
 		for i := range g.pending {
 			if g.pending[i].ID == old {
@@ -147,7 +170,7 @@ func (g *Governor) Submit(now time.Time, s Submission) Decision {
 		g.byKey[k] = s.ID
 	}
 	d := g.Tick(now)
-	d.Superseded = superseded
+	d.Superseded, d.Abandoned = superseded, abandoned
 	return d
 }
 
@@ -225,13 +248,16 @@ func (g *Governor) Tick(now time.Time) Decision {
 				break
 			}
 		}
-		a := admission{stream: head.Stream}
+		a := admission{stream: head.Stream, key: key{head.Owner, head.Ref}}
 		if !g.cfg.Unlimited() {
 			a.charged = float64(head.Size)
 			g.tokens -= a.charged
 		}
 		d.Admit = append(d.Admit, head)
 		g.running[head.ID] = a
+		if head.Ref != 0 {
+			g.live[a.key] = head.ID
+		}
 		g.streams[head.Stream]++
 	}
 	kept = append(kept, g.pending[i:]...)
@@ -251,7 +277,7 @@ func (g *Governor) full() bool {
 
 // Done records that an admitted transfer ended (whatever its outcome), freeing its slot, and
 // admits what may run now. An id it does not know (a transfer of a governor before a
-// restart, or reported twice) changes nothing.
+// restart, one abandoned, or one reported twice) changes nothing.
 func (g *Governor) Done(now time.Time, id uint64) Decision {
 	g.release(id)
 	return g.Tick(now)
@@ -260,7 +286,8 @@ func (g *Governor) Done(now time.Time, id uint64) Decision {
 // Unused records that an admitted transfer was never started: its owner ended between the
 // submission and its CancelOwner, so nobody waits for it. Like Done it frees the slot, and
 // the bucket gets back what the admission charged (a transfer that never ran is not
-// paced), so an ended owner is never charged. An id it does not know changes nothing.
+// paced), so an ended owner is never charged. An id it does not know (abandoned ones
+// included) changes nothing.
 func (g *Governor) Unused(now time.Time, id uint64) Decision {
 	if a, ok := g.release(id); ok {
 		g.counts.unused++
@@ -279,6 +306,9 @@ func (g *Governor) release(id uint64) (admission, bool) {
 		return admission{}, false
 	}
 	delete(g.running, id)
+	if g.live[a.key] == id {
+		delete(g.live, a.key)
+	}
 	if g.streams[a.stream]--; g.streams[a.stream] <= 0 {
 		delete(g.streams, a.stream)
 	}
@@ -309,8 +339,8 @@ type Status struct {
 	Tokens          int64 // negative while in debt
 	Queued          int
 	QueuedBytes     int64
-	// InFlight is how many admitted transfers have not been reported Done; MaxConcurrent
-	// and PerStream are the bounds (0: none).
+	// InFlight is how many admitted transfers have not been reported Done (nor Unused, nor
+	// abandoned); MaxConcurrent and PerStream are the bounds (0: none).
 	InFlight      int
 	MaxConcurrent int
 	PerStream     int
@@ -323,13 +353,15 @@ type Status struct {
 	Superseded uint64 // queued submissions replaced by a resubmission of the same reference
 	Canceled   uint64 // queued submissions dropped uncharged (Cancel, CancelOwner)
 	Unused     uint64 // admitted but never started (their owner ended), refunded (Unused)
+	Abandoned  uint64 // running admissions freed because their owner resubmitted the reference
 }
 
 // Status reports the bucket and queue as of the last event.
 func (g *Governor) Status() Status {
 	st := Status{RateBytesPerSec: g.cfg.RateBytesPerSec, Queued: len(g.pending),
 		InFlight: len(g.running), MaxConcurrent: g.cfg.MaxConcurrent, PerStream: g.cfg.PerStream,
-		Submitted: g.counts.submitted, Admitted: g.counts.admitted, Superseded: g.counts.superseded, Canceled: g.counts.canceled, Unused: g.counts.unused}
+		Submitted: g.counts.submitted, Admitted: g.counts.admitted, Superseded: g.counts.superseded, Canceled: g.counts.canceled, Unused: g.counts.unused,
+		Abandoned: g.counts.abandoned}
 	if !g.cfg.Unlimited() {
 		st.BurstBytes = g.cfg.Burst()
 		st.Tokens = int64(g.tokens)

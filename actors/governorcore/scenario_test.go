@@ -20,9 +20,10 @@ import (
 //	cancel-owner owner=N
 //	status                                            in flight per stream and the queue
 //	bucket                                            tokens and the admission counters
+//	counts                                            every counter of Status
 //
-// Each event prints what the governor decided: admitted ids (with their stream),
-// superseded ids and the wake-up, or "-" for nothing.
+// Each event prints what the governor decided: superseded ids, abandoned ids, admitted ids
+// (with their stream) and the wake-up, or "-" for nothing.
 func TestScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		if strings.Contains(path, "rapid") {
@@ -75,6 +76,10 @@ func TestScenarios(t *testing.T) {
 				return fmt.Sprintf("canceled %v", g.CancelOwner(uint64(num("owner", 0))))
 			case "status":
 				return status(g)
+			case "counts":
+				st := g.Status()
+				return fmt.Sprintf("submitted %d admitted %d superseded %d canceled %d unused %d abandoned %d",
+					st.Submitted, st.Admitted, st.Superseded, st.Canceled, st.Unused, st.Abandoned)
 			case "bucket":
 				st := g.Status()
 				return fmt.Sprintf("tokens %d admitted %d unused %d canceled %d", st.Tokens, st.Admitted, st.Unused, st.Canceled)
@@ -89,6 +94,9 @@ func describe(d Decision, g *Governor) string {
 	var parts []string
 	if len(d.Superseded) > 0 {
 		parts = append(parts, fmt.Sprintf("superseded %v", d.Superseded))
+	}
+	if len(d.Abandoned) > 0 {
+		parts = append(parts, fmt.Sprintf("abandoned %v", d.Abandoned))
 	}
 	if len(d.Admit) > 0 {
 		var a []string

@@ -151,6 +151,10 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 	fmt.Fprintf(out, "  governor %s, %d queued (%s), %d transfers running (bound %d, %d per stream) · reaper %d queued, %d deleted, %d failed\n",
 		gov, n.Governor.Queued, human(n.Governor.QueuedBytes), n.Governor.Running, n.Governor.MaxConcurrent, n.Governor.PerStream,
 		n.Reaper.Queued, n.Reaper.Deleted, n.Reaper.Failed)
+	if g := n.Governor; g.AbandonedRunning > 0 {
+		fmt.Fprintf(out, "  %d uploads HUNG: abandoned after their transfer deadline (%d abandoned in all), their tasks have not ended\n",
+			g.AbandonedRunning, g.Abandoned)
+	}
 	for _, f := range n.Faults {
 		fmt.Fprintf(out, "  FAULT: %s failed (%s): %s\n", f.Server, orOther(f.Exhausted), f.Error)
 	}
