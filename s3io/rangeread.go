@@ -19,17 +19,14 @@ import (
 // object is shorter) returns them and no error: the caller decides. It honours ctx and the
 // transfer timeout.
 func (s *Store) GetRangePartial(ctx context.Context, key string, off, n int64, buf []byte) ([]byte, error) {
-	if off < 0 || n <= 0 {
-		return nil, fmt.Errorf("%w: range of %d bytes at %d of s3://%s/%s", ErrInvalidArgument, n, off, s.cfg.Bucket, key)
-	}
-	if err := checkKey(key); err != nil {
+	in, rng, err := s.rangeInput(key, off, n)
+	if err != nil {
 		return nil, err
 	}
-	rng := fmt.Sprintf("bytes=%d-%d", off, off+n-1)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.TransferTimeout)
 	defer cancel()
 	start := time.Now()
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(key), Range: aws.String(rng), ExpectedBucketOwner: s.cfg.owner()})
+	out, err := s.client.GetObject(ctx, in)
 	var b []byte
 	if err == nil {
 		want := n
@@ -56,4 +53,17 @@ func (s *Store) GetRangePartial(ctx context.Context, key string, off, n int64, b
 		return b, fmt.Errorf("get s3://%s/%s range %s: %w", s.cfg.Bucket, key, rng, err)
 	}
 	return b, nil
+}
+
+// rangeInput validates a range of n bytes at off of key and returns its GET request and
+// Range header.
+func (s *Store) rangeInput(key string, off, n int64) (*s3.GetObjectInput, string, error) {
+	if off < 0 || n <= 0 {
+		return nil, "", fmt.Errorf("%w: range of %d bytes at %d of s3://%s/%s", ErrInvalidArgument, n, off, s.cfg.Bucket, key)
+	}
+	if err := checkKey(key); err != nil {
+		return nil, "", err
+	}
+	rng := fmt.Sprintf("bytes=%d-%d", off, off+n-1)
+	return &s3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(key), Range: aws.String(rng), ExpectedBucketOwner: s.cfg.owner()}, rng, nil
 }

@@ -17,16 +17,13 @@ import (
 // io.ErrUnexpectedEOF when the server sends fewer bytes than asked. The request honours ctx
 // and the transfer timeout, which run until Close; Close must be called.
 func (s *Store) GetRangeStream(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
-	if off < 0 || n <= 0 {
-		return nil, fmt.Errorf("%w: range of %d bytes at %d of s3://%s/%s", ErrInvalidArgument, n, off, s.cfg.Bucket, key)
-	}
-	if err := checkKey(key); err != nil {
+	in, rng, err := s.rangeInput(key, off, n)
+	if err != nil {
 		return nil, err
 	}
-	rng := fmt.Sprintf("bytes=%d-%d", off, off+n-1)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.TransferTimeout)
 	start := time.Now()
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(key), Range: aws.String(rng), ExpectedBucketOwner: s.cfg.owner()})
+	out, err := s.client.GetObject(ctx, in)
 	if err != nil {
 		cancel()
 		s.metrics.observe(OpGetRange, key, time.Since(start), 0, err)

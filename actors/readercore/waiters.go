@@ -134,20 +134,10 @@ func (c *Core) onLeavesLookedUp(e LeavesLookedUp) {
 		}
 		reason = "the lookup did not return its leaf"
 	}
-	var ids []WaiterID
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if _, ok := slices.BinarySearch(asked, w.offset); ok && c.lookupNeeded(w.offset) {
-			ids = append(ids, w.id)
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	clear(c.waiters[len(kept):])
-	c.waiters = kept
-	if len(ids) > 0 {
-		c.emit(ReplyWaiters{Waiters: ids, Retry: true, Reason: "cannot tell yet whether the offset is in S3 or in a declared gap sealed in a group object: " + reason})
-	}
+	c.replyWaiters(func(o uint64) bool {
+		_, ok := slices.BinarySearch(asked, o)
+		return ok && c.lookupNeeded(o)
+	}, ReplyWaiters{Retry: true, Reason: "cannot tell yet whether the offset is in S3 or in a declared gap sealed in a group object: " + reason})
 	c.releaseWaiters()
 }
 
