@@ -116,21 +116,7 @@ func TestLocalAheadKeepsHistory(t *testing.T) {
 	}
 
 	// S3 goes down; the broker writes on and its retention deletes every sealed segment.
-	e.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `.*`, Fault: s3test.FaultInternalError})
-	if _, err := loadgen.Write(context.Background(), lg, g, loadgen.Limit{Bytes: 2 << 20}, loadgen.WriteOptions{Commit: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lg.ApplyRetention(segments.RetentionPolicy{MayDelete: func(segments.SegmentInfo) bool { return true }}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	lost := lg.FirstOffset()
-	if lost <= m1.NextOffset {
-		t.Fatalf("retention left the log at %d, not above the persisted %d", lost, m1.NextOffset)
-	}
-	if _, err := loadgen.Write(context.Background(), lg, g, loadgen.Limit{Bytes: 1 << 20}, loadgen.WriteOptions{Commit: true}); err != nil {
-		t.Fatal(err)
-	}
-	e.inj.Clear()
+	lost := goLocalAhead(t, e, lg, g, 2<<20, 1<<20, m1.NextOffset)
 	forceTail(t, e, "ahead", lg.NextOffset())
 
 	after, gaps, m2 := e.durableChunks("ahead")
@@ -568,4 +554,28 @@ func TestWipedLogRefilledWithSameChunksKeepsEverything(t *testing.T) {
 		t.Fatalf("remote [%d,%d) gaps %v, want [0,%d)", m.FirstOffset, m.NextOffset, gaps, refill.NextOffset())
 	}
 	sameAsLog(t, got, ref, "remote tier after the refill")
+}
+
+// goLocalAhead makes the local log run ahead of the remote tier, as a broker whose
+// retention outran an S3 outage does: with every PUT refused it appends before bytes,
+// deletes every segment it may, appends after bytes and lifts the fault. It returns the
+// log's first offset, which lies above persistedNext (the offsets between are lost).
+func goLocalAhead(t *testing.T, e *env, lg *segments.Log, g *loadgen.Generator, before, after int64, persistedNext uint64) uint64 {
+	t.Helper()
+	e.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `.*`, Fault: s3test.FaultInternalError})
+	if _, err := loadgen.Write(context.Background(), lg, g, loadgen.Limit{Bytes: before}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lg.ApplyRetention(segments.RetentionPolicy{MayDelete: func(segments.SegmentInfo) bool { return true }}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	lost := lg.FirstOffset()
+	if lost <= persistedNext {
+		t.Fatalf("retention left the log at %d, not above the persisted %d", lost, persistedNext)
+	}
+	if _, err := loadgen.Write(context.Background(), lg, g, loadgen.Limit{Bytes: after}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.inj.Clear()
+	return lost
 }

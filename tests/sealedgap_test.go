@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"streamtier/actors"
-	"streamtier/s3io/s3test"
 	"streamtier/segments"
 	"streamtier/segments/loadgen"
 )
@@ -38,21 +37,7 @@ func TestAwaitInGapSealedInGroupAfterRestart(t *testing.T) {
 	forceTail(t, e, "sealed", lg.NextOffset())
 	_, _, m1 := e.durableChunks("sealed")
 
-	e.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `.*`, Fault: s3test.FaultInternalError})
-	if _, err := loadgen.Write(context.Background(), lg, g, loadgen.Limit{Bytes: 1 << 20}, loadgen.WriteOptions{Commit: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lg.ApplyRetention(segments.RetentionPolicy{MayDelete: func(segments.SegmentInfo) bool { return true }}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	lost := lg.FirstOffset()
-	if lost <= m1.NextOffset {
-		t.Fatalf("retention left the log at %d, not above the persisted %d", lost, m1.NextOffset)
-	}
-	if _, err := loadgen.Write(context.Background(), lg, g, loadgen.Limit{Bytes: 2 << 20}, loadgen.WriteOptions{Commit: true}); err != nil {
-		t.Fatal(err)
-	}
-	e.inj.Clear()
+	lost := goLocalAhead(t, e, lg, g, 1<<20, 2<<20, m1.NextOffset)
 	forceTail(t, e, "sealed", lg.NextOffset())
 	_, gaps, m2 := e.durableChunks("sealed")
 	if len(gaps) != 1 || gaps[0][0] != m1.NextOffset || gaps[0][1] != lost {
