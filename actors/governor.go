@@ -1,8 +1,10 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,14 +77,45 @@ var (
 )
 
 // governorMemo is what outlives the governor's incarnations: the bucket's level (so that a
-// restart grants no fresh burst) and the submission id counter (so that a late transferDone
-// of a previous incarnation's task never matches a new one).
+// restart grants no fresh burst), the submission id counter (so that a late transferDone
+// of a previous incarnation's task never matches a new one) and the transfers started and
+// not yet ended (so that a restarted governor counts their slots until they end).
 type governorMemo struct {
-	mu     sync.Mutex
-	saved  bool
-	tokens int64
-	at     time.Time
-	nextID uint64
+	mu       sync.Mutex
+	saved    bool
+	tokens   int64
+	at       time.Time
+	nextID   uint64
+	inflight map[uint64]governorcore.Submission
+}
+
+// started records a transfer task the governor started.
+func (m *governorMemo) started(s governorcore.Submission) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.inflight == nil {
+		m.inflight = make(map[uint64]governorcore.Submission)
+	}
+	m.inflight[s.ID] = s
+}
+
+// ended records that a transfer no longer holds a slot (it reported, or it was abandoned).
+func (m *governorMemo) ended(id uint64) {
+	m.mu.Lock()
+	delete(m.inflight, id)
+	m.mu.Unlock()
+}
+
+// carried lists the transfers started and not ended, in id order, for a new incarnation.
+func (m *governorMemo) carried() []governorcore.Submission {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]governorcore.Submission, 0, len(m.inflight))
+	for _, s := range m.inflight {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b governorcore.Submission) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }
 
 func (m *governorMemo) save(tokens int64, at time.Time) {
@@ -212,9 +245,14 @@ func (g *governor) start(c actor.Context) {
 	if g.incarnation == 1 {
 		return
 	}
+	// The predecessor's tasks were cancelled and are ending: they keep their slots until
+	// their transferDone comes here, so the bounds hold across the restart.
+	carried := g.memo.carried()
+	g.core.Adopt(carried)
 	readers := g.readers()
 	g.log.Warn().Uint64("incarnation", g.incarnation).Int64("tokens", g.core.Status().Tokens).Int("readers", len(readers)).
-		Msg("governor restarted: bucket resumed, queue empty; readers resubmit what they had queued")
+		Int("transfers_ending", len(carried)).
+		Msg("governor restarted: bucket resumed, queue empty, the predecessor's uploads hold their slots until they end; readers resubmit what they had queued")
 	for _, pid := range readers {
 		c.Send(pid, governorRestarted{})
 	}
@@ -239,9 +277,10 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 		}
 		ctx, cancel := context.WithCancelCause(sub.Ctx)
 		g.running[s.ID] = runningTransfer{cancel: cancel, sub: sub, started: now}
+		g.memo.started(s)
 		g.metrics.TransfersRunning.Add(1)
 		c.Send(sub.ReplyTo, transferAdmitted{Ref: sub.Ref, Attempt: sub.Attempt})
-		t := &transferTask{id: s.ID, ctx: ctx, sub: sub, store: g.store, keyPrefix: g.keyPrefix, log: g.log, metrics: g.metrics, faults: g.faults}
+		t := &transferTask{id: s.ID, ctx: ctx, sub: sub, store: g.store, keyPrefix: g.keyPrefix, log: g.log, metrics: g.metrics, faults: g.faults, memo: g.memo}
 		c.Spawn(actor.PropsFromProducer(func() actor.Actor { return t }))
 	}
 	for _, id := range unused {
@@ -265,9 +304,12 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 // task's own to decrement when it really ends, so it still counts a hung task.
 func (g *governor) abandon(id uint64, now time.Time) {
 	g.metrics.TransfersAbandoned.Add(1)
+	g.memo.ended(id)
 	r, ok := g.running[id]
 	if !ok {
-		return // cannot happen: the core abandons only what it admitted and this shell started
+		// A predecessor's task (the core adopted it at the restart, which cancelled it).
+		g.log.Warn().Uint64("id", id).Msg("transfer abandoned: a task of the governor before its restart, resubmitted by its reader, has not ended; its upload slot is freed")
+		return
 	}
 	delete(g.running, id)
 	r.cancel(errAbandoned)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -16,13 +17,17 @@ import (
 )
 
 // transferTask uploads one attempt of one fragment and reports the result to the stream's
-// reader, then stops. The upload runs inside Started with ctx: the reader incarnation's
-// context, also cancelled when the governor restarts or abandons the attempt (it then
-// reports a retriable failure, so the reader resubmits it). A panic in the upload is
-// recovered and reported as a non-transient failure: the reader always hears of an attempt
-// it is still waiting for. The governor hears transferDone before the reader hears the
-// result, so that the reader's immediate resubmission of a retriable failure reaches the
-// governor after the slot was freed (else the core would take it for an abandonment).
+// reader, then stops. The upload runs on a goroutine the task starts at Started, with ctx:
+// the reader incarnation's context, also cancelled when the governor restarts or abandons
+// the attempt (it then reports a retriable failure, so the reader resubmits it). The actor
+// itself never blocks, so the governor can restart (protoactor restarts a parent only once
+// its children stopped) even while an upload hangs outside its context, reading a segment
+// file of a hung disk: the goroutine then reports, whenever it ends, to the governor's PID,
+// which outlives restarts. A panic in the upload is recovered and reported as a
+// non-transient failure: the reader always hears of an attempt it is still waiting for. The
+// governor hears transferDone before the reader hears the result, so that the reader's
+// immediate resubmission of a retriable failure reaches the governor after the slot was
+// freed (else the core would take it for an abandonment).
 type transferTask struct {
 	id        uint64
 	ctx       context.Context
@@ -32,19 +37,40 @@ type transferTask struct {
 	log       zerolog.Logger
 	metrics   *Metrics
 	faults    *faultHooks
+	memo      *governorMemo // told when the task ends, so that a restarted governor does not count it
+
+	mu      sync.Mutex
+	stopped bool // the actor heard Stopping (its parent stopped it): the goroutine must not stop it again
 }
 
 func (t *transferTask) Receive(c actor.Context) {
-	if _, ok := c.Message().(*actor.Started); !ok {
+	switch c.Message().(type) {
+	case *actor.Started:
+	case *actor.Stopping:
+		t.mu.Lock()
+		t.stopped = true
+		t.mu.Unlock()
+		return
+	default:
 		return
 	}
-	res, reply := t.upload() // recovers its panics
-	t.metrics.TransfersRunning.Add(-1)
-	c.Send(c.Parent(), transferDone{id: t.id})
-	if reply {
-		c.Send(t.sub.ReplyTo, res)
-	}
-	c.Stop(c.Self())
+	root, self, governor := c.ActorSystem().Root, c.Self(), c.Parent()
+	go func() { // owned by the task; stopped by ctx (an upload deaf to it ends when it ends)
+		res, reply := t.upload() // recovers its panics
+		t.metrics.TransfersRunning.Add(-1)
+		t.memo.ended(t.id) // before the message, which a governor that fails on it would lose
+		root.Send(governor, transferDone{id: t.id})
+		if reply {
+			root.Send(t.sub.ReplyTo, res)
+		}
+		// Stopped already if the governor restarted meanwhile: stopping a gone actor would be
+		// a dead letter. Under the lock, an actor not yet Stopping is still registered.
+		t.mu.Lock()
+		if !t.stopped {
+			root.Stop(self)
+		}
+		t.mu.Unlock()
+	}()
 }
 
 // upload runs the attempt and returns its result, or false when nobody waits for it (the

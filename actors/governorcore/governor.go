@@ -137,6 +137,25 @@ func Resume(cfg Config, tokens int64, at time.Time) *Governor {
 		running: make(map[uint64]admission), live: make(map[key]uint64), streams: make(map[string]int)}
 }
 
+// Adopt records transfers a predecessor admitted that have not ended yet (a restarted
+// governor's: their tasks were cancelled and are ending). Each holds its slot and its
+// stream's share until its Done, as it did before the restart, so the bounds hold across
+// restarts; a resubmission of its (owner, ref) abandons it like any running admission. They
+// are not charged again, and ids already known are ignored.
+func (g *Governor) Adopt(running []Submission) {
+	for _, s := range running {
+		if _, ok := g.running[s.ID]; ok {
+			continue
+		}
+		a := admission{stream: s.Stream, key: key{s.Owner, s.Ref}}
+		g.running[s.ID] = a
+		if s.Ref != 0 {
+			g.live[a.key] = s.ID
+		}
+		g.streams[s.Stream]++
+	}
+}
+
 // Submit queues a transfer and admits whatever the bucket allows now. A queued submission
 // with the same owner and reference is replaced in place (it keeps its turn, is never
 // charged, and its id is returned in Superseded). A running admission with the same owner

@@ -66,6 +66,29 @@ func TestScenarios(t *testing.T) {
 				s := Submission{ID: uint64(num("id", 0)), Stream: stream, Size: num("size", 1),
 					Owner: uint64(num("owner", 0)), Ref: uint64(num("ref", 0))}
 				return describe(g.Submit(at(), s), g)
+			case "restart":
+				// A new incarnation: the bucket resumed, the queue empty, and the transfers
+				// listed in carry=(id:stream:owner:ref ...) still running, adopted.
+				tokens := g.Status().Tokens
+				if g.cfg.Unlimited() {
+					tokens = 0
+				}
+				var carried []Submission
+				for _, a := range d.CmdArgs {
+					if a.Key != "carry" {
+						continue
+					}
+					for _, v := range a.Vals {
+						var s Submission
+						if _, err := fmt.Sscanf(strings.ReplaceAll(v, ":", " "), "%d %s %d %d", &s.ID, &s.Stream, &s.Owner, &s.Ref); err != nil {
+							d.Fatalf(t, "carry %q: want id:stream:owner:ref: %v", v, err)
+						}
+						carried = append(carried, s)
+					}
+				}
+				g = Resume(g.cfg, tokens, at())
+				g.Adopt(carried)
+				return status(g)
 			case "done":
 				return describe(g.Done(at(), uint64(num("id", 0))), g)
 			case "unused":
