@@ -83,7 +83,7 @@ func openReadOnly(dir string, opts Options) (*Log, error) {
 		if i < len(listing.pairs)-1 {
 			s, h, err = loadSealed(dir, id)
 		} else {
-			s, h, err = openActiveReadOnly(dir, id)
+			s, h, l.followed.PendingBytes, err = openActiveReadOnly(dir, id)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("follow log %s: %w", dir, err)
@@ -97,6 +97,7 @@ func openReadOnly(dir string, opts Options) (*Log, error) {
 		l.segs = append(l.segs, s)
 	}
 	l.nextID = l.segs[len(l.segs)-1].next
+	l.followed.Next = l.nextID
 	l.firstSeg.Store(l.segs[0].first)
 	return l, nil
 }
@@ -105,39 +106,39 @@ func openReadOnly(dir string, opts Options) (*Log, error) {
 // recovery, the last index record that points at a complete chunk with a valid CRC marks
 // the end, and the chunks before it are the writer's earlier appends; what follows (a torn
 // chunk, a chunk without its record, a record without its chunk) is not visible yet.
-func openActiveReadOnly(dir string, id uint64) (*segment, Header, error) {
-	s := &segment{name: SegmentName(id), first: id, next: id, size: FileHeaderSize}
+func openActiveReadOnly(dir string, id uint64) (s *segment, last Header, pending int64, err error) {
+	s = &segment{name: SegmentName(id), first: id, next: id, size: FileHeaderSize}
 	sf, xf, segSize, idxSize, err := openPairReadOnly(dir, id)
 	if err != nil {
-		return nil, Header{}, err
+		return nil, Header{}, 0, err
 	}
 	defer sf.Close()
 	defer xf.Close()
 	if segSize < FileHeaderSize || idxSize < FileHeaderSize {
-		return s, Header{}, nil // a roll in progress: the file headers are being written
+		return s, Header{}, 0, nil // a roll in progress: the file headers are being written
 	}
 	slots := int((idxSize - FileHeaderSize) / IndexRecordSize)
 	for k := slots - 1; k >= 0; k-- {
 		rec, h, ok, err := validChunkAt(sf, xf, k, segSize)
 		if err != nil {
-			return nil, Header{}, err
+			return nil, Header{}, 0, err
 		}
 		if !ok {
 			continue
 		}
 		first, err := readIndexRecord(xf, 0)
 		if err != nil {
-			return nil, Header{}, err
+			return nil, Header{}, 0, err
 		}
 		if first.ChunkID != id {
-			return nil, Header{}, fmt.Errorf("%s: first record is chunk %d, the name says %d", IndexName(id), first.ChunkID, id)
+			return nil, Header{}, 0, fmt.Errorf("%s: first record is chunk %d, the name says %d", IndexName(id), first.ChunkID, id)
 		}
 		s.size = int64(rec.Position) + h.Size()
 		s.chunks, s.next, s.firstTS, s.lastTS = k+1, h.NextID(), first.Timestamp, h.Timestamp
 		s.lastID, s.lastPos = h.ChunkID, int64(rec.Position)
-		return s, h, nil
+		return s, h, segSize - s.size, nil
 	}
-	return s, Header{}, nil
+	return s, Header{}, segSize - s.size, nil
 }
 
 // openPairReadOnly opens a segment and its index for reading and checks whatever of their
@@ -198,8 +199,31 @@ type seenChunk struct {
 // is not visible yet and is no error. Segments that vanished from the front of the
 // directory (the writer's retention) leave the view. A file that shrank or vanished, or a
 // last seen chunk that changed, is a *RewrittenError (ErrRewritten): the view stays as it
-// was. Refresh does not commit; the caller decides with SetCommitted.
+// was. Refresh does not commit; the caller decides with SetCommitted. LastRefresh keeps
+// the outcome for status.
 func (l *Log) Refresh() (FollowState, error) {
+	st, err := l.refresh()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err == nil:
+		l.followed, l.followErr = st, nil
+	case !errors.Is(err, ErrClosed):
+		l.followErr = err
+	}
+	return st, err
+}
+
+// LastRefresh is what the last Refresh found (the view's end and the pending bytes, as of
+// the last success) and its error (nil when it succeeded): what status shows of a
+// followed log. Before any Refresh it is the state at open.
+func (l *Log) LastRefresh() (FollowState, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.followed, l.followErr
+}
+
+func (l *Log) refresh() (FollowState, error) {
 	if !l.opts.ReadOnly {
 		return FollowState{}, fmt.Errorf("refresh %s: only a log opened read-only follows its directory", l.dir)
 	}

@@ -202,6 +202,9 @@ func TestFollowTornTailInvisibleUntilComplete(t *testing.T) {
 	if f.NextOffset() != next || len(readAll(t, f)) != 0 {
 		t.Fatalf("follower at %d, want %d", f.NextOffset(), next)
 	}
+	if st, err := f.LastRefresh(); err != nil || st.Next != next || st.PendingBytes != int64(half) {
+		t.Fatalf("state at open: %+v, %v; want next %d and %d pending", st, err, next, half)
+	}
 	commitAll(t, f)
 	if n := len(readAll(t, f)); n != 5 {
 		t.Fatalf("read %d chunks, want 5", n)
@@ -321,6 +324,9 @@ func TestFollowRewrittenTail(t *testing.T) {
 	var rw *RewrittenError
 	if !errors.Is(err, ErrRewritten) || !errors.As(err, &rw) || rw.Next != hs[5].NextID() || rw.Last != hs[5].ChunkID || rw.Segment != seg.Name {
 		t.Fatalf("after a shrink: %v (%+v)", err, rw)
+	}
+	if _, err := f.LastRefresh(); !errors.Is(err, ErrRewritten) {
+		t.Fatalf("last refresh error %v, want ErrRewritten", err)
 	}
 	if f.NextOffset() != hs[5].NextID() || f.CommittedNext() != hs[5].NextID() {
 		t.Fatalf("view moved: next %d, committed next %d", f.NextOffset(), f.CommittedNext())

@@ -124,7 +124,10 @@ type Log struct {
 	broken   error // a failed write left the active files unknown; reopen to recover
 	closed   bool
 	commit   commitState
-	retainMu sync.Mutex // serialises ApplyRetention
+	retainMu sync.Mutex // serialises ApplyRetention (and Refresh)
+	// followed and followErr are the outcome of the last Refresh of a read-only log.
+	followed  FollowState
+	followErr error
 
 	// visible is the committed next offset capped at what is written: a chunk whose id is
 	// below it may be read. firstSeg is the first chunk id of the oldest segment; a reader
