@@ -166,3 +166,101 @@ func TestBinaryFollowLiveWriter(t *testing.T) {
 		t.Fatalf("verify read %d fragments, the bucket held %d", rep.Fragments, fragments)
 	}
 }
+
+// TestBinaryFollowRewrittenTail: the followed writer truncates a tail the node had already
+// tiered and writes other chunks there at a higher epoch (an osiris replica following a new
+// leader after an unclean failover). The node logs the rewrite naming the stream and the
+// offsets, restarts the stream on the reopened log, and the existing divergence handling
+// cuts the remote tier back to where the two part; the new chunks are then tiered and
+// verify passes against the rewritten log.
+func TestBinaryFollowRewrittenTail(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	logDir := filepath.Join(dir, "broker", "s1")
+	first := writeSeededLog(t, logDir, 21, 120)
+	cfg := filepath.Join(dir, "node.yaml")
+	yaml := fmt.Sprintf("data_dir: %s\nfollow_interval: 100ms\nlocal_hot_window_bytes: 1GiB\nstreams:\n  - id: s1\n    log_dir: %s\n    follow: true\n", data, logDir)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, dir, "run", "--config", cfg, "--data-dir", data, "--progress", "off", "--fragment-target-size", "32KiB", "--persist-interval", "200ms")
+	waitFor(t, 30*time.Second, "the log drained", func() bool { return n.status().Pipeline.DrainNext == first })
+	if r := node(t, dir, "cut", "s1", "--data-dir", data); r.code != 0 {
+		t.Fatalf("cut:\n%s", r)
+	}
+	waitFor(t, 30*time.Second, "the log persisted", func() bool { return n.status().Remote.PersistedNext == first })
+
+	// The writer cuts its last 15 chunks (as osiris's recovery does to an uncommitted
+	// tail) and writes 30 others at epoch 2.
+	var locs []segments.Location
+	var ids []uint64
+	if _, err := segments.Scan(logDir, func(c segments.ScannedChunk) error {
+		locs, ids = append(locs, c.Location), append(ids, c.Header.ChunkID)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cut := locs[len(locs)-15]
+	if cut.Segment != locs[len(locs)-1].Segment {
+		t.Fatalf("the 15 last chunks span segments (%s to %s): pick a smaller cut", cut.Segment, locs[len(locs)-1].Segment)
+	}
+	segID, err := segments.ParseSegmentName(cut.Segment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	for _, l := range locs {
+		if l.Segment == cut.Segment && l.Position < cut.Position {
+			kept++
+		}
+	}
+	if err := os.Truncate(filepath.Join(logDir, cut.Segment), cut.Position); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(logDir, segments.IndexName(segID)), segments.FileHeaderSize+int64(kept)*segments.IndexRecordSize); err != nil {
+		t.Fatal(err)
+	}
+	w, err := segments.Open(logDir, segments.Options{MaxSegmentBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.NextOffset() != ids[len(ids)-15] {
+		t.Fatalf("writer reopened at %d, want %d", w.NextOffset(), ids[len(ids)-15])
+	}
+	g, err := loadgen.New(loadgen.Config{Seed: 22, Epoch: 2, MinDataBytes: 1000, MaxDataBytes: 3000, StartTimestamp: 1_800_000_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 30 {
+		if _, _, err := w.Append(g.Next()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := w.NextOffset()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the new timeline drained", func() bool {
+		s := n.status()
+		return s.Phase == "running" && s.Local.Committed == second && s.Pipeline.DrainNext == second
+	})
+	if r := node(t, dir, "cut", "s1", "--data-dir", data); r.code != 0 {
+		t.Fatalf("cut:\n%s", r)
+	}
+	waitFor(t, 30*time.Second, "the new timeline persisted", func() bool { return n.status().Remote.PersistedNext == second })
+	if s := n.status(); s.Counters["truncations"] == 0 || s.Follow == nil {
+		t.Fatalf("after the rewrite: counters %v, follow %+v; want a truncation of the remote tier", s.Counters, s.Follow)
+	}
+	if code := n.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("stop: exit %d\n%s", code, n.stderr)
+	}
+	logs := n.stderr.String()
+	if !strings.Contains(logs, "the followed log was rewritten") || !strings.Contains(logs, `"stream":"s1"`) || !strings.Contains(logs, "seen_next") || !strings.Contains(logs, "followed stream restarted") {
+		t.Fatalf("the rewrite was not logged with the stream and offsets:\n%s", logs)
+	}
+	rep, r := verifyStream(t, dir, "s1", "--config", cfg)
+	if r.code != 0 || !rep.OK() || rep.NextOffset != second || rep.LocalCompared != rep.Chunks || rep.Chunks != 120-15+30 {
+		t.Fatalf("verify after the rewrite (want [0, %d), %d chunks, each compared with the rewritten log):\n%s", second, 120-15+30, r)
+	}
+}
