@@ -1,6 +1,7 @@
 package segments
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -300,6 +301,12 @@ func (l *Log) refresh() (FollowState, error) {
 			break
 		}
 		if tailEnd != cur.size {
+			// The writer may have cut those bytes and rolled since the size was taken.
+			if fi, err := os.Stat(filepath.Join(l.dir, cur.name)); err == nil {
+				tailEnd = fi.Size()
+			}
+		}
+		if tailEnd != cur.size {
 			return FollowState{}, fmt.Errorf("refresh %s: %s holds %d bytes past its last complete chunk, yet %s follows it", l.dir, cur.name, tailEnd-cur.size, ns.name)
 		}
 		added, addedChunks = append(added, ns), append(addedChunks, chunks)
@@ -354,46 +361,75 @@ func sameLastChunk(sf, xf *os.File, s *segment, last Header) error {
 	return nil
 }
 
+// scanBatch bounds the index records scanForward reads at once (about 1.9 MB).
+const scanBatch = 1 << 16
+
 // scanForward walks the index records of s past the chunks seen and returns the chunks
 // that are complete, updating s; it stops at the first record or chunk that is not (yet)
-// whole, agreeing and CRC-valid. Only I/O errors are errors.
+// whole, agreeing and CRC-valid. The records are read in batches and the chunks, which
+// follow each other in the segment, through one buffered sequential read, so that a run
+// of small chunks costs a few syscalls. Only I/O errors are errors.
 func scanForward(sf, xf *os.File, s *segment, segSize, idxSize int64, last Header, hasLast bool) ([]seenChunk, error) {
 	if segSize < FileHeaderSize || idxSize < FileHeaderSize {
 		return nil, nil
 	}
 	var out []seenChunk
 	crc := crc32.NewIEEE()
-	for k := s.chunks; FileHeaderSize+int64(k+1)*IndexRecordSize <= idxSize; k++ {
-		var b [IndexRecordSize]byte
-		if err := readAtFull(xf, b[:], FileHeaderSize+int64(k)*IndexRecordSize); err != nil {
+	var hb [HeaderSize]byte
+	for {
+		start := FileHeaderSize + int64(s.chunks)*IndexRecordSize
+		n := min((idxSize-start)/IndexRecordSize, scanBatch)
+		if n <= 0 {
+			return out, nil
+		}
+		ib := make([]byte, n*IndexRecordSize)
+		if err := readAtFull(xf, ib, start); err != nil {
 			return nil, err
 		}
-		r := decodeIndexRecord(b[:])
-		if r.wellFormed() != nil || int64(r.Position) != s.size || r.ChunkID != s.next || (hasLast && r.Epoch < last.Epoch) {
-			break
+		br := bufio.NewReaderSize(io.NewSectionReader(sf, s.size, segSize-s.size), 256<<10)
+		for k := int64(0); k < n; k++ {
+			r := decodeIndexRecord(ib[k*IndexRecordSize : (k+1)*IndexRecordSize])
+			if r.wellFormed() != nil || int64(r.Position) != s.size || r.ChunkID != s.next || (hasLast && r.Epoch < last.Epoch) ||
+				int64(r.Position)+HeaderSize > segSize {
+				return out, nil
+			}
+			if _, err := io.ReadFull(br, hb[:]); err != nil {
+				return out, notYet(err, s.name, r.Position)
+			}
+			h, err := ParseHeader(hb[:])
+			if err != nil || matches(h, r) != nil || int64(r.Position)+h.Size() > segSize {
+				return out, nil
+			}
+			crc.Reset()
+			if _, err := br.Discard(int(h.BloomSize)); err != nil {
+				return out, notYet(err, s.name, r.Position)
+			}
+			if _, err := io.CopyN(crc, br, int64(h.DataLen)); err != nil {
+				return out, notYet(err, s.name, r.Position)
+			}
+			if _, err := br.Discard(int(h.TrailerLen)); err != nil {
+				return out, notYet(err, s.name, r.Position)
+			}
+			if crc.Sum32() != h.DataCRC {
+				return out, nil
+			}
+			if s.chunks == 0 {
+				s.firstTS = h.Timestamp
+			}
+			s.chunks, s.size, s.next, s.lastTS, s.lastID, s.lastPos = s.chunks+1, int64(r.Position)+h.Size(), h.NextID(), h.Timestamp, h.ChunkID, int64(r.Position)
+			out = append(out, seenChunk{h: h, pos: int64(r.Position)})
+			last, hasLast = h, true
 		}
-		if int64(r.Position)+HeaderSize > segSize {
-			break
-		}
-		h, err := readHeaderAt(sf, int64(r.Position))
-		if err != nil || matches(h, r) != nil || int64(r.Position)+h.Size() > segSize {
-			break
-		}
-		crc.Reset()
-		if _, err := io.Copy(crc, io.NewSectionReader(sf, int64(r.Position)+HeaderSize+int64(h.BloomSize), int64(h.DataLen))); err != nil {
-			return nil, fmt.Errorf("%s position %d: %w", s.name, r.Position, err)
-		}
-		if crc.Sum32() != h.DataCRC {
-			break
-		}
-		if k == 0 {
-			s.firstTS = h.Timestamp
-		}
-		s.chunks, s.size, s.next, s.lastTS, s.lastID, s.lastPos = k+1, int64(r.Position)+h.Size(), h.NextID(), h.Timestamp, h.ChunkID, int64(r.Position)
-		out = append(out, seenChunk{h: h, pos: int64(r.Position)})
-		last, hasLast = h, true
 	}
-	return out, nil
+}
+
+// notYet is nil for a read that ended early (the file shrank under the scan: the next
+// Refresh tells) and the error, naming the position, for any other failure.
+func notYet(err error, name string, pos uint32) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil
+	}
+	return fmt.Errorf("%s position %d: %w", name, pos, err)
 }
 
 // scanNew looks at the segment named after id: nil while it is absent or holds no complete

@@ -455,3 +455,29 @@ func TestFollowSegmentsDeletedAndRetention(t *testing.T) {
 		t.Fatalf("after retention and one more chunk: %+v, %d segments", st, len(f.Segments()))
 	}
 }
+
+// One Refresh catches up on more chunks than one batch of index records holds, across
+// segment rolls, and sees them all.
+func TestFollowRefreshCatchesUpManyChunks(t *testing.T) {
+	dir := t.TempDir()
+	w := mustOpen(t, dir, Options{MaxSegmentChunks: 50_000, IdleClose: -1})
+	appendN(t, w, 1, 1)
+	f := mustFollow(t, dir)
+	const n = scanBatch + 10_000
+	for i := range n {
+		if _, _, err := w.Append(userChunk(1, int64(i), "r")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	st := mustRefresh(t, f)
+	took := time.Since(start)
+	if st.Next != w.NextOffset() || len(f.Segments()) != len(w.Segments()) {
+		t.Fatalf("after one refresh: next %d, %d segments; the writer %d, %d", st.Next, len(f.Segments()), w.NextOffset(), len(w.Segments()))
+	}
+	t.Logf("one refresh saw %d chunks in %s (%.0f chunks/s)", n, took, float64(n)/took.Seconds())
+	commitAll(t, f)
+	if got := len(readAll(t, f)); got != n+1 {
+		t.Fatalf("read %d chunks, want %d", got, n+1)
+	}
+}
