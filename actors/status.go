@@ -50,6 +50,19 @@ type StreamStatus struct {
 	// of the oldest of them (both from segment summaries, exact at segment boundaries).
 	LagBytes   int64
 	LagSeconds float64
+
+	// Follow is set when the local log is followed read-only (another process writes it):
+	// what its last look at the directory found.
+	Follow *FollowStatus
+}
+
+// FollowStatus is the state of a followed local log (segments.Options.ReadOnly).
+type FollowStatus struct {
+	// PendingBytes are the bytes of the last segment past its last complete chunk: a chunk
+	// the writer is writing, or a torn tail it left, not tiered until it is complete.
+	PendingBytes int64
+	// Error is the last look's failure ("" when it succeeded).
+	Error string
 }
 
 // ParkedStatus says why and since when a stream is parked, and when it is retried next.
@@ -93,6 +106,13 @@ func (h *streamHandle) localStatus() (StreamStatus, []segments.SegmentInfo) {
 	}
 	for _, s := range segs {
 		st.LocalBytes += s.Size
+	}
+	if lg.ReadOnly() {
+		f, err := lg.LastRefresh()
+		st.Follow = &FollowStatus{PendingBytes: f.PendingBytes}
+		if err != nil {
+			st.Follow.Error = err.Error()
+		}
 	}
 	return st, segs
 }

@@ -268,9 +268,18 @@ type StreamReport struct {
 	// Parked is set, with phase "parked", while the stream's reader keeps failing and is
 	// retried every stream_park_retry_interval.
 	Parked *ParkedReport `json:"parked,omitempty"`
+	// Follow is set when the local log is followed read-only: another process writes it.
+	Follow *FollowReport `json:"follow,omitempty"`
 	// Cost is the stream's S3 requests by kind and its stored bytes (the persisted
 	// manifest's total size), projected to a month.
 	Cost *CostReport `json:"cost,omitempty"`
+}
+
+// FollowReport is the state of a followed local log: the bytes of an incomplete chunk at
+// its end (not tiered until complete) and the last failure to look at it.
+type FollowReport struct {
+	PendingBytes int64  `json:"pending_bytes"`
+	Error        string `json:"error,omitempty"`
 }
 
 // ParkedReport says why and since when a stream is parked, and when it is retried next.
@@ -543,6 +552,9 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 	}
 	if c.Diverged {
 		r.Remote.Diverged = &DivergedReport{Behind: c.Behind, RemoteFirst: c.RemoteFirst, RemoteNext: c.RemoteNext, LocalFirst: c.LocalFirst, LocalNext: c.LocalNext}
+	}
+	if f := s.Follow; f != nil {
+		r.Follow = &FollowReport{PendingBytes: f.PendingBytes, Error: f.Error}
 	}
 	if p := s.Parked; p != nil {
 		r.Parked = &ParkedReport{SinceMillis: p.Since.UnixMilli(), Reason: p.Reason, Failures: p.Failures, RetryAtMillis: p.RetryAt.UnixMilli()}

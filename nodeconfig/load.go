@@ -285,6 +285,14 @@ var streamKeys = map[string]func(st *StreamSettings, v string) error{
 		st.PersistInterval = d
 		return err
 	},
+	"follow": func(st *StreamSettings, v string) error {
+		b, err := ParseBool(v)
+		st.Follow = b
+		if err != nil {
+			return err
+		}
+		return nil
+	},
 	"fragment_max_age": func(st *StreamSettings, v string) error {
 		d, err := ParseDuration(v)
 		switch {

@@ -392,3 +392,33 @@ func TestRemembered(t *testing.T) {
 		t.Fatal("a record naming a credential was read")
 	}
 }
+
+// TestFollowSettings: follow is per stream and off by default; follow_interval defaults to
+// 1s and must be positive; follow is refused in cluster mode and for a non-boolean.
+func TestFollowSettings(t *testing.T) {
+	file := []byte("follow_interval: 250ms\nstreams:\n  - id: live\n    log_dir: /broker/live\n    follow: true\n  - id: copy\n    log_dir: /copies/copy\n")
+	s := resolve(t, ModeRun, Sources{File: file, FileName: "node.yaml"})
+	if !s.Streams[0].Follow || s.Streams[1].Follow || s.FollowInterval != 250*time.Millisecond {
+		t.Fatalf("follow settings: %+v, interval %v", s.Streams, s.FollowInterval)
+	}
+	if d := resolve(t, ModeRun, Sources{}); d.FollowInterval != time.Second {
+		t.Fatalf("default follow_interval %v, want 1s", d.FollowInterval)
+	}
+	for _, c := range []struct {
+		src  Sources
+		want []string
+	}{
+		{Sources{Flags: map[string]string{"follow_interval": "0"}}, []string{"follow_interval"}},
+		{Sources{Env: []string{"STREAMTIER_FOLLOW_INTERVAL=-1s"}}, []string{"follow_interval"}},
+		{Sources{File: []byte("streams:\n  - id: a\n    follow: maybe\n"), FileName: "n.yaml"}, []string{"streams[0].follow", "maybe"}},
+		{Sources{File: []byte("cluster: true\nnode_id: n1\nstreams:\n  - id: a\n    follow: yes\n"), FileName: "n.yaml"}, []string{"streams[0]", "cluster mode"}},
+	} {
+		c.src.Dir = "/work"
+		_, err := Resolve(ModeRun, c.src)
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%+v: error %v, want one containing %q", c.src, err, w)
+			}
+		}
+	}
+}

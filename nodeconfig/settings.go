@@ -96,6 +96,9 @@ type Settings struct {
 	CostGetPer1000        float64
 	CostStoragePerGBMonth float64
 	FragmentMaxAge        time.Duration // 0: the idle cut is disabled
+	// FollowInterval is how often the node looks for chunks a writer in another process
+	// completed in the log directories of streams declared with follow: true.
+	FollowInterval time.Duration
 
 	Demo       bool
 	DemoStream string
@@ -139,6 +142,9 @@ type StreamSettings struct {
 	// FragmentMaxAge overrides fragment_max_age: 0 takes the node's, a negative value
 	// disables the idle cut for this stream (the file's "0").
 	FragmentMaxAge time.Duration
+	// Follow opens LogDir read-only and follows a writer in another process (a live
+	// broker's directory): complete chunks count as committed as they appear.
+	Follow bool
 }
 
 // setting is one row of the settings table.
@@ -363,6 +369,8 @@ var table = []setting{
 		apply: size64(func(s *Settings) *int64 { return &s.SegmentMaxBytes })},
 	{name: "fragment_max_age", def: "60s", demo: "5s", help: "cut a fragment below fragment_target_size once its oldest chunk was drained this long ago, so that a quiet stream's tail is uploaded; 0 disables",
 		apply: duration(func(s *Settings) *time.Duration { return &s.FragmentMaxAge })},
+	{name: "follow_interval", def: "1s", help: "how often the log directories of streams declared with follow: true are looked at for chunks their writer completed",
+		apply: duration(func(s *Settings) *time.Duration { return &s.FollowInterval })},
 
 	{name: "cost_put_per_1000", def: "0.005", help: "price in dollars of 1000 PUT requests, for the cost projection in status (default: S3 Standard's published price)",
 		apply: price(func(s *Settings) *float64 { return &s.CostPutPer1000 })},

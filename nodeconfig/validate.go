@@ -160,7 +160,7 @@ func (s Settings) Validate() error {
 		{"persist_interval", s.PersistInterval}, {"upload_retry_delay", s.UploadRetryDelay},
 		{"transient_backoff_base", s.TransientBackoffBase}, {"retention_task_timeout", s.RetentionTaskTimeout},
 		{"persist_timeout", s.PersistTimeout}, {"group_upload_timeout", s.GroupUploadTimeout}, {"resolve_timeout", s.ResolveTimeout},
-		{"stream_park_retry_interval", s.ParkRetryInterval},
+		{"stream_park_retry_interval", s.ParkRetryInterval}, {"follow_interval", s.FollowInterval},
 	} {
 		if err := positive(p.name, p.d); err != nil {
 			return err
@@ -201,6 +201,9 @@ func (s Settings) Validate() error {
 		seen[st.ID] = true
 		if st.RetentionMaxAge < 0 || st.PersistInterval < 0 || st.PersistThreshold < 0 {
 			return fmt.Errorf("%s (%s): negative retention_max_age, persist_interval or persist_threshold", where, st.ID)
+		}
+		if st.Follow && s.Cluster {
+			return fmt.Errorf("%s (%s): follow: true is not supported in cluster mode (a cluster member opens its logs as the broker's replica)", where, st.ID)
 		}
 	}
 	if err := s.validateCluster(bad); err != nil {

@@ -39,6 +39,11 @@ type Options struct {
 	// append (or Sync); they are synced, closed, and reopened by the next Append. 0 means
 	// DefaultIdleClose; a negative value keeps them open until Close.
 	IdleClose time.Duration
+	// ReadOnly opens the directory as a follower of a writer in another process (follow
+	// mode): Open creates, writes and truncates nothing and leaves an incomplete tail out of
+	// the view instead of repairing it; Refresh extends the view; Append is ErrReadOnly.
+	// The rolling limits, FirstOffset and IdleClose do not apply.
+	ReadOnly bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -119,7 +124,10 @@ type Log struct {
 	broken   error // a failed write left the active files unknown; reopen to recover
 	closed   bool
 	commit   commitState
-	retainMu sync.Mutex // serialises ApplyRetention
+	retainMu sync.Mutex // serialises ApplyRetention (and Refresh)
+	// followed and followErr are the outcome of the last Refresh of a read-only log.
+	followed  FollowState
+	followErr error
 
 	// visible is the committed next offset capped at what is written: a chunk whose id is
 	// below it may be read. firstSeg is the first chunk id of the oldest segment; a reader
@@ -137,6 +145,9 @@ func Open(dir string, opts Options) (*Log, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	if opts.ReadOnly {
+		return openReadOnly(dir, opts)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
@@ -389,6 +400,9 @@ func (l *Log) Append(spec ChunkSpec) (Header, Location, error) {
 // reopens the active files first when the idle close has closed them; every write path
 // comes through here.
 func (l *Log) writeChunk(chunk []byte, h Header) (Header, Location, error) {
+	if l.opts.ReadOnly {
+		return Header{}, Location{}, fmt.Errorf("append to %s: %w", l.dir, ErrReadOnly)
+	}
 	if err := l.openFiles(); err != nil {
 		return Header{}, Location{}, fmt.Errorf("append to %s: %w", l.dir, err)
 	}

@@ -2,6 +2,8 @@ package tests
 
 import (
 	"context"
+	"fmt"
+	"hash/crc64"
 	"io"
 	"os"
 	"path/filepath"
@@ -363,4 +365,65 @@ func TestCorruptRootIsNeverEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	forceTail(t, e, "fragile", lg.NextOffset())
+}
+
+// TestTierFollowedRabbitMQDirectory tiers the RabbitMQ directory opened read-only (follow
+// mode) with a torn tail a live broker would leave: the remote tier is RabbitMQ's chunks
+// and the directory is byte for byte as before, torn tail included.
+func TestTierFollowedRabbitMQDirectory(t *testing.T) {
+	cfg := smallFragments
+	cfg.LocalHotWindowBytes = 1 << 40 // keep every segment: the check below hashes them all
+	e := newEnv(t, envOptions{node: cfg})
+	dir := copyRabbitMQ(t)
+	last := filepath.Join(dir, "00000000000000022366.segment")
+	f, err := os.OpenFile(last, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 30)); err != nil { // a chunk header being written
+		t.Fatal(err)
+	}
+	f.Close()
+	before := dirDigest(t, dir)
+	lg, err := segments.Open(dir, segments.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lg.Close() })
+	if id, ok := lg.LastChunkID(); !ok || lg.SetCommitted(id) != nil {
+		t.Fatal("followed log holds no chunk")
+	}
+	if err := e.node.AddStream(actors.StreamSpec{ID: "rabbitmq-followed", Log: lg, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	forceTail(t, e, "rabbitmq-followed", 25006)
+	m, _ := e.verifyRemote("rabbitmq-followed", openCommitted(t, copyRabbitMQ(t)))
+	if m.NextOffset != 25006 || m.FirstOffset != 0 {
+		t.Fatalf("remote [%d,%d), want [0,25006)", m.FirstOffset, m.NextOffset)
+	}
+	st, err := e.node.Status(context.Background(), "rabbitmq-followed")
+	if err != nil || st.Follow == nil || st.Follow.PendingBytes != 30 {
+		t.Fatalf("status of the followed stream: %+v %v", st.Follow, err)
+	}
+	if after := dirDigest(t, dir); after != before {
+		t.Fatal("tiering a followed directory changed it")
+	}
+}
+
+// dirDigest is every file name of dir with its size and CRC-64 of its bytes.
+func dirDigest(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, en := range ents {
+		data, err := os.ReadFile(filepath.Join(dir, en.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s %d %x\n", en.Name(), len(data), crc64.Checksum(data, crc64.MakeTable(crc64.ECMA)))
+	}
+	return b.String()
 }

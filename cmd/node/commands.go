@@ -235,6 +235,16 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 		if s.LogWriteError != "" {
 			fmt.Fprintf(out, "\n%s: the local log refuses appends (%s): %s\n", s.Stream, orOther(s.Exhausted), s.LogWriteError)
 		}
+		if f := s.Follow; f != nil {
+			line := fmt.Sprintf("\n%s: followed: the local log is read-only, another process writes it; complete chunks count as committed", s.Stream)
+			if f.PendingBytes > 0 {
+				line += fmt.Sprintf("; %s past the last complete chunk (not tiered until complete)", human(f.PendingBytes))
+			}
+			if f.Error != "" {
+				line += "; last look FAILED: " + f.Error
+			}
+			fmt.Fprintln(out, line)
+		}
 		if s.StopReason != "" {
 			fmt.Fprintf(out, "\n%s: stopped for good: %s\n", s.Stream, s.StopReason)
 		}

@@ -36,6 +36,15 @@ type openStream struct {
 	// oldRoots are the root objects that were already superseded when the stream was
 	// added (left by an earlier crash): a clean stop does not wait for them to go.
 	oldRoots map[string]bool
+	// follow is set for a stream declared with follow: true: log is read-only and the
+	// follower (follow.go) refreshes it; cfg is its declaration, to reopen it.
+	follow bool
+	cfg    nodeconfig.StreamSettings
+	// removed is set (under process.mu) while a followed stream is out of the node between
+	// a restart's RemoveStream and its AddStream; logged is the follower's last logged
+	// failure of it, so that a failure that lasts is logged once.
+	removed bool
+	logged  string
 }
 
 // serve runs a node until SIGINT or SIGTERM: the demo (ModeDemo) or `node run`.
@@ -134,12 +143,14 @@ func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 		defer close(progressDone)
 		p.progress(ctx)
 	}()
+	stopFollow := p.startFollower()
 
 	<-ctx.Done()
 	stopSignals() // a second Ctrl-C now ends the process at once
 	display.stop()
 	<-progressDone
 	fmt.Fprintln(stderr, "stopping: waiting for committed data to be persisted (Ctrl-C again to force)")
+	stopFollow() // what the writer completes from now on is tiered by the next run
 	stopLoad()
 	wg.Wait()
 	return p.shutdown()
@@ -334,6 +345,9 @@ func (p *process) openClusterStream(id string) (actors.StreamSpec, error) {
 // addStream opens a stream's local log, commits what it holds (this process is the
 // broker), and adds it to the node; demo settings start the load generator on it.
 func (p *process) addStream(st nodeconfig.StreamSettings, demo *nodeconfig.Settings) error {
+	if st.Follow {
+		return p.addFollowed(st)
+	}
 	if err := os.MkdirAll(st.LogDir, 0o755); err != nil {
 		return fmt.Errorf("stream %s: log dir: %w", st.ID, err)
 	}
@@ -341,7 +355,7 @@ func (p *process) addStream(st nodeconfig.StreamSettings, demo *nodeconfig.Setti
 	if err != nil {
 		return fmt.Errorf("stream %s: %w%s", st.ID, err, exhaustedHint(err))
 	}
-	ost := &openStream{id: st.ID, log: lg}
+	ost := &openStream{id: st.ID, log: lg, cfg: st}
 	p.mu.Lock()
 	p.streams = append(p.streams, ost)
 	p.byID[st.ID] = ost
@@ -359,17 +373,21 @@ func (p *process) addStream(st nodeconfig.StreamSettings, demo *nodeconfig.Setti
 	if ost.oldRoots, err = p.roots(context.Background(), st.ID); err != nil {
 		return fmt.Errorf("stream %s: %w", st.ID, err)
 	}
-	spec := actors.StreamSpec{
-		ID: st.ID, Log: lg, Epoch: max(st.Epoch, lg.Epoch(), 1), Retention: p.s.Retention(st),
-		FragmentTargetSize: st.FragmentTargetSize, PersistThreshold: st.PersistThreshold, PersistInterval: st.PersistInterval,
-		FragmentMaxAge: st.FragmentMaxAge,
-	}
-	if err := p.node.AddStream(spec); err != nil {
+	if err := p.node.AddStream(p.streamSpec(st, lg)); err != nil {
 		return err
 	}
 	p.log.Info().Str("stream", st.ID).Str("log_dir", st.LogDir).Uint64("local_first", lg.FirstOffset()).
 		Uint64("local_next", lg.NextOffset()).Msg("stream opened")
 	return nil
+}
+
+// streamSpec is what the node tiers of a declared stream whose log is lg.
+func (p *process) streamSpec(st nodeconfig.StreamSettings, lg *segments.Log) actors.StreamSpec {
+	return actors.StreamSpec{
+		ID: st.ID, Log: lg, Epoch: max(st.Epoch, lg.Epoch(), 1), Retention: p.s.Retention(st),
+		FragmentTargetSize: st.FragmentTargetSize, PersistThreshold: st.PersistThreshold, PersistInterval: st.PersistInterval,
+		FragmentMaxAge: st.FragmentMaxAge,
+	}
 }
 
 // shutdown stops cleanly: wait (bounded) until everything committed is persisted and the
@@ -450,6 +468,9 @@ func (p *process) quiesce(ctx context.Context) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for _, st := range p.openStreams() {
+		if p.outOfNode(st) {
+			continue // a followed stream between a restart's removal and its re-adding
+		}
 		stopped := false
 		for {
 			s, err := p.node.Status(ctx, st.id)

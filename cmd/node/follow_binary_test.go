@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"streamtier/manifest"
+	"streamtier/s3io"
+	"streamtier/segments"
+	"streamtier/segments/loadgen"
+)
+
+// hashDir is a digest of every file name and its bytes in dir.
+func hashDir(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(h, "%s %d\n", n, len(b))
+		h.Write(b)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// TestBinaryFollowLiveWriter runs `node run` on a stream declared with follow: true whose
+// directory a writer in the test process keeps appending to (rolling segments), as a live
+// broker does. The node tiers the chunks appended after its start; the half chunk the
+// writer leaves at the end is not tiered, not cut and reported as pending; the node never
+// changes a byte of the directory; `node verify` and the bucket show every complete chunk
+// tiered.
+func TestBinaryFollowLiveWriter(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	logDir := filepath.Join(dir, "broker", "s1")
+	w, err := segments.Open(logDir, segments.Options{MaxSegmentBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	g, err := loadgen.New(loadgen.Config{Seed: 11, MinDataBytes: 1000, MaxDataBytes: 3000, StartTimestamp: 1_700_000_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendChunks := func(n int) {
+		for range n {
+			if _, _, err := w.Append(g.Next()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	appendChunks(100)
+	atStart := w.NextOffset()
+	cfg := filepath.Join(dir, "node.yaml")
+	yaml := fmt.Sprintf("data_dir: %s\nfollow_interval: 100ms\nlocal_hot_window_bytes: 1GiB\nstreams:\n  - id: s1\n    log_dir: %s\n    follow: true\n", data, logDir)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, dir, "run", "--config", cfg, "--data-dir", data, "--progress", "off", "--fragment-target-size", "32KiB", "--persist-interval", "200ms")
+	waitFor(t, 30*time.Second, "the log at start drained", func() bool { return n.status().Pipeline.DrainNext == atStart })
+	if s := n.status(); s.Follow == nil || s.Local.Committed != atStart {
+		t.Fatalf("status of a followed stream at start: follow %+v, committed %d, want %d", s.Follow, s.Local.Committed, atStart)
+	}
+
+	// The writer appends while the node runs: three batches, each seen before the next.
+	for range 3 {
+		appendChunks(80)
+		want := w.NextOffset()
+		waitFor(t, 30*time.Second, fmt.Sprintf("the node to commit and drain up to %d", want), func() bool {
+			s := n.status()
+			return s.Local.Committed == want && s.Pipeline.DrainNext == want
+		})
+	}
+	if segs := len(w.Segments()); segs < 5 {
+		t.Fatalf("the writer rolled %d segments, want several", segs)
+	}
+	complete := w.NextOffset()
+
+	// The writer leaves half a chunk at the end of its active segment (it is writing it, or
+	// it crashed): invisible to the node, which must not cut it.
+	active := w.Segments()[len(w.Segments())-1]
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	torn, _, err := segments.EncodeChunk(nil, g.Next(), complete)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(logDir, active.Name), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(torn[:len(torn)/2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	written := hashDir(t, logDir)
+	waitFor(t, 30*time.Second, "the pending half chunk reported", func() bool {
+		s := n.status()
+		return s.Follow != nil && s.Follow.PendingBytes == int64(len(torn)/2)
+	})
+	if r := node(t, dir, "cut", "s1", "--data-dir", data); r.code != 0 {
+		t.Fatalf("cut:\n%s", r)
+	}
+	waitFor(t, 30*time.Second, "every complete chunk persisted", func() bool { return n.status().Remote.PersistedNext == complete })
+	if s := n.status(); s.Local.Committed != complete || s.Local.Next != complete || s.Follow.Error != "" {
+		t.Fatalf("committed %d, next %d, follow %+v: want %d and no error", s.Local.Committed, s.Local.Next, s.Follow, complete)
+	}
+	if r := node(t, dir, "status", "--data-dir", data); r.code != 0 || !strings.Contains(r.stdout, "s1: followed") || !strings.Contains(r.stdout, "not tiered until complete") {
+		t.Fatalf("status text of a followed stream:\n%s", r)
+	}
+	store := hostStore(t, n) // the embedded S3 endpoint stops with the node
+	var fragments int
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := manifest.StreamPrefix("streams", "s1")
+	if err := store.List(ctx, prefix, func(o s3io.ObjectInfo) error {
+		if strings.HasSuffix(o.Key, ".fragment") {
+			fragments++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fragments == 0 {
+		t.Fatalf("bucket holds no fragment object under %s", prefix)
+	}
+	if code := n.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("stop: exit %d\n%s", code, n.stderr)
+	}
+	if got := hashDir(t, logDir); got != written {
+		t.Fatal("the node changed the followed directory (the torn tail must stay as the writer left it)")
+	}
+	b, err := os.ReadFile(filepath.Join(logDir, active.Name))
+	if err != nil || int64(len(b)) != active.Size+int64(len(torn)/2) {
+		t.Fatalf("active segment %d bytes (%v), want %d with the half chunk", len(b), err, active.Size+int64(len(torn)/2))
+	}
+
+	rep, r := verifyStream(t, dir, "s1", "--config", cfg)
+	if r.code != 0 || !rep.OK() || rep.FirstOffset != 0 || rep.NextOffset != complete || rep.Chunks != 340 || rep.LocalCompared != rep.Chunks || rep.Gaps != 0 {
+		t.Fatalf("verify of the followed stream (want [0, %d), 340 chunks, each compared with the log, no gap):\n%s", complete, r)
+	}
+	if rep.Fragments > fragments {
+		t.Fatalf("verify read %d fragments, the bucket held %d", rep.Fragments, fragments)
+	}
+}
+
+// TestBinaryFollowRewrittenTail: the followed writer truncates a tail the node had already
+// tiered and writes other chunks there at a higher epoch (an osiris replica following a new
+// leader after an unclean failover). The node logs the rewrite naming the stream and the
+// offsets, restarts the stream on the reopened log, and the existing divergence handling
+// cuts the remote tier back to where the two part; the new chunks are then tiered and
+// verify passes against the rewritten log.
+func TestBinaryFollowRewrittenTail(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	logDir := filepath.Join(dir, "broker", "s1")
+	first := writeSeededLog(t, logDir, 21, 120)
+	cfg := filepath.Join(dir, "node.yaml")
+	yaml := fmt.Sprintf("data_dir: %s\nfollow_interval: 100ms\nlocal_hot_window_bytes: 1GiB\nstreams:\n  - id: s1\n    log_dir: %s\n    follow: true\n", data, logDir)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, dir, "run", "--config", cfg, "--data-dir", data, "--progress", "off", "--fragment-target-size", "32KiB", "--persist-interval", "200ms")
+	waitFor(t, 30*time.Second, "the log drained", func() bool { return n.status().Pipeline.DrainNext == first })
+	if r := node(t, dir, "cut", "s1", "--data-dir", data); r.code != 0 {
+		t.Fatalf("cut:\n%s", r)
+	}
+	waitFor(t, 30*time.Second, "the log persisted", func() bool { return n.status().Remote.PersistedNext == first })
+
+	// The writer cuts its last 15 chunks (as osiris's recovery does to an uncommitted
+	// tail) and writes 30 others at epoch 2.
+	var locs []segments.Location
+	var ids []uint64
+	if _, err := segments.Scan(logDir, func(c segments.ScannedChunk) error {
+		locs, ids = append(locs, c.Location), append(ids, c.Header.ChunkID)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cut := locs[len(locs)-15]
+	if cut.Segment != locs[len(locs)-1].Segment {
+		t.Fatalf("the 15 last chunks span segments (%s to %s): pick a smaller cut", cut.Segment, locs[len(locs)-1].Segment)
+	}
+	segID, err := segments.ParseSegmentName(cut.Segment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	for _, l := range locs {
+		if l.Segment == cut.Segment && l.Position < cut.Position {
+			kept++
+		}
+	}
+	if err := os.Truncate(filepath.Join(logDir, cut.Segment), cut.Position); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(logDir, segments.IndexName(segID)), segments.FileHeaderSize+int64(kept)*segments.IndexRecordSize); err != nil {
+		t.Fatal(err)
+	}
+	w, err := segments.Open(logDir, segments.Options{MaxSegmentBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.NextOffset() != ids[len(ids)-15] {
+		t.Fatalf("writer reopened at %d, want %d", w.NextOffset(), ids[len(ids)-15])
+	}
+	g, err := loadgen.New(loadgen.Config{Seed: 22, Epoch: 2, MinDataBytes: 1000, MaxDataBytes: 3000, StartTimestamp: 1_800_000_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 30 {
+		if _, _, err := w.Append(g.Next()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := w.NextOffset()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the new timeline drained", func() bool {
+		s := n.status()
+		return s.Phase == "running" && s.Local.Committed == second && s.Pipeline.DrainNext == second
+	})
+	if r := node(t, dir, "cut", "s1", "--data-dir", data); r.code != 0 {
+		t.Fatalf("cut:\n%s", r)
+	}
+	waitFor(t, 30*time.Second, "the new timeline persisted", func() bool { return n.status().Remote.PersistedNext == second })
+	if s := n.status(); s.Counters["truncations"] == 0 || s.Follow == nil {
+		t.Fatalf("after the rewrite: counters %v, follow %+v; want a truncation of the remote tier", s.Counters, s.Follow)
+	}
+	if code := n.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("stop: exit %d\n%s", code, n.stderr)
+	}
+	logs := n.stderr.String()
+	if !strings.Contains(logs, "the followed log was rewritten") || !strings.Contains(logs, `"stream":"s1"`) || !strings.Contains(logs, "seen_next") || !strings.Contains(logs, "followed stream restarted") {
+		t.Fatalf("the rewrite was not logged with the stream and offsets:\n%s", logs)
+	}
+	rep, r := verifyStream(t, dir, "s1", "--config", cfg)
+	if r.code != 0 || !rep.OK() || rep.NextOffset != second || rep.LocalCompared != rep.Chunks || rep.Chunks != 120-15+30 {
+		t.Fatalf("verify after the rewrite (want [0, %d), %d chunks, each compared with the rewritten log):\n%s", second, 120-15+30, r)
+	}
+}
