@@ -27,6 +27,7 @@ func (w *world) direct() []string {
 
 // restartNode kills the node, runs between (the node is down) and starts it again.
 func (w *world) restartNode(ctx context.Context, between func() error) error {
+	w.nodeUp.Store(false)
 	w.node.kill()
 	w.checkCrash(w.node)
 	if err := w.ensureEtcd(ctx); err != nil {
@@ -39,6 +40,8 @@ func (w *world) restartNode(ctx context.Context, between func() error) error {
 	if w.node, err = w.startNode(ctx, nodeStartTimeout); err != nil {
 		return err
 	}
+	w.nodeUp.Store(true)
+	w.startWriters()
 	w.note("node-start", "", "run %d pid %d", w.runs, w.node.cmd.Process.Pid)
 	return nil
 }
@@ -79,8 +82,10 @@ func (w *world) actions(f faults.Fault, plan faults.Cycle) []action {
 	switch f.Kind {
 	case faults.NodeKill:
 		return []action{{f.At, "node kill", func(ctx context.Context) error {
-			w.countFault(string(f.Kind), "", "SIGKILL mid-cycle (run %d), then the broker appends %v and the node starts again", w.runs, f.Appends)
-			return w.restartNode(ctx, func() error { return w.appendLogs(f.Appends) })
+			w.countFault(string(f.Kind), "", "SIGKILL mid-cycle (run %d), the broker's writers going on; they append %v more, and the node starts again", w.runs, f.Appends)
+			// The bytes fall due over the rest of the run.
+			rest := time.Duration(writerPaceShare * float64(max(plan.Duration-f.At, time.Second)))
+			return w.restartNode(ctx, func() error { return w.addBudgets(f.Appends, rest) })
 		}}}
 	case faults.S3Storm:
 		var rid int
@@ -173,6 +178,11 @@ func (w *world) actions(f faults.Fault, plan faults.Cycle) []action {
 	case faults.LocalAhead:
 		return []action{{f.At, "local ahead", func(ctx context.Context) error {
 			return w.restartNode(ctx, func() error {
+				// The broker's retention acts on a stopped log: the writers close first
+				// (writing the rest of their budgets) and open again after it.
+				if _, err := w.closeWriters(); err != nil {
+					return err
+				}
 				_, pNext, _, err := w.persisted(ctx, id)
 				if err != nil {
 					return err
@@ -192,7 +202,7 @@ func (w *world) actions(f faults.Fault, plan faults.Cycle) []action {
 					w.dropRules(w.localAheadRule)
 					w.localAheadRule = 0
 				}
-				return w.appendLogs(f.Appends)
+				return w.openWriters(f.Appends, defaultPaces(len(w.logs), max(plan.Duration-f.At, time.Second)))
 			})
 		}}}
 	}

@@ -233,7 +233,16 @@ func (w *world) runCycle(ctx context.Context, plan faults.Cycle) error {
 			return err
 		}
 	}
-	if err := w.appendLogs(plan.Appends); err != nil {
+	// The broker writes the cycle's bytes while the node runs (the node follows the logs).
+	// A local-ahead stream's bytes are all due well before the fault, so that its log is
+	// several segments ahead of the refused uploads by then.
+	paces := defaultPaces(len(w.logs), plan.Duration)
+	for _, f := range plan.Faults {
+		if f.Kind == faults.LocalAhead {
+			paces[f.Stream] = min(paces[f.Stream], time.Duration(writerPaceShare*float64(f.At)))
+		}
+	}
+	if err := w.openWriters(plan.Appends, paces); err != nil {
 		return err
 	}
 	var acts []action
@@ -254,6 +263,8 @@ func (w *world) runCycle(ctx context.Context, plan faults.Cycle) error {
 	if w.node, err = w.startNode(ctx, nodeStartTimeout); err != nil {
 		return err
 	}
+	w.nodeUp.Store(true)
+	w.startWriters()
 	w.note("node-start", "", "run %d pid %d", w.runs, w.node.cmd.Process.Pid)
 	begin := time.Now()
 	for _, a := range acts {
@@ -281,8 +292,13 @@ func (w *world) runCycle(ctx context.Context, plan faults.Cycle) error {
 		w.node.kill()
 		w.countFault(string(faults.NodeKill), "", "SIGKILL at the end of the cycle (run %d)", w.runs)
 	}
+	w.nodeUp.Store(false)
 	w.checkCrash(w.node)
 	w.node = nil
+	// The node was stopped mid-append; the writers now write what is left of the plan.
+	if _, err := w.closeWriters(); err != nil {
+		return err
+	}
 	return w.chk.Check(ctx, false)
 }
 

@@ -26,6 +26,7 @@ type Report struct {
 	NodeRuns       int               `json:"node_runs"`
 	Faults         map[string]int    `json:"faults"`  // by kind (storms by kind/storm)
 	Skipped        map[string]int    `json:"skipped"` // faults that found no room to act
+	Appends        AppendStats       `json:"appends"` // what the broker's writers appended, live or not
 	ScheduleDigest string            `json:"schedule_digest"`
 	Check          check.Stats       `json:"check"`
 	Recovery       time.Duration     `json:"recovery_ns"` // from the last fault to zero lag
@@ -76,6 +77,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.Elapsed = time.Since(w.start)
 	rep.Cycles, rep.NodeRuns = len(w.plans), w.runs
 	rep.Faults, rep.Skipped = w.counts, w.skipped
+	rep.Appends = w.appends
 	rep.ScheduleDigest = faults.Digest(w.plans)
 	rep.Check = w.chk.Stats()
 	rep.Violations = w.chk.Violations()
@@ -114,24 +116,32 @@ func (w *world) final(ctx context.Context, rep *Report) error {
 	}
 	// The broker writes on: a stream whose log lost its tail waits behind the remote tier
 	// until its log writes past the loss (a fork, truncated then) or catches up.
+	// It writes while the node runs, and stops before the lag is judged: the logs' ends
+	// must be known.
 	more := make([]int64, len(w.logs))
 	for i := range more {
 		more[i] = 32 << 10
 	}
-	if err := w.appendLogs(more); err != nil {
+	if err := w.openWriters(more, defaultPaces(len(w.logs), time.Second)); err != nil {
 		return err
-	}
-	ends := map[string]uint64{}
-	for i, l := range w.logs {
-		_, next, _, err := l.bounds()
-		if err != nil {
-			return err
-		}
-		ends[w.streams[i]] = next
 	}
 	healed := time.Now()
 	var err error
 	if w.node, err = w.startNode(ctx, nodeStartTimeout); err != nil {
+		return err
+	}
+	w.nodeUp.Store(true)
+	w.startWriters()
+	for _, lw := range w.writers {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := lw.wait(wctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("final appends: %w", err)
+		}
+	}
+	ends, err := w.closeWriters()
+	if err != nil {
 		return err
 	}
 	caught, last := w.awaitZeroLag(ctx, ends)
@@ -142,6 +152,7 @@ func (w *world) final(ctx context.Context, rep *Report) error {
 		w.note("lag-zero", "", "every stream persisted up to its log's end %v in %v", ends, rep.Recovery.Round(time.Millisecond))
 	}
 	code := w.node.term(60 * time.Second)
+	w.nodeUp.Store(false)
 	w.note("node-stop", "", "final SIGTERM: exit %d", code)
 	if code != 0 {
 		w.chk.Report("", "node-unclean-stop", "final stop: exit %d: %s", code, tail(w.node.logPath, 5))
@@ -310,6 +321,9 @@ func (r Report) Print(out io.Writer) {
 		c.Checks, c.Acks, c.OffsetsChecked, c.ChunksCompared, c.BytesCompared, float64(c.BytesCompared)/(1<<20), c.FragmentsRead, c.GroupsRead, c.RootsRead)
 	fmt.Fprintf(out, "  truncations explained %d, forks written %d (followed by the remote tier %d), offsets retained by policy %d, offsets in declared gaps at the end %d\n",
 		c.Truncations, c.Forks, c.ForksFollowed, c.RetainedOffsets, c.GapOffsets)
+	a := r.Appends
+	fmt.Fprintf(out, "  broker appends (%d writers): %d chunks (%.1f MiB) while the node ran, %d chunks (%.1f MiB) while it was down\n",
+		a.Writers, a.LiveChunks, float64(a.LiveBytes)/(1<<20), a.DownChunks, float64(a.DownBytes)/(1<<20))
 	fmt.Fprintf(out, "  recovery: lag zero %v after the faults stopped\n", r.Recovery.Round(time.Millisecond))
 	for _, v := range r.Verify {
 		fmt.Fprintf(out, "  verify %s\n", v)

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"streamtier/segments"
+	"streamtier/segments/loadgen"
 	"streamtier/tests/chaos/check"
 )
 
@@ -32,23 +33,32 @@ func (s *streamLog) bounds() (first, next uint64, segs []segments.SegmentInfo, e
 	return first, next, segs, lg.Close()
 }
 
-// appendBytes appends the load's next chunks until at least n record bytes more are in
-// the log, and returns the new next offset.
-func (s *streamLog) appendBytes(n int64) (uint64, error) {
+// openAtLoad opens the log for appending and returns the load's generator positioned at
+// its end (the latest timeline's chunk that starts there).
+func (s *streamLog) openAtLoad() (*segments.Log, *loadgen.Generator, error) {
 	lg, err := segments.Open(s.dir, segments.Options{MaxSegmentBytes: s.segBytes})
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	next := lg.NextOffset()
 	ref := s.lin.Latest()
 	if next < ref.Base() {
-		return 0, errors.Join(fmt.Errorf("stream %s: the log ends at %d, below its latest timeline's start %d", s.id, next, ref.Base()), lg.Close())
+		return nil, nil, errors.Join(fmt.Errorf("stream %s: the log ends at %d, below its latest timeline's start %d", s.id, next, ref.Base()), lg.Close())
 	}
 	idx, ok := ref.Index(next)
 	if !ok {
-		return 0, errors.Join(fmt.Errorf("stream %s: the log ends at %d, where no chunk of the load starts", s.id, next), lg.Close())
+		return nil, nil, errors.Join(fmt.Errorf("stream %s: the log ends at %d, where no chunk of the load starts", s.id, next), lg.Close())
 	}
-	g := ref.Generator(idx)
+	return lg, ref.Generator(idx), nil
+}
+
+// appendBytes appends the load's next chunks until at least n record bytes more are in
+// the log, and returns the new next offset.
+func (s *streamLog) appendBytes(n int64) (uint64, error) {
+	lg, g, err := s.openAtLoad()
+	if err != nil {
+		return 0, err
+	}
 	var written int64
 	for written < n {
 		before := g.Bytes()
@@ -57,7 +67,7 @@ func (s *streamLog) appendBytes(n int64) (uint64, error) {
 		}
 		written += g.Bytes() - before
 	}
-	next = lg.NextOffset()
+	next := lg.NextOffset()
 	if err := lg.Sync(); err != nil {
 		return 0, errors.Join(err, lg.Close())
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -70,6 +71,7 @@ const (
 	maxChunkBytes  = 8 << 10
 	configMaxBytes = 24 << 20 // each stream's remote retention in the node's configuration
 	uploadRate     = 640 << 10
+	followInterval = 200 * time.Millisecond
 )
 
 type world struct {
@@ -97,11 +99,17 @@ type world struct {
 	nextRule   int
 	// localAheadRule is the rule blocking a local-ahead stream's uploads (0: none).
 	localAheadRule int
-	stopWatch      context.CancelFunc
-	watchDone      chan struct{}
-	closers        []func()
-	start          time.Time
-	mu             sync.Mutex // guards counts for the observer
+	// writers are the live writers appending to the logs during a node run (nil: none
+	// open); nodeUp says whether a node process runs, for their counts; appends sums
+	// what closed writers appended.
+	writers   []*liveWriter
+	nodeUp    atomic.Bool
+	appends   AppendStats
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+	closers   []func()
+	start     time.Time
+	mu        sync.Mutex // guards counts for the observer
 }
 
 // load is stream id's deterministic load.
@@ -215,9 +223,11 @@ func (w *world) nodeYAML() string {
 	// cycle's faults strike rather than idle after a burst.
 	fmt.Fprintf(&b, "max_transfer_bytes_per_sec: %d\n", uploadRate)
 	fmt.Fprintf(&b, "local_hot_window_bytes: 1MiB\nsegment_max_bytes: %d\nstop_timeout: 20s\n", segmentBytes)
+	// The harness writes the logs while the node runs: the node follows them (read-only).
+	fmt.Fprintf(&b, "follow_interval: %v\n", followInterval)
 	b.WriteString("streams:\n")
 	for _, l := range w.logs {
-		fmt.Fprintf(&b, "  - id: %s\n    log_dir: %s\n    retention_max_bytes: %d\n", l.id, l.dir, configMaxBytes)
+		fmt.Fprintf(&b, "  - id: %s\n    log_dir: %s\n    follow: true\n    retention_max_bytes: %d\n", l.id, l.dir, configMaxBytes)
 	}
 	return b.String()
 }
@@ -278,6 +288,9 @@ func (w *world) setCycle(c int) {
 func (w *world) teardown() {
 	if w.node != nil {
 		w.node.kill()
+	}
+	if w.writers != nil {
+		w.closeWriters() // a harness error left them open: their own errors add nothing
 	}
 	if w.stopWatch != nil {
 		w.stopWatch()
