@@ -13,8 +13,10 @@ import (
 )
 
 // streamLog is one stream's local log as the broker (this harness) writes it: appended
-// with the deterministic load while the node is down, cut back (a lost tail) or trimmed at
-// its head (the broker's retention) on the soak's orders. It is used by one goroutine.
+// with the deterministic load (by a live writer while the node runs, see writer.go; a fork
+// while it is down), cut back (a lost tail) or trimmed at its head (the broker's
+// retention) on the soak's orders, with the node down. It is used by one goroutine at a
+// time: an open live writer's while it is open.
 type streamLog struct {
 	id       string
 	dir      string
