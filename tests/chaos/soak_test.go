@@ -23,7 +23,8 @@ const soakSeed = 70
 // then the final catch-up and the checks. It fails on any violation and prints the report.
 // The fault the soak's first bug needed (a lost tail inside a fragment) is in the schedule:
 // that bug is fixed (docs/soak.md). At least one fork must have been followed by the remote
-// tier (a divergence truncation judged by the checker), or the soak proved too little.
+// tier (a divergence truncation judged by the checker), and the broker must have appended
+// chunks while the node ran (the node follows the logs), or the soak proved too little.
 func TestSoak(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
@@ -46,6 +47,9 @@ func TestSoak(t *testing.T) {
 	}
 	if rep.Cycles < 5 || rep.Check.ChunksCompared == 0 || rep.Check.Acks == 0 || rep.Check.ForksFollowed == 0 {
 		t.Fatalf("the soak did too little to prove anything: %d cycles, %+v", rep.Cycles, rep.Check)
+	}
+	if rep.Appends.LiveChunks == 0 {
+		t.Fatalf("the broker appended no chunk while the node ran (%+v): the node followed nothing", rep.Appends)
 	}
 }
 
