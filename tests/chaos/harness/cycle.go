@@ -233,10 +233,10 @@ func (w *world) runCycle(ctx context.Context, plan faults.Cycle) error {
 			return err
 		}
 	}
+	acts := w.awaitActions(plan.Duration) // before the appends: it notes where the logs end
 	if err := w.appendLogs(plan.Appends); err != nil {
 		return err
 	}
-	var acts []action
 	for _, f := range plan.Faults {
 		acts = append(acts, w.actions(f, plan)...)
 	}

@@ -26,6 +26,7 @@ type Report struct {
 	NodeRuns       int               `json:"node_runs"`
 	Faults         map[string]int    `json:"faults"`  // by kind (storms by kind/storm)
 	Skipped        map[string]int    `json:"skipped"` // faults that found no room to act
+	Awaits         map[string]int    `json:"awaits"`  // await_offset answers by outcome (persisted, in_gap, timeout, ...)
 	ScheduleDigest string            `json:"schedule_digest"`
 	Check          check.Stats       `json:"check"`
 	Recovery       time.Duration     `json:"recovery_ns"` // from the last fault to zero lag
@@ -39,7 +40,7 @@ type Report struct {
 // newWorld is a world for cfg, not set up yet.
 func newWorld(cfg Config) *world {
 	cfg.defaults()
-	w := &world{cfg: cfg, start: time.Now(), counts: map[string]int{}, skipped: map[string]int{}, rules: map[int][]s3test.Rule{}}
+	w := &world{cfg: cfg, start: time.Now(), counts: map[string]int{}, skipped: map[string]int{}, awaits: map[string]int{}, rules: map[int][]s3test.Rule{}}
 	w.hist = history.New(w.start, cfg.Live, "persisted", "append")
 	return w
 }
@@ -76,6 +77,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.Elapsed = time.Since(w.start)
 	rep.Cycles, rep.NodeRuns = len(w.plans), w.runs
 	rep.Faults, rep.Skipped = w.counts, w.skipped
+	w.mu.Lock()
+	rep.Awaits = w.awaits
+	w.mu.Unlock()
 	rep.ScheduleDigest = faults.Digest(w.plans)
 	rep.Check = w.chk.Stats()
 	rep.Violations = w.chk.Violations()
@@ -140,6 +144,7 @@ func (w *world) final(ctx context.Context, rep *Report) error {
 		w.chk.Report("", "lag-not-zero", "%v after the faults stopped some stream still lags: %s", w.cfg.LagBound, last)
 	} else {
 		w.note("lag-zero", "", "every stream persisted up to its log's end %v in %v", ends, rep.Recovery.Round(time.Millisecond))
+		w.finalAwaits(ctx)
 	}
 	code := w.node.term(60 * time.Second)
 	w.note("node-stop", "", "final SIGTERM: exit %d", code)
@@ -310,6 +315,11 @@ func (r Report) Print(out io.Writer) {
 		c.Checks, c.Acks, c.OffsetsChecked, c.ChunksCompared, c.BytesCompared, float64(c.BytesCompared)/(1<<20), c.FragmentsRead, c.GroupsRead, c.RootsRead)
 	fmt.Fprintf(out, "  truncations explained %d, forks written %d (followed by the remote tier %d), offsets retained by policy %d, offsets in declared gaps at the end %d\n",
 		c.Truncations, c.Forks, c.ForksFollowed, c.RetainedOffsets, c.GapOffsets)
+	fmt.Fprintf(out, "  await_offset answers (%d):", sum(r.Awaits))
+	for _, k := range sortedKeys(r.Awaits) {
+		fmt.Fprintf(out, " %s %d,", k, r.Awaits[k])
+	}
+	fmt.Fprintf(out, " judged: %d persisted (acknowledgements), %d in a declared gap\n", c.AwaitPersisted, c.AwaitInGap)
 	fmt.Fprintf(out, "  recovery: lag zero %v after the faults stopped\n", r.Recovery.Round(time.Millisecond))
 	for _, v := range r.Verify {
 		fmt.Fprintf(out, "  verify %s\n", v)
