@@ -117,12 +117,10 @@ func (w *world) final(ctx context.Context, rep *Report) error {
 		return err
 	}
 	// The broker writes on: a stream whose log lost its tail waits behind the remote tier
-	// until its log writes past the loss (a fork, truncated then) or catches up.
-	more := make([]int64, len(w.logs))
-	for i := range more {
-		more[i] = 32 << 10
-	}
-	if err := w.appendLogs(more); err != nil {
+	// until its log writes past the loss (a fork, truncated then) or catches up. So every
+	// log is written past the persisted next offset, however far a lost tail cut it back
+	// (32 KiB at a time; a fixed 32 KiB left a tail cut deep below it behind for good).
+	if err := w.appendPast(ctx); err != nil {
 		return err
 	}
 	ends := map[string]uint64{}
@@ -341,5 +339,39 @@ func sortedKeys(m map[string]int) []string {
 		out = append(out, k)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// appendPast appends 32 KiB to every log, then more to each log that still ends at or
+// below its stream's persisted next offset, until none does.
+func (w *world) appendPast(ctx context.Context) error {
+	for i, l := range w.logs {
+		_, pnext, found, err := w.persisted(ctx, w.streams[i])
+		if err != nil {
+			return err
+		}
+		for round := 0; ; round++ {
+			if round == 10_000 {
+				return fmt.Errorf("stream %s: log still ends below the persisted next offset %d", w.streams[i], pnext)
+			}
+			if err := w.appendLogs(only(len(w.logs), i, 32<<10)); err != nil {
+				return err
+			}
+			_, next, _, err := l.bounds()
+			if err != nil {
+				return err
+			}
+			if !found || next > pnext {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// only is n appends with k bytes for log i and none for the others.
+func only(n, i int, k int64) []int64 {
+	out := make([]int64, n)
+	out[i] = k
 	return out
 }
