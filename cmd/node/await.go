@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"streamtier/admin"
-	"streamtier/backends"
 	"streamtier/nodeconfig"
 )
 
@@ -55,8 +54,7 @@ func awaitCmd(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	c, ok := runningNode(ctx, s)
 	if !ok {
-		return fail(stderr, name, fmt.Errorf("no node is running on data dir %s (nothing answers at the admin address in %s); start one with `node` or `node run`, or pass --data-dir or --admin-addr",
-			s.DataDir, backends.RunFile(s.DataDir)))
+		return fail(stderr, name, errNoNode(s))
 	}
 	res, err := c.Await(ctx, id, admin.AwaitQuery{Offset: offset, Timeout: timeout})
 	var ae *admin.AwaitError
