@@ -241,19 +241,8 @@ func TestAwaitUndecided(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	be := tiertest.StartBackends(ctx, t, false)
-	node, err := actors.Start(ctx, actors.Config{Logger: zerolog.Nop()}, be.Store, be.Meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Stop(context.Background())
-	lg, err := segments.Open(t.TempDir(), segments.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lg.Close()
-	if err := node.AddStream(actors.StreamSpec{ID: "s", Log: lg, Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
+	node := startNode(ctx, t, be.Store, be.Meta)
+	addEmptyStream(t, node, "s")
 	a, err := admin.Start("127.0.0.1:0", admin.Options{Node: undecidedNode{node}, NodeID: "n", Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
