@@ -267,6 +267,17 @@ func (n *Node) AwaitOffset(ctx context.Context, id string, offset uint64) error 
 	}
 }
 
+// CommittedNext is one past the last committed offset of the stream's local log now, read
+// from the log itself (no round trip to its reader, which may not have started): what an
+// await of "everything committed so far" waits for.
+func (n *Node) CommittedNext(id string) (uint64, error) {
+	h, err := n.handle(id)
+	if err != nil {
+		return 0, err
+	}
+	return h.spec.Log.CommittedNext(), nil
+}
+
 // Cached returns the stream's manifest cache entry: the last persisted manifest, if any.
 func (n *Node) Cached(id string) (Persisted, bool) {
 	h, err := n.handle(id)

@@ -240,6 +240,7 @@ func TestTaskPanicsBecomeFailures(t *testing.T) {
 		}
 		return false, fmt.Sprint(kinds(), st.Core)
 	})
+	persisted(t, n, "tp", lg.NextOffset(), 60*time.Second) // what the loop appended, cut and persisted
 	// The head is a group now: retention must fetch it.
 	if err := n.SetRetention("tp", manifest.Policy{MaxBytes: 100 << 10}); err != nil {
 		t.Fatal(err)

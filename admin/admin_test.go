@@ -273,19 +273,8 @@ func TestFreshNodeNotFoundIsNoError(t *testing.T) {
 	if _, err := store.Head(ctx, "streams/nothing-here"); !s3io.IsNotFound(err) {
 		t.Fatalf("head of a missing key: %v, want not found", err)
 	}
-	node, err := actors.Start(ctx, actors.Config{Logger: zerolog.Nop()}, store, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Stop(context.Background())
-	lg, err := segments.Open(t.TempDir(), segments.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lg.Close()
-	if err := node.AddStream(actors.StreamSpec{ID: "fresh", Log: lg, Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
+	node := startNode(ctx, t, store, meta)
+	addEmptyStream(t, node, "fresh")
 	a, err := admin.Start("127.0.0.1:0", admin.Options{Node: node, NodeID: "node-1", S3: store.Metrics(), Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

@@ -28,11 +28,7 @@ func TestBucketProbeInStatus(t *testing.T) {
 	defer cancel()
 	be := tiertest.StartBackends(ctx, t, true)
 	meta, inj, store := be.Meta, be.Faults, be.Store
-	node, err := actors.Start(ctx, actors.Config{Logger: zerolog.Nop()}, store, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Stop(context.Background())
+	node := startNode(ctx, t, store, meta)
 	probe, err := s3io.NewBucketProbe(store, "streams/", time.Hour, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -116,11 +112,7 @@ func TestGCInStatus(t *testing.T) {
 	if err := store.PutObject(ctx, manifest.FragmentKey(manifest.DefaultKeyPrefix, "gone", 0, 1, 7), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	node, err := actors.Start(ctx, actors.Config{Logger: zerolog.Nop()}, store, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Stop(context.Background())
+	node := startNode(ctx, t, store, meta)
 	sw, err := gc.NewSweeper(gc.SweeperConfig{Options: gc.Options{Store: store, Meta: meta}, Interval: time.Hour, NodeID: "n", Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,8 @@ type Node interface {
 	EvaluateRetention(id string) error
 	SetRetention(id string, p manifest.Policy) error
 	TruncateRemote(ctx context.Context, id string) error
+	AwaitOffset(ctx context.Context, id string, offset uint64) error
+	CommittedNext(id string) (uint64, error)
 }
 
 // Report is the body of /status: the node, then each stream in id order.

@@ -62,6 +62,10 @@ type Server struct {
 	done     chan error
 	registry *prometheus.Registry
 	once     sync.Once
+	// closing ends when Close begins: awaits in flight answer then instead of holding the
+	// shutdown for up to their timeout.
+	closing     context.Context
+	stopClosing context.CancelFunc
 }
 
 // Start listens on addr (host:port; port 0 picks a free one) and serves the admin API
@@ -81,6 +85,7 @@ func Start(addr string, o Options) (*Server, error) {
 		return nil, fmt.Errorf("admin: listen on %s (setting admin_addr): %w", addr, err)
 	}
 	s := &Server{opts: o, ln: ln, done: make(chan error, 1), registry: prometheus.NewRegistry()}
+	s.closing, s.stopClosing = context.WithCancel(context.Background())
 	s.registry.MustRegister(collector{s: s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { s.done <- s.srv.Serve(ln) }() // owned by s: Close ends it
@@ -98,6 +103,7 @@ func (s *Server) URL() string { return "http://" + s.Addr() }
 func (s *Server) Close(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
+		s.stopClosing()
 		err = s.srv.Shutdown(ctx)
 		if serr := <-s.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 			err = serr
@@ -118,6 +124,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /streams/{id}/truncate", s.truncate)
 	mux.HandleFunc("POST /streams/{id}/retention", s.retention)
 	mux.HandleFunc("GET /streams/{id}/read", s.read)
+	mux.HandleFunc("POST /streams/{id}/await", s.await)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -166,7 +166,9 @@ func openPairReadOnly(dir string, id uint64) (sf, xf *os.File, segSize, idxSize 
 	return sf, xf, segSize, idxSize, nil
 }
 
-// presentHeader returns the size of f after checking the part of its file header it holds.
+// presentHeader returns the size of f after checking the part of its file header it holds
+// (a file shorter than a header may hold only a prefix of it or zeros: torn, or being
+// written).
 func presentHeader(f *os.File, header []byte) (int64, error) {
 	st, err := f.Stat()
 	if err != nil {
@@ -181,7 +183,7 @@ func presentHeader(f *os.File, header []byte) (int64, error) {
 	}
 	for i, c := range b {
 		if c != 0 && c != header[i] {
-			return 0, fmt.Errorf("%s: %d-byte file that is not a file header being written", filepath.Base(f.Name()), len(b))
+			return 0, fmt.Errorf("%s: %d-byte file that is not a partial file header", filepath.Base(f.Name()), len(b))
 		}
 	}
 	return st.Size(), nil

@@ -325,23 +325,12 @@ func (l *Log) recoverActive(id uint64) (s *segment, last Header, err error) {
 }
 
 // ensureFileHeader checks a file's header, writing it if the file is shorter than a
-// header and holds nothing but a prefix of it or zeros, and returns the file size.
+// header and holds nothing but a prefix of it or zeros (a torn header), and returns the
+// file size.
 func ensureFileHeader(f *os.File, header []byte) (int64, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	b := make([]byte, min(st.Size(), FileHeaderSize))
-	if err := readAtFull(f, b, 0); err != nil {
-		return 0, err
-	}
-	if st.Size() >= FileHeaderSize {
-		return st.Size(), checkFileHeader(b, header, filepath.Base(f.Name()))
-	}
-	for i, c := range b {
-		if c != 0 && c != header[i] {
-			return 0, fmt.Errorf("%s: %d-byte file that is not a torn file header", filepath.Base(f.Name()), len(b))
-		}
+	size, err := presentHeader(f, header)
+	if err != nil || size >= FileHeaderSize {
+		return size, err
 	}
 	if _, err := f.WriteAt(header, 0); err != nil {
 		return 0, fmt.Errorf("recover %s: %w", filepath.Base(f.Name()), err)

@@ -35,6 +35,12 @@ func commandContext() (context.Context, context.CancelFunc) {
 	return ctx, func() { cancel(); stop() }
 }
 
+// errNoNode says that no node answers for the data dir s names, and how to start or find one.
+func errNoNode(s nodeconfig.Settings) error {
+	return fmt.Errorf("no node is running on data dir %s (nothing answers at the admin address in %s); start one with `node` or `node run`, or pass --data-dir or --admin-addr",
+		s.DataDir, backends.RunFile(s.DataDir))
+}
+
 // runningNode finds the node running on the settings' data directory (its run file) or
 // listening on a fixed admin_addr, and returns a client of its admin server.
 func runningNode(ctx context.Context, s nodeconfig.Settings) (admin.Client, bool) {
@@ -427,8 +433,7 @@ func nodeAction(name string, args []string, stdout, stderr io.Writer, extra func
 	defer cancel()
 	c, ok := runningNode(ctx, s)
 	if !ok {
-		return fail(stderr, name, fmt.Errorf("no node is running on data dir %s (nothing answers at the admin address in %s); start one with `node` or `node run`, or pass --data-dir or --admin-addr",
-			s.DataDir, backends.RunFile(s.DataDir)))
+		return fail(stderr, name, errNoNode(s))
 	}
 	res, err := act(ctx, c, pos[0])
 	if err != nil {

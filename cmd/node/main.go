@@ -1,7 +1,7 @@
 // Command node is the streamtier node binary. With no command it runs the demo: an
 // embedded etcd and S3 endpoint under ./streamtier-data and a stream fed by the load
 // generator, tiered live. `node run` runs a node on the configured etcd and S3; the other
-// commands inspect and operate one (status, cut, retention, gc, verify, read, restore), place a stream's
+// commands inspect and operate one (status, cut, await, retention, gc, verify, read, restore), place a stream's
 // writer and replicas for cluster members (place), or read a local log (segments dump). See docs/operations.md.
 package main
 
@@ -50,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return statusCmd(rest, stdout, stderr)
 	case cmd == "cut":
 		return cutCmd(rest, stdout, stderr)
+	case cmd == "await":
+		return awaitCmd(rest, stdout, stderr)
 	case cmd == "truncate":
 		return truncateCmd(rest, stdout, stderr)
 	case cmd == "retention":
@@ -105,6 +107,9 @@ const usage = `usage:
                                     (--cluster: a cluster member; placements say what it writes)
   node status [stream] [--json]     a running node's status (or the persisted state of a stopped one)
   node cut <stream>                 cut the stream's current fragment now (running node)
+  node await <stream> [--offset N|committed] [--timeout D] [--json]
+                                    wait until the offset (default: everything committed now) is
+                                    persisted (running node); exit 3 in a gap, 4 timeout, 5 ask again
   node truncate <stream> --yes      a stream whose local log shares no chunk with its remote tier
                                     (status "diverged"): cut the remote tier back and tier the log
   node retention <stream> [--max-bytes SIZE] [--max-age DURATION]

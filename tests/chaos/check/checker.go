@@ -72,6 +72,8 @@ type Stats struct {
 	Forks           int    `json:"forks"`            // divergent refills the harness wrote (another timeline from the cut on)
 	ForksFollowed   int    `json:"forks_followed"`   // forks the remote tier was seen to follow (cut back to the fork, then the new timeline)
 	RetainedOffsets uint64 `json:"retained_offsets"` // offsets removed by remote retention, each judged
+	AwaitPersisted  int    `json:"await_persisted"`  // await_offset answers "persisted", each an acknowledgement
+	AwaitInGap      int    `json:"await_in_gap"`     // await_offset answers "in a declared gap", each judged
 }
 
 // truncation is a lost local tail the harness caused: the log ends at cut, or (fork) the
@@ -117,6 +119,10 @@ type streamState struct {
 	lastRev     int64             // the etcd revision of lastValue
 	fragStarts  []uint64          // live fragments' first offsets at the last check
 	gapOffsets  uint64            // offsets in the live gaps at the last check
+	// awaitAcked are the offsets await_offset answered persisted since the last check;
+	// awaitDeferred those of them still to be judged against the records (see await.go).
+	awaitAcked    []uint64
+	awaitDeferred []uint64
 }
 
 // Checker judges the remote tier against what was acknowledged. Observe, the harness's

@@ -50,6 +50,7 @@ func (c *Checker) Check(ctx context.Context, full bool) error {
 		err := c.checkStream(sctx, c.streams[id], full)
 		cancel()
 		c.streams[id].expireTruncations()
+		c.streams[id].awaitAcked = nil
 		if err != nil {
 			return fmt.Errorf("check stream %s: %w", id, err)
 		}
@@ -111,6 +112,7 @@ func (c *Checker) checkStream(ctx context.Context, st *streamState, full bool) e
 	}
 	st.listed = objs
 	if recVal == nil {
+		c.judgeDeferredAwaits(st)
 		st.referenced = map[string]bool{}
 		if st.ackedNext > 0 {
 			c.violate(id, "record-vanished", "no manifest record in etcd, after persisted next %d was acknowledged", st.ackedNext)
@@ -121,6 +123,7 @@ func (c *Checker) checkStream(ctx context.Context, st *streamState, full bool) e
 		c.violate(id, "anchor-missing", "a manifest record without an anchor")
 	}
 	c.observe(id, recVal, recRev)
+	c.judgeDeferredAwaits(st)
 	rec, uid, err := DecodeRecord(recVal)
 	if err != nil {
 		return nil // observe reported it
@@ -305,6 +308,7 @@ func (c *Checker) checkLeaves(ctx context.Context, sn *snapshot, root Root, leav
 	for _, l := range live {
 		if l.Kind == KindGap {
 			gapOffsets += l.end - l.First
+			c.awaitInGap(st, l.First, l.end)
 			if !st.gapAllowed(l.First, l.end) {
 				c.violate(id, "undeclared-loss", "a gap entry covers [%d,%d), which the local log never lost before it was persisted (losses %v)", l.First, l.end, st.losses)
 			}

@@ -233,6 +233,7 @@ func (w *world) runCycle(ctx context.Context, plan faults.Cycle) error {
 			return err
 		}
 	}
+	acts := w.awaitActions(plan.Duration) // before the appends: it notes where the logs end
 	// The broker writes the cycle's bytes while the node runs (the node follows the logs).
 	// A local-ahead stream's bytes are all due well before the fault, so that its log is
 	// several segments ahead of the refused uploads by then.
@@ -245,7 +246,6 @@ func (w *world) runCycle(ctx context.Context, plan faults.Cycle) error {
 	if err := w.openWriters(plan.Appends, paces); err != nil {
 		return err
 	}
-	var acts []action
 	for _, f := range plan.Faults {
 		acts = append(acts, w.actions(f, plan)...)
 	}

@@ -27,6 +27,7 @@ type Report struct {
 	Faults         map[string]int    `json:"faults"`  // by kind (storms by kind/storm)
 	Skipped        map[string]int    `json:"skipped"` // faults that found no room to act
 	Appends        AppendStats       `json:"appends"` // what the broker's writers appended, live or not
+	Awaits         map[string]int    `json:"awaits"`  // await_offset answers by outcome (persisted, in_gap, timeout, ...)
 	ScheduleDigest string            `json:"schedule_digest"`
 	Check          check.Stats       `json:"check"`
 	Recovery       time.Duration     `json:"recovery_ns"` // from the last fault to zero lag
@@ -40,7 +41,7 @@ type Report struct {
 // newWorld is a world for cfg, not set up yet.
 func newWorld(cfg Config) *world {
 	cfg.defaults()
-	w := &world{cfg: cfg, start: time.Now(), counts: map[string]int{}, skipped: map[string]int{}, rules: map[int][]s3test.Rule{}}
+	w := &world{cfg: cfg, start: time.Now(), counts: map[string]int{}, skipped: map[string]int{}, awaits: map[string]int{}, rules: map[int][]s3test.Rule{}}
 	w.hist = history.New(w.start, cfg.Live, "persisted", "append")
 	return w
 }
@@ -78,6 +79,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.Cycles, rep.NodeRuns = len(w.plans), w.runs
 	rep.Faults, rep.Skipped = w.counts, w.skipped
 	rep.Appends = w.appends
+	w.mu.Lock()
+	rep.Awaits = w.awaits
+	w.mu.Unlock()
 	rep.ScheduleDigest = faults.Digest(w.plans)
 	rep.Check = w.chk.Stats()
 	rep.Violations = w.chk.Violations()
@@ -115,14 +119,22 @@ func (w *world) final(ctx context.Context, rep *Report) error {
 		return err
 	}
 	// The broker writes on: a stream whose log lost its tail waits behind the remote tier
-	// until its log writes past the loss (a fork, truncated then) or catches up.
-	// It writes while the node runs, and stops before the lag is judged: the logs' ends
-	// must be known.
-	more := make([]int64, len(w.logs))
-	for i := range more {
-		more[i] = 32 << 10
+	// until its log writes past the loss (a fork, truncated then) or catches up. So every
+	// log is written past the persisted next offset, however far a lost tail cut it back
+	// (32 KiB at a time; a fixed 32 KiB left a tail cut deep below it behind for good).
+	// The writers write it while the node runs, and close before the lag is judged: the
+	// logs' ends must be known.
+	past := make([]uint64, len(w.logs))
+	for i, id := range w.streams {
+		_, pnext, found, err := w.persisted(ctx, id)
+		if err != nil {
+			return err
+		}
+		if found {
+			past[i] = pnext
+		}
 	}
-	if err := w.openWriters(more, defaultPaces(len(w.logs), time.Second)); err != nil {
+	if err := w.openWriters(only32(len(w.logs)), defaultPaces(len(w.logs), time.Second)); err != nil {
 		return err
 	}
 	healed := time.Now()
@@ -132,13 +144,8 @@ func (w *world) final(ctx context.Context, rep *Report) error {
 	}
 	w.nodeUp.Store(true)
 	w.startWriters()
-	for _, lw := range w.writers {
-		wctx, cancel := context.WithTimeout(ctx, time.Minute)
-		err := lw.wait(wctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("final appends: %w", err)
-		}
+	if err := w.writePast(ctx, past); err != nil {
+		return fmt.Errorf("final appends: %w", err)
 	}
 	ends, err := w.closeWriters()
 	if err != nil {
@@ -150,6 +157,7 @@ func (w *world) final(ctx context.Context, rep *Report) error {
 		w.chk.Report("", "lag-not-zero", "%v after the faults stopped some stream still lags: %s", w.cfg.LagBound, last)
 	} else {
 		w.note("lag-zero", "", "every stream persisted up to its log's end %v in %v", ends, rep.Recovery.Round(time.Millisecond))
+		w.finalAwaits(ctx)
 	}
 	code := w.node.term(60 * time.Second)
 	w.nodeUp.Store(false)
@@ -324,6 +332,11 @@ func (r Report) Print(out io.Writer) {
 	a := r.Appends
 	fmt.Fprintf(out, "  broker appends (%d writers): %d chunks (%.1f MiB) while the node ran, %d chunks (%.1f MiB) while it was down\n",
 		a.Writers, a.LiveChunks, float64(a.LiveBytes)/(1<<20), a.DownChunks, float64(a.DownBytes)/(1<<20))
+	fmt.Fprintf(out, "  await_offset answers (%d):", sum(r.Awaits))
+	for _, k := range sortedKeys(r.Awaits) {
+		fmt.Fprintf(out, " %s %d,", k, r.Awaits[k])
+	}
+	fmt.Fprintf(out, " judged: %d persisted (acknowledgements), %d in a declared gap\n", c.AwaitPersisted, c.AwaitInGap)
 	fmt.Fprintf(out, "  recovery: lag zero %v after the faults stopped\n", r.Recovery.Round(time.Millisecond))
 	for _, v := range r.Verify {
 		fmt.Fprintf(out, "  verify %s\n", v)
@@ -345,5 +358,37 @@ func sortedKeys(m map[string]int) []string {
 		out = append(out, k)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// writePast has each live writer write until its log ends above past[i] (the stream's
+// persisted next offset before the final run; 0: none), 32 KiB more at a time.
+func (w *world) writePast(ctx context.Context, past []uint64) error {
+	for i, lw := range w.writers {
+		for round := 0; ; round++ {
+			if round == 10_000 {
+				return fmt.Errorf("stream %s: log still ends below the persisted next offset %d", w.streams[i], past[i])
+			}
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			err := lw.wait(wctx)
+			cancel()
+			if err != nil {
+				return err
+			}
+			if lw.end() > past[i] {
+				break
+			}
+			lw.addBudget(32<<10, writerTick)
+		}
+	}
+	return nil
+}
+
+// only32 is 32 KiB for each of n logs.
+func only32(n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = 32 << 10
+	}
 	return out
 }

@@ -22,6 +22,10 @@ type streamLog struct {
 	dir      string
 	segBytes int64
 	lin      *check.Lineage // private: its references hand out generators
+	// end is the log's next offset as the broker last left it (appended or cut), 0 before
+	// the first append: what the harness awaits during a node run, without opening the
+	// log under the node.
+	end uint64
 }
 
 // bounds opens the log (recovering it as any opener would) and reports its first and next
@@ -73,6 +77,7 @@ func (s *streamLog) appendBytes(n int64) (uint64, error) {
 	if err := lg.Sync(); err != nil {
 		return 0, errors.Join(err, lg.Close())
 	}
+	s.end = next
 	return next, lg.Close()
 }
 
@@ -165,6 +170,7 @@ func (s *streamLog) truncateTail(cut uint64) error {
 	if got != cut {
 		return fmt.Errorf("stream %s: after cutting at %d the log ends at %d", s.id, cut, got)
 	}
+	s.end = cut
 	return nil
 }
 

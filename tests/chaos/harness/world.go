@@ -95,6 +95,7 @@ type world struct {
 	plans      []faults.Cycle
 	counts     map[string]int // fault counts by detailed kind (s3-storm/503, ...)
 	skipped    map[string]int // faults that found no room to act
+	awaits     map[string]int // await answers by outcome (persisted, or the error class)
 	rules      map[int][]s3test.Rule
 	nextRule   int
 	// localAheadRule is the rule blocking a local-ahead stream's uploads (0: none).
@@ -109,7 +110,7 @@ type world struct {
 	watchDone chan struct{}
 	closers   []func()
 	start     time.Time
-	mu        sync.Mutex // guards counts for the observer
+	mu        sync.Mutex // guards counts for the observer, and awaits
 }
 
 // load is stream id's deterministic load.

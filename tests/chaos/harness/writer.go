@@ -229,6 +229,7 @@ func (lw *liveWriter) close() (AppendStats, uint64, error) {
 		err = lw.lg.Sync()
 	}
 	next := lw.end()
+	lw.sl.end = next
 	return lw.stats, next, errors.Join(err, lw.lg.Close())
 }
 
@@ -298,6 +299,16 @@ func (w *world) closeWriters() (map[string]uint64, error) {
 	}
 	w.writers = nil
 	return ends, errors.Join(errs...)
+}
+
+// logEnd is log i's next offset as the broker has written it so far: its open writer's
+// (read without opening the directory, which the node may be trimming), else the
+// streamLog's.
+func (w *world) logEnd(i int) uint64 {
+	if w.writers != nil {
+		return w.writers[i].end()
+	}
+	return w.logs[i].end
 }
 
 // defaultPaces is the pace of every stream for a run of d: the cycle's bytes spread over
