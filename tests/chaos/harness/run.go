@@ -137,6 +137,17 @@ func (w *world) final(ctx context.Context, rep *Report) error {
 	if err := w.openWriters(only32(len(w.logs)), defaultPaces(len(w.logs), time.Second)); err != nil {
 		return err
 	}
+	// An unfollowed log is written past before the node starts: the node sees only what it
+	// held then.
+	for i, lw := range w.writers {
+		if !w.followed(i) {
+			lw.start()
+		}
+	}
+	unfollowed := func(i int) bool { return !w.followed(i) }
+	if err := w.writePast(ctx, past, unfollowed); err != nil {
+		return fmt.Errorf("final appends: %w", err)
+	}
 	healed := time.Now()
 	var err error
 	if w.node, err = w.startNode(ctx, nodeStartTimeout); err != nil {
@@ -144,7 +155,7 @@ func (w *world) final(ctx context.Context, rep *Report) error {
 	}
 	w.nodeUp.Store(true)
 	w.startWriters()
-	if err := w.writePast(ctx, past); err != nil {
+	if err := w.writePast(ctx, past, w.followed); err != nil {
 		return fmt.Errorf("final appends: %w", err)
 	}
 	ends, err := w.closeWriters()
@@ -361,10 +372,14 @@ func sortedKeys(m map[string]int) []string {
 	return out
 }
 
-// writePast has each live writer write until its log ends above past[i] (the stream's
-// persisted next offset before the final run; 0: none), 32 KiB more at a time.
-func (w *world) writePast(ctx context.Context, past []uint64) error {
+// writePast has the live writer of each log that which selects write until the log ends
+// above past[i] (the stream's persisted next offset before the final run; 0: none), 32 KiB
+// more at a time.
+func (w *world) writePast(ctx context.Context, past []uint64, which func(int) bool) error {
 	for i, lw := range w.writers {
+		if !which(i) {
+			continue
+		}
 		for round := 0; ; round++ {
 			if round == 10_000 {
 				return fmt.Errorf("stream %s: log still ends below the persisted next offset %d", w.streams[i], past[i])

@@ -224,11 +224,12 @@ func (w *world) nodeYAML() string {
 	// cycle's faults strike rather than idle after a burst.
 	fmt.Fprintf(&b, "max_transfer_bytes_per_sec: %d\n", uploadRate)
 	fmt.Fprintf(&b, "local_hot_window_bytes: 1MiB\nsegment_max_bytes: %d\nstop_timeout: 20s\n", segmentBytes)
-	// The harness writes the logs while the node runs: the node follows them (read-only).
+	// The harness writes the followed logs while the node runs: the node follows them
+	// (read-only); it opens the unfollowed one as its own (see followed).
 	fmt.Fprintf(&b, "follow_interval: %v\n", followInterval)
 	b.WriteString("streams:\n")
-	for _, l := range w.logs {
-		fmt.Fprintf(&b, "  - id: %s\n    log_dir: %s\n    follow: true\n    retention_max_bytes: %d\n", l.id, l.dir, configMaxBytes)
+	for i, l := range w.logs {
+		fmt.Fprintf(&b, "  - id: %s\n    log_dir: %s\n    follow: %v\n    retention_max_bytes: %d\n", l.id, l.dir, w.followed(i), configMaxBytes)
 	}
 	return b.String()
 }

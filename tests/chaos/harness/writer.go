@@ -254,11 +254,23 @@ func (w *world) openWriters(budgets []int64, pace []time.Duration) error {
 	return nil
 }
 
-// startWriters starts the open writers that have not started yet (the node now runs).
+// startWriters starts the open writers of the followed logs that have not started yet
+// (the node now runs). An unfollowed log's writer stays idle while the node runs: the
+// node sees only what that log held when it opened it, so its bytes are written when the
+// writer closes, with the node down, as a broker stopped beside a stopped node would.
 func (w *world) startWriters() {
-	for _, lw := range w.writers {
-		lw.start()
+	for i, lw := range w.writers {
+		if w.followed(i) {
+			lw.start()
+		}
 	}
+}
+
+// followed tells whether the node follows log i (follow: true) or opens it as its own
+// (recovering it, tiering what it held at the start). The last of several streams is
+// unfollowed, so that the soak runs both ways of opening a declared log.
+func (w *world) followed(i int) bool {
+	return len(w.logs) < 2 || i < len(w.logs)-1
 }
 
 // addBudgets raises each live writer's budget by the stream's bytes, due over pace; with
