@@ -242,13 +242,16 @@ func TestBinaryFollowRewrittenTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, "the new timeline drained", func() bool {
-		s := n.status()
-		return s.Phase == "running" && s.Local.Committed == second && s.Pipeline.DrainNext == second
+		s, ok := n.streamStatus("s1") // absent while the node restarts the stream
+		return ok && s.Phase == "running" && s.Local.Committed == second && s.Pipeline.DrainNext == second
 	})
 	if r := node(t, dir, "cut", "s1", "--data-dir", data); r.code != 0 {
 		t.Fatalf("cut:\n%s", r)
 	}
-	waitFor(t, 30*time.Second, "the new timeline persisted", func() bool { return n.status().Remote.PersistedNext == second })
+	waitFor(t, 30*time.Second, "the new timeline persisted", func() bool {
+		s, ok := n.streamStatus("s1")
+		return ok && s.Remote.PersistedNext == second
+	})
 	if s := n.status(); s.Counters["truncations"] == 0 || s.Follow == nil {
 		t.Fatalf("after the rewrite: counters %v, follow %+v; want a truncation of the remote tier", s.Counters, s.Follow)
 	}
