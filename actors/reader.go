@@ -510,6 +510,9 @@ func (r *reader) uploadGroup(c actor.Context, e readercore.UploadGroup) {
 // keeping the configured hot window; never the active segment, never data not yet durable.
 func (r *reader) localRetention(persistedNext uint64) {
 	lg := r.h.spec.Log
+	if lg.ReadOnly() {
+		return // a followed log's files are its writer's: the broker's retention trims them
+	}
 	deletable := localDeletable(lg.Segments(), persistedNext, r.n.cfg.LocalHotWindowBytes, r.n.cfg.LocalHotWindowAge, time.Now())
 	if len(deletable) == 0 {
 		return

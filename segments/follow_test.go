@@ -419,8 +419,8 @@ func mustParse(t testing.TB, segment string) uint64 {
 }
 
 // The writer's retention deletes its oldest segments: they leave the follower's view and a
-// reader there gets ErrSegmentGone. The follower's own retention deletes only what
-// MayDelete allows, never its last segment.
+// reader there gets ErrSegmentGone. The follower's own retention deletes nothing
+// (ErrReadOnly): the files are the writer's.
 func TestFollowSegmentsDeletedAndRetention(t *testing.T) {
 	dir := t.TempDir()
 	w := mustOpen(t, dir, Options{MaxSegmentChunks: 3})
@@ -446,13 +446,17 @@ func TestFollowSegmentsDeletedAndRetention(t *testing.T) {
 	if _, _, err := r.Next(); !errors.Is(err, ErrSegmentGone) {
 		t.Fatalf("reader in a deleted segment: %v", err)
 	}
+	// The follower deletes nothing: the writer's files are its own to trim.
 	deleted, err := f.ApplyRetention(RetentionPolicy{MayDelete: func(SegmentInfo) bool { return true }}, time.Now())
-	if err != nil || len(deleted) != 1 || deleted[0] != segs[2].Name {
-		t.Fatalf("follower's retention deleted %v, %v; want only %s", deleted, err, segs[2].Name)
+	if !errors.Is(err, ErrReadOnly) || len(deleted) != 0 || len(f.Segments()) != 2 {
+		t.Fatalf("follower's retention deleted %v, %v (%d segments left); want ErrReadOnly and nothing", deleted, err, len(f.Segments()))
+	}
+	if _, err := os.Stat(filepath.Join(dir, segs[2].Name)); err != nil {
+		t.Fatalf("segment %s after the follower's retention: %v", segs[2].Name, err)
 	}
 	appendN(t, w, 1, 1)
-	if st := mustRefresh(t, f); st.Next != w.NextOffset() || len(f.Segments()) != 2 {
-		t.Fatalf("after retention and one more chunk: %+v, %d segments", st, len(f.Segments()))
+	if st := mustRefresh(t, f); st.Next != w.NextOffset() || len(f.Segments()) != 3 {
+		t.Fatalf("after one more chunk (a new segment): %+v, %d segments", st, len(f.Segments()))
 	}
 }
 

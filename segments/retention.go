@@ -30,6 +30,11 @@ type RetentionPolicy struct {
 // stream's own limits apply whatever the tiering rule says. Readers in a deleted segment
 // get ErrSegmentGone from then on; ranged reads of it too.
 func (l *Log) ApplyRetention(p RetentionPolicy, now time.Time) ([]string, error) {
+	if l.opts.ReadOnly {
+		// The writing process owns its files and its retention (a broker's consumers and
+		// its in-memory segment list still use segments that are durable in S3).
+		return nil, fmt.Errorf("retention of %s: %w", l.dir, ErrReadOnly)
+	}
 	l.retainMu.Lock()
 	defer l.retainMu.Unlock()
 	segs := l.Segments()
