@@ -369,10 +369,10 @@ func TestCorruptRootIsNeverEmpty(t *testing.T) {
 
 // TestTierFollowedRabbitMQDirectory tiers the RabbitMQ directory opened read-only (follow
 // mode) with a torn tail a live broker would leave: the remote tier is RabbitMQ's chunks
-// and the directory is byte for byte as before, torn tail included.
+// and the directory is byte for byte as before, torn tail included, with the default hot
+// window of 0: the node's local retention never deletes a followed log's segments.
 func TestTierFollowedRabbitMQDirectory(t *testing.T) {
 	cfg := smallFragments
-	cfg.LocalHotWindowBytes = 1 << 40 // keep every segment: the check below hashes them all
 	e := newEnv(t, envOptions{node: cfg})
 	dir := copyRabbitMQ(t)
 	last := filepath.Join(dir, "00000000000000022366.segment")
