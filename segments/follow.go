@@ -267,7 +267,11 @@ func (l *Log) refresh() (FollowState, error) {
 	}
 	defer sf.Close()
 	defer xf.Close()
-	if segSize < act.size {
+	// A roll in progress: the last segment's file headers are still being written (the
+	// follower may have opened before they were whole). Nothing there is visible yet, and a
+	// size below a whole header is not a shrink of anything seen.
+	rolling := act.chunks == 0 && (segSize < FileHeaderSize || idxSize < FileHeaderSize)
+	if segSize < act.size && !rolling {
 		return FollowState{}, rewritten(act.name, "the segment shrank to %d bytes, below the %d seen", segSize, act.size)
 	}
 	if want := FileHeaderSize + int64(act.chunks)*IndexRecordSize; act.chunks > 0 && idxSize < want {
@@ -278,14 +282,16 @@ func (l *Log) refresh() (FollowState, error) {
 			return FollowState{}, rewritten(act.name, "%v", err)
 		}
 	}
-	fresh, err := scanForward(sf, xf, &act, segSize, idxSize, last, hasLast)
-	if err != nil {
-		return FollowState{}, fmt.Errorf("refresh %s: %w", l.dir, err)
+	var fresh []seenChunk
+	if !rolling {
+		if fresh, err = scanForward(sf, xf, &act, segSize, idxSize, last, hasLast); err != nil {
+			return FollowState{}, fmt.Errorf("refresh %s: %w", l.dir, err)
+		}
 	}
 	if len(fresh) > 0 {
 		last, hasLast = fresh[len(fresh)-1].h, true
 	}
-	st.PendingBytes = segSize - act.size
+	st.PendingBytes = max(0, segSize-act.size)
 	var added []*segment
 	var addedChunks [][]seenChunk
 	for tailEnd := segSize; act.chunks > 0 || len(added) > 0; {

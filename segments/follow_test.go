@@ -485,3 +485,49 @@ func TestFollowRefreshCatchesUpManyChunks(t *testing.T) {
 		t.Fatalf("read %d chunks, want %d", got, n+1)
 	}
 }
+
+// A follower that opens while the writer is rolling (the new segment's file header not yet
+// whole) sees nothing there yet, and refreshing the unchanged files is not a rewrite; the
+// headers completed, still nothing, then the writer's chunks. Before, the open recorded a
+// whole header's size and the next Refresh reported "the segment shrank": the node would
+// restart the stream at every look for as long as the roll lasted.
+func TestFollowOpensDuringARoll(t *testing.T) {
+	dir := t.TempDir()
+	w := mustOpen(t, dir, Options{})
+	appendN(t, w, 3, 1)
+	next := w.NextOffset()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg, idx := filepath.Join(dir, SegmentName(next)), filepath.Join(dir, IndexName(next))
+	if err := os.WriteFile(seg, segmentFileHeader[:3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(idx, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := mustFollow(t, dir)
+	if f.NextOffset() != next {
+		t.Fatalf("follower at %d, want %d", f.NextOffset(), next)
+	}
+	for range 3 {
+		if st := mustRefresh(t, f); st.Next != next {
+			t.Fatalf("refresh during the roll: %+v", st)
+		}
+	}
+	if err := os.WriteFile(seg, segmentFileHeader, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(idx, indexFileHeader, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st := mustRefresh(t, f); st.Next != next {
+		t.Fatalf("refresh after the headers: %+v", st)
+	}
+	w = mustOpen(t, dir, Options{})
+	defer w.Close()
+	appendN(t, w, 2, 1)
+	if st := mustRefresh(t, f); st.Next != w.NextOffset() {
+		t.Fatalf("refresh after two more chunks: %+v, want next %d", st, w.NextOffset())
+	}
+}
