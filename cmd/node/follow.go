@@ -11,8 +11,8 @@ import (
 	"streamtier/segments"
 )
 
-// restartTimeout bounds removing a followed stream from the node, and looking up its roots
-// before it is added again, when its log was rewritten.
+// restartTimeout bounds removing a followed stream from the node, and looking up a stream's
+// roots when it is opened or added again after its log was rewritten.
 const restartTimeout = 30 * time.Second
 
 // openFollowed opens a followed stream's log read-only and commits every complete chunk
@@ -50,7 +50,9 @@ func (p *process) addFollowed(st nodeconfig.StreamSettings) error {
 	p.streams = append(p.streams, ost)
 	p.byID[st.ID] = ost
 	p.mu.Unlock()
-	if ost.oldRoots, err = p.roots(context.Background(), st.ID); err != nil {
+	rctx, cancel := context.WithTimeout(context.Background(), restartTimeout)
+	defer cancel()
+	if ost.oldRoots, err = p.roots(rctx, st.ID); err != nil {
 		return fmt.Errorf("stream %s: %w", st.ID, err)
 	}
 	if err := p.node.AddStream(p.streamSpec(st, lg)); err != nil {
@@ -107,7 +109,13 @@ func (p *process) startFollower() (stop func()) {
 	}()
 	return func() {
 		cancel()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(p.s.StopTimeout):
+			// A look stuck in file I/O (a hung disk) must not hold the stop for ever: the
+			// goroutine ends with the process.
+			p.log.Error().Str("waited", p.s.StopTimeout.String()).Msg("the follower did not stop (a refresh stuck in file I/O?); stopping without it")
+		}
 	}
 }
 

@@ -370,7 +370,9 @@ func (p *process) addStream(st nodeconfig.StreamSettings, demo *nodeconfig.Setti
 			return fmt.Errorf("stream %s: %w", st.ID, err)
 		}
 	}
-	if ost.oldRoots, err = p.roots(context.Background(), st.ID); err != nil {
+	rctx, cancel := context.WithTimeout(context.Background(), restartTimeout)
+	defer cancel()
+	if ost.oldRoots, err = p.roots(rctx, st.ID); err != nil {
 		return fmt.Errorf("stream %s: %w", st.ID, err)
 	}
 	if err := p.node.AddStream(p.streamSpec(st, lg)); err != nil {
@@ -511,6 +513,10 @@ func (p *process) settled(ctx context.Context, st *openStream, roots *bool, why 
 	if p.outOfNode(st) {
 		return true // a followed stream between a restart's removal and its re-adding
 	}
+	// Each look is bounded on its own, so that one stream whose reader does not answer
+	// (stuck in file I/O) costs a few seconds per round, not the whole stop budget.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	if !*roots {
 		s, err := p.node.Status(ctx, st.id)
 		switch {
