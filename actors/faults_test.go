@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -221,4 +222,40 @@ func TestHungTransferAbandonedFreesItsSlot(t *testing.T) {
 	if afterRelease.Load() < 8 || maxRunning.Load() != 1 {
 		t.Fatalf("%d uploads after the release, at most %d running at once; want at least 8, and 1", afterRelease.Load(), maxRunning.Load())
 	}
+}
+
+// TestStopWaitsForUploadsAndNamesHungOnes: the upload goroutines run apart from the actors,
+// so Stop waits for them itself, within its context: an upload deaf to its context (held
+// here) makes Stop return an error that says how many still run, instead of the node
+// stopping with goroutines reading its logs and writing to S3 behind the caller's back.
+func TestStopWaitsForUploadsAndNamesHungOnes(t *testing.T) {
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	w := newWorld(t, worldOptions{})
+	log, logs := testLogger(t)
+	n := w.startNode(Config{Logger: log, faults: &faultHooks{transfer: func(*submitTransfer) {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+	}}, Stream: readercore.Config{FragmentTargetSize: 32 << 10}})
+	lg := openLog(t, segments.Options{})
+	writeLog(t, lg, 4, loadgen.Limit{Bytes: 128 << 10})
+	if err := n.AddStream(StreamSpec{ID: "hs", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := n.Stop(ctx)
+	if err == nil || !strings.Contains(err.Error(), "uploads still running") {
+		t.Fatalf("stop with a hung upload: %v, want it named", err)
+	}
+	if logs.count("stopping with uploads still running") != 1 {
+		t.Fatal("the hung uploads were not logged")
+	}
+	once.Do(func() { close(release) }) // goleak (TestMain) checks that the goroutines end
+	n.uploads.Wait()
 }

@@ -151,6 +151,8 @@ type governorDeps struct {
 	memo      *governorMemo
 	readers   func() []*actor.PID // the node's current readers, told of a restart
 	faults    *faultHooks
+	uploads   *sync.WaitGroup // the node's: every upload goroutine, waited for by Node.Stop
+	nodeCtx   context.Context // the node's, cancelled by Stop: a late upload then reports to nobody
 }
 
 // governor is the node's single pacing point: every fragment upload is submitted here and
@@ -280,7 +282,7 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 		g.memo.started(s)
 		g.metrics.TransfersRunning.Add(1)
 		c.Send(sub.ReplyTo, transferAdmitted{Ref: sub.Ref, Attempt: sub.Attempt})
-		t := &transferTask{id: s.ID, ctx: ctx, sub: sub, store: g.store, keyPrefix: g.keyPrefix, log: g.log, metrics: g.metrics, faults: g.faults, memo: g.memo}
+		t := &transferTask{id: s.ID, ctx: ctx, sub: sub, store: g.store, keyPrefix: g.keyPrefix, log: g.log, metrics: g.metrics, faults: g.faults, memo: g.memo, uploads: g.uploads, nodeCtx: g.nodeCtx}
 		c.Spawn(actor.PropsFromProducer(func() actor.Actor { return t }))
 	}
 	for _, id := range unused {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,7 +53,8 @@ func newGovFixture(t *testing.T, cfg governorcore.Config, faults *faultHooks) *g
 	g := newGuardian(log, f.clock, f.metrics)
 	t.Cleanup(g.stop)
 	deps := governorDeps{cfg: cfg, store: f.w.store, keyPrefix: "streams", log: log, metrics: f.metrics, clock: f.clock,
-		memo: &governorMemo{}, readers: func() []*actor.PID { return []*actor.PID{f.reader.pid} }, faults: faults}
+		memo: &governorMemo{}, readers: func() []*actor.PID { return []*actor.PID{f.reader.pid} }, faults: faults,
+		uploads: &sync.WaitGroup{}, nodeCtx: context.Background()}
 	var inc incarnations
 	f.pid = f.sys.Root.Spawn(inc.props(g, func(i uint64) actor.Actor { return newGovernor(deps, i) }))
 	return f

@@ -35,6 +35,9 @@ type Node struct {
 	governor *actor.PID
 	reaper   *actor.PID
 	metrics  *Metrics
+	// uploads counts the transfer tasks' upload goroutines: they run apart from the actors
+	// (a hung one must not block the governor's restart), so Stop waits for them itself.
+	uploads sync.WaitGroup
 	// readBudget is the node's read budget (read_budget_bytes), divided among the open
 	// remote readers (readbudget.go).
 	readBudget *readBudget
@@ -80,6 +83,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 	gd := governorDeps{
 		cfg: cfg.Governor, store: store, keyPrefix: cfg.KeyPrefix, log: n.log.With().Str("actor", "governor").Logger(),
 		metrics: n.metrics, clock: cfg.clock, memo: &governorMemo{}, readers: n.readerPIDs, faults: cfg.faults,
+		uploads: &n.uploads, nodeCtx: n.ctx,
 	}
 	var govInc, reaperInc incarnations
 	var err error
@@ -438,7 +442,29 @@ func (n *Node) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stop %s: %w", pid.Id, err))
 		}
 	}
+	if err := n.awaitUploads(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	n.system.Shutdown()
 	n.log.Info().Msg("node stopped")
 	return errors.Join(errs...)
+}
+
+// awaitUploads waits until every upload goroutine has ended (cancelled with the node's
+// context, they end at once unless hung outside it), or ctx ends: then it says how many
+// still run; they end on their own, and nothing waits for their results.
+func (n *Node) awaitUploads(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { // owned by the uploads it waits for: it ends with the last of them
+		n.uploads.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		running := n.metrics.TransfersRunning.Load()
+		n.log.Error().Int64("uploads", running).Msg("stopping with uploads still running (hung outside their context)")
+		return fmt.Errorf("stop: %d uploads still running: %w", running, ctx.Err())
+	}
 }

@@ -38,6 +38,8 @@ type transferTask struct {
 	metrics   *Metrics
 	faults    *faultHooks
 	memo      *governorMemo // told when the task ends, so that a restarted governor does not count it
+	uploads   *sync.WaitGroup
+	nodeCtx   context.Context
 
 	mu      sync.Mutex
 	stopped bool // the actor heard Stopping (its parent stopped it): the goroutine must not stop it again
@@ -55,10 +57,15 @@ func (t *transferTask) Receive(c actor.Context) {
 		return
 	}
 	root, self, governor := c.ActorSystem().Root, c.Self(), c.Parent()
+	t.uploads.Add(1)
 	go func() { // owned by the task; stopped by ctx (an upload deaf to it ends when it ends)
+		defer t.uploads.Done()
 		res, reply := t.upload() // recovers its panics
 		t.metrics.TransfersRunning.Add(-1)
 		t.memo.ended(t.id) // before the message, which a governor that fails on it would lose
+		if t.nodeCtx.Err() != nil {
+			return // the node stopped (or is stopping): its actors are gone, nobody waits
+		}
 		root.Send(governor, transferDone{id: t.id})
 		if reply {
 			root.Send(t.sub.ReplyTo, res)
