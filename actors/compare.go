@@ -151,9 +151,10 @@ func compareWithLocal(ctx context.Context, n *Node, stream string, epoch uint64,
 // fragment: a first ranged GET of the prefix's chunk region checks every chunk as it
 // passes (header, data CRC, contiguous ids, and the ids, timestamps and positions the
 // divergence search read from the old object's index) and computes the new object's
-// CRC-32; a second ranged GET streams the same bytes into the PUT, whose CRC-32 the server
-// verifies, so bytes that differ from the checked ones are refused. Objects are immutable:
-// both reads see the same bytes.
+// CRC-32; a second ranged GET streams the same bytes into the PUT. Objects are immutable,
+// but the second read is not trusted: PutObjectStream checks the body against that CRC-32
+// before its last bytes are sent (and the server verifies it too), so bytes that differ
+// from the checked ones fail the copy (s3io.ErrBodyMismatch, retriable) and store nothing.
 func copyPrefix(ctx context.Context, n *Node, remote remoteChunks, stream string, epoch uint64, t *divergence.Truncation) (manifest.Entry, error) {
 	src, err := remote.locate(*t.Straddle)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"streamtier/fragment"
 	"streamtier/manifest"
 	"streamtier/s3io"
+	"streamtier/s3io/s3test"
 	"streamtier/segments"
 	"streamtier/segments/loadgen"
 )
@@ -23,74 +25,10 @@ import (
 // exactly the old one's chunk bytes below the cut and a valid index. A source object whose
 // bytes do not match its index (a flipped data byte) is refused before anything is put.
 func TestPrefixCopyStreamsAndChecks(t *testing.T) {
-	w := newWorld(t, worldOptions{})
-	n := w.startNode(Config{})
+	f := newPrefixFixture(t)
+	n, put, truncation, remote, desc := f.n, f.put, f.truncation, f.remote, f.desc
 	ctx := context.Background()
-	lg := openLog(t, segments.Options{MaxSegmentBytes: 2 << 20})
-	g, err := loadgen.New(loadgen.Config{Seed: 5, MinDataBytes: 100 << 10, MaxDataBytes: 300 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := loadgen.Write(ctx, lg, g, loadgen.Limit{Bytes: 6 << 20}, loadgen.WriteOptions{Commit: true}); err != nil {
-		t.Fatal(err)
-	}
-	asm, err := fragment.NewAssembly(fragment.MaxTargetSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := lg.NewReader(lg.FirstOffset())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		h, loc, err := rd.Next()
-		if err != nil {
-			break
-		}
-		if _, err := asm.Add(h, loc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rd.Close()
-	desc := asm.Snapshot()
-	if len(desc.Chunks) < 3 {
-		t.Fatalf("%d chunks: too few", len(desc.Chunks))
-	}
 	const stream = "copy"
-	put := func(uid uint64, corrupt bool) manifest.Entry {
-		key := manifest.FragmentKey(n.cfg.KeyPrefix, stream, desc.FirstOffset, 1, uid)
-		if _, err := n.store.PutFragment(ctx, key, lg.Dir(), desc); err != nil {
-			t.Fatal(err)
-		}
-		if corrupt {
-			obj, err := n.store.GetObject(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := desc.Chunks[1]
-			obj[int64(c.Position)+48+int64(c.Header.BloomSize)] ^= 1
-			if _, err := n.store.DeleteObjects(ctx, []string{key}); err != nil {
-				t.Fatal(err)
-			}
-			if err := n.store.PutObject(ctx, key, obj); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return manifest.Entry{FirstOffset: desc.FirstOffset, FirstTimestamp: desc.FirstTimestamp, LastTimestamp: desc.LastTimestamp, Size: desc.Size, UID: uid, Kind: manifest.KindFragment}
-	}
-	last := desc.Chunks[len(desc.Chunks)-1]
-	truncation := func(e manifest.Entry) *divergence.Truncation {
-		tr := &divergence.Truncation{At: last.Header.ChunkID, Straddle: &e, PrefixBytes: uint64(last.Position) - fragment.ObjectHeaderSize}
-		for _, c := range desc.Chunks[:len(desc.Chunks)-1] {
-			tr.Prefix = append(tr.Prefix, divergence.IndexEntry{ID: c.Header.ChunkID, Timestamp: c.Header.Timestamp, Position: c.Position})
-			tr.PrefixLastTimestamp = c.Header.Timestamp
-		}
-		return tr
-	}
-	remote := func() remoteChunks {
-		return remoteChunks{ctx: ctx, n: n, stream: stream, keys: map[manifest.Entry]string{}}
-	}
-
 	src := put(1, false)
 	tr := truncation(src)
 	copied, err := copyPrefix(ctx, n, remote(), stream, 2, tr)
@@ -161,6 +99,90 @@ func TestPrefixCopyStreamsAndChecks(t *testing.T) {
 	}
 }
 
+// prefixFixture is a fragment of several MiB written from a local log, ready to be put under
+// the stream "copy" and to have its prefix (all its chunks but the last) copied.
+type prefixFixture struct {
+	w          *world
+	n          *Node
+	put        func(uid uint64, corrupt bool) manifest.Entry
+	truncation func(e manifest.Entry) *divergence.Truncation
+	remote     func() remoteChunks
+	desc       fragment.Description
+}
+
+func newPrefixFixture(t *testing.T) prefixFixture {
+	t.Helper()
+	w := newWorld(t, worldOptions{})
+	n := w.startNode(Config{})
+	ctx := context.Background()
+	lg := openLog(t, segments.Options{MaxSegmentBytes: 2 << 20})
+	g, err := loadgen.New(loadgen.Config{Seed: 5, MinDataBytes: 100 << 10, MaxDataBytes: 300 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadgen.Write(ctx, lg, g, loadgen.Limit{Bytes: 6 << 20}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	asm, err := fragment.NewAssembly(fragment.MaxTargetSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := lg.NewReader(lg.FirstOffset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		h, loc, err := rd.Next()
+		if err != nil {
+			break
+		}
+		if _, err := asm.Add(h, loc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd.Close()
+	desc := asm.Snapshot()
+	if len(desc.Chunks) < 3 {
+		t.Fatalf("%d chunks: too few", len(desc.Chunks))
+	}
+	const stream = "copy"
+	put := func(uid uint64, corrupt bool) manifest.Entry {
+		key := manifest.FragmentKey(n.cfg.KeyPrefix, stream, desc.FirstOffset, 1, uid)
+		if _, err := n.store.PutFragment(ctx, key, lg.Dir(), desc); err != nil {
+			t.Fatal(err)
+		}
+		if corrupt {
+			obj, err := n.store.GetObject(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := desc.Chunks[1]
+			obj[int64(c.Position)+48+int64(c.Header.BloomSize)] ^= 1
+			if _, err := n.store.DeleteObjects(ctx, []string{key}); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.store.PutObject(ctx, key, obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return manifest.Entry{FirstOffset: desc.FirstOffset, FirstTimestamp: desc.FirstTimestamp, LastTimestamp: desc.LastTimestamp, Size: desc.Size, UID: uid, Kind: manifest.KindFragment}
+	}
+	last := desc.Chunks[len(desc.Chunks)-1]
+	truncation := func(e manifest.Entry) *divergence.Truncation {
+		tr := &divergence.Truncation{At: last.Header.ChunkID, Straddle: &e, PrefixBytes: uint64(last.Position) - fragment.ObjectHeaderSize}
+		for _, c := range desc.Chunks[:len(desc.Chunks)-1] {
+			tr.Prefix = append(tr.Prefix, divergence.IndexEntry{ID: c.Header.ChunkID, Timestamp: c.Header.Timestamp, Position: c.Position})
+			tr.PrefixLastTimestamp = c.Header.Timestamp
+		}
+		return tr
+	}
+	remote := func() remoteChunks {
+		return remoteChunks{ctx: ctx, n: n, stream: stream, keys: map[manifest.Entry]string{}}
+	}
+
+	return prefixFixture{w: w, n: n, put: put, truncation: truncation, remote: remote, desc: desc}
+}
+
 // allocated is the bytes the process allocated while f ran.
 func allocated(f func()) float64 {
 	var before, after runtime.MemStats
@@ -186,4 +208,57 @@ func objectCount(t *testing.T, n *Node, stream string) int {
 		t.Fatal(err)
 	}
 	return count
+}
+
+// TestPrefixCopyRefusesAChangedSecondRead: the prefix is read twice, once to check it and
+// compute the new object's CRC-32, once to stream it into the PUT. When the second read
+// returns other bytes (one bit flipped in transit) and the server ignores the checksum
+// header, the PUT body fails before its last bytes are sent: the copy fails with a
+// retriable error naming both CRCs, nothing is stored under a new key and the original
+// stays. Through the same server, an intact copy still succeeds.
+func TestPrefixCopyRefusesAChangedSecondRead(t *testing.T) {
+	f := newPrefixFixture(t)
+	n, inj := f.n, f.w.inj
+	ctx := context.Background()
+	const stream = "copy"
+	src := f.put(1, false)
+	srcKey := manifest.FragmentKey(n.cfg.KeyPrefix, stream, src.FirstOffset, 1, src.UID)
+	copies := regexp.QuoteMeta(manifest.StreamPrefix(n.cfg.KeyPrefix, stream)) + `data/\d{20}-0{19}2-`
+	tr := f.truncation(src)
+
+	inj.Add(s3test.Rule{Method: "GET", KeyRegexp: "^" + regexp.QuoteMeta(srcKey) + "$", Fault: s3test.FaultDelay, Count: 1}) // the check passes
+	inj.Add(s3test.Rule{Method: "GET", KeyRegexp: "^" + regexp.QuoteMeta(srcKey) + "$", Fault: s3test.FaultCorruptResponse, Count: 1})
+	inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: copies, Fault: s3test.FaultIgnoreChecksum})
+	_, err := copyPrefix(ctx, n, f.remote(), stream, 2, tr)
+	if !errors.Is(err, s3io.ErrBodyMismatch) || !s3io.IsRetriable(err) || !strings.Contains(err.Error(), srcKey) || strings.Count(err.Error(), "CRC-32") < 1 {
+		t.Fatalf("copy through a corrupting GET: %v, want a retriable CRC mismatch naming %s", err, srcKey)
+	}
+	t.Logf("copy refused: %v", err)
+	if hits := inj.Hits(); hits != 3 {
+		t.Fatalf("%d faults injected, want 3 (pass, corrupt GET, PUT without checksum)", hits)
+	}
+	var keys []string
+	if err := n.store.List(ctx, manifest.StreamPrefix(n.cfg.KeyPrefix, stream), func(o s3io.ObjectInfo) error { keys = append(keys, o.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || keys[0] != srcKey {
+		t.Fatalf("objects after the refused copy: %v, want only the original %s", keys, srcKey)
+	}
+
+	inj.Clear()
+	inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: copies, Fault: s3test.FaultIgnoreChecksum})
+	copied, err := copyPrefix(ctx, n, f.remote(), stream, 2, tr)
+	if err != nil {
+		t.Fatalf("an intact copy through a server that ignores the checksum: %v", err)
+	}
+	obj, err := n.store.GetObject(ctx, manifest.FragmentKey(n.cfg.KeyPrefix, stream, copied.FirstOffset, 2, copied.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if layout, err := fragment.ParseObject(obj); err != nil || len(layout.Chunks) != len(tr.Prefix) {
+		t.Fatalf("the copy: %v, %d chunks, want %d", err, len(layout.Chunks), len(tr.Prefix))
+	}
+	if inj.Hits() != 4 {
+		t.Fatalf("%d faults injected, want 4: the PUT did not go through the rule", inj.Hits())
+	}
 }

@@ -90,6 +90,9 @@ func Classify(err error) Class {
 	if errors.Is(err, segments.ErrSegmentGone) {
 		return ClassSegmentGone
 	}
+	if errors.Is(err, ErrBodyMismatch) {
+		return ClassRetriable // bytes changed in transit: a new read may well be right
+	}
 	if errors.Is(err, fragment.ErrCorrupt) || errors.Is(err, ErrLocalRead) ||
 		errors.Is(err, fragment.ErrBadDescription) || errors.Is(err, ErrInvalidArgument) {
 		return ClassNonTransient

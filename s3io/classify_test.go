@@ -110,6 +110,7 @@ func TestClassify(t *testing.T) {
 		{"corrupt local chunk with a reset", fmt.Errorf("%w (request: %v)", chunkErr, sdkSend(opErr("write", syscall.ECONNRESET))), s3io.ClassNonTransient},
 		{"local read error", fmt.Errorf("%w: %w", s3io.ErrLocalRead, syscall.EIO), s3io.ClassNonTransient},
 		{"corrupt object", fmt.Errorf("fragment: %w", fragment.ErrCorrupt), s3io.ClassNonTransient},
+		{"streamed body changed in transit", fmt.Errorf("put: %w (request: send failed)", s3io.ErrBodyMismatch), s3io.ClassRetriable},
 		{"bad description", fmt.Errorf("%w: no chunks", fragment.ErrBadDescription), s3io.ClassNonTransient},
 		{"invalid argument", fmt.Errorf("%w: empty key", s3io.ErrInvalidArgument), s3io.ClassNonTransient},
 		{"anything else", errors.New("something unexpected"), s3io.ClassNonTransient},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash"
+	"hash/crc32"
 	"io"
 	"sync"
 	"time"
@@ -89,9 +91,11 @@ func (r *rangeStream) Close() error {
 }
 
 // PutObjectStream stores an object of size bytes read from body in one PUT, without holding
-// it in memory; crc is the CRC-32 of the whole object, known beforehand, which the server
-// verifies, so a body that differs from what crc was computed over is refused. A body that
-// ends early or fails fails the PUT. It honours ctx and the transfer timeout.
+// it in memory; crc is the CRC-32 (IEEE) of the whole object, known beforehand. It is sent
+// for the server to verify, and checked here too as the body passes: a body whose CRC-32
+// differs fails (ErrBodyMismatch) before its last bytes reach the transport, so the request
+// is aborted even on a server that ignores the header. A body that ends early or fails
+// fails the PUT. It honours ctx and the transfer timeout.
 func (s *Store) PutObjectStream(ctx context.Context, key string, body io.Reader, size int64, crc uint32) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -101,7 +105,7 @@ func (s *Store) PutObjectStream(ctx context.Context, key string, body io.Reader,
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.TransferTimeout)
 	defer cancel()
-	b := &countedBody{r: body}
+	b := &countedBody{r: body, key: s.cfg.Bucket + "/" + key, size: size, crc: crc, sum: crc32.NewIEEE()}
 	start := time.Now()
 	out, err := s.client.PutObject(ctx, &s3.PutObjectInput{
 		Bucket:        aws.String(s.cfg.Bucket),
@@ -131,17 +135,52 @@ func (s *Store) PutObjectStream(ctx context.Context, key string, body io.Reader,
 	return nil
 }
 
-// countedBody counts what the transport read from a PUT body and keeps its first error
-// other than io.EOF; the transport reads from its own goroutine.
+// ErrBodyMismatch marks a streamed PUT body whose bytes do not match the CRC-32 (or length)
+// declared for it: bytes changed between the read that computed the CRC and the one that
+// streamed them (in transit, or a server bug). Nothing was stored; it is worth retrying.
+var ErrBodyMismatch = errors.New("streamed body does not match its declared CRC-32")
+
+// countedBody counts what the transport read from a PUT body, computes its CRC-32 as it
+// passes and keeps its first error other than io.EOF; the transport reads from its own
+// goroutine. The read that would complete size bytes is checked against crc first: on a
+// mismatch it hands over none of its bytes and fails, so the server never sees a whole body.
+// An error sticks: a later read returns it again, so a retried send cannot complete it.
 type countedBody struct {
 	mu   sync.Mutex
 	r    io.Reader
+	key  string
+	size int64
+	crc  uint32
+	sum  hash.Hash32
 	sent int64
 	err  error
 }
 
 func (b *countedBody) Read(p []byte) (int, error) {
+	// r, sum and the bytes in flight belong to the transport's one reading goroutine; the
+	// lock guards sent and err, which state reads, and is not held across the read.
+	b.mu.Lock()
+	sent, stuck := b.sent, b.err
+	b.mu.Unlock()
+	if stuck != nil {
+		return 0, stuck
+	}
+	if left := b.size - sent; int64(len(p)) > left {
+		p = p[:left] // never past the declared size: the check below sees every byte sent
+	}
+	if len(p) == 0 {
+		return 0, io.EOF
+	}
 	n, err := b.r.Read(p)
+	b.sum.Write(p[:n])
+	if sent+int64(n) == b.size {
+		if got := b.sum.Sum32(); got != b.crc {
+			n, err = 0, fmt.Errorf("%w: s3://%s: CRC-32 %s of the %d bytes streamed, %s declared (withheld the last %d bytes)",
+				ErrBodyMismatch, b.key, crcHeader(got), b.size, crcHeader(b.crc), n)
+		}
+	} else if errors.Is(err, io.EOF) {
+		err = fmt.Errorf("%w: s3://%s: body ended after %d of %d bytes", ErrBodyMismatch, b.key, sent+int64(n), b.size)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.sent += int64(n)

@@ -8,11 +8,12 @@ import (
 	"io"
 	"testing"
 
+	"streamtier/s3io"
 	"streamtier/s3io/s3test"
 )
 
 // TestStreams: a streamed PUT with the object's CRC-32 stores it; one whose CRC does not
-// match the body is refused by the server and stores nothing; a body that fails fails the
+// match the body is refused (by the body check, before the server) and stores nothing; a body that fails fails the
 // PUT with its error. A streamed ranged GET reads the range; one past the object's end
 // ends with io.ErrUnexpectedEOF.
 func TestStreams(t *testing.T) {
@@ -64,3 +65,52 @@ func TestStreams(t *testing.T) {
 type iotestErr struct{ err error }
 
 func (r iotestErr) Read([]byte) (int, error) { return 0, r.err }
+
+// TestStreamedPutChecksItsBody: through a server that ignores the checksum header (the
+// injector strips it), a streamed PUT whose body does not match its declared CRC-32 fails
+// with ErrBodyMismatch, retriable, and stores nothing; a body that ends early fails too; a
+// matching body is stored. A ranged GET through FaultCorruptResponse returns one bit
+// flipped.
+func TestStreamedPutChecksItsBody(t *testing.T) {
+	srv := s3test.Start(t, s3test.Options{})
+	inj := s3test.NewInjector(t, srv)
+	st := newStore(t, inj.Config())
+	ctx := context.Background()
+	body := bytes.Repeat([]byte("streamtier"), 100_000)
+	crc := crc32.ChecksumIEEE(body)
+	inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `^ignored/`, Fault: s3test.FaultIgnoreChecksum})
+
+	err := st.PutObjectStream(ctx, "ignored/bad", bytes.NewReader(body), int64(len(body)), crc^1)
+	if !errors.Is(err, s3io.ErrBodyMismatch) || !s3io.IsRetriable(err) {
+		t.Fatalf("a body that does not match its CRC: %v, want a retriable ErrBodyMismatch", err)
+	}
+	if _, err := st.Head(ctx, "ignored/bad"); !s3io.IsNotFound(err) {
+		t.Fatalf("the refused object: %v, want not found", err)
+	}
+	short := io.LimitReader(bytes.NewReader(body), 1000)
+	if err := st.PutObjectStream(ctx, "ignored/short", short, int64(len(body)), crc); !errors.Is(err, s3io.ErrBodyMismatch) {
+		t.Fatalf("a body that ends early: %v, want ErrBodyMismatch", err)
+	}
+	if _, err := st.Head(ctx, "ignored/short"); !s3io.IsNotFound(err) {
+		t.Fatalf("the short object: %v, want not found", err)
+	}
+	if err := st.PutObjectStream(ctx, "ignored/good", bytes.NewReader(body), int64(len(body)), crc); err != nil {
+		t.Fatal(err)
+	}
+	if inj.Hits() != 3 {
+		t.Fatalf("%d PUTs went through the rule, want 3", inj.Hits())
+	}
+
+	inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `^ignored/good$`, Fault: s3test.FaultCorruptResponse, Count: 1, AfterBytes: 7})
+	rc, err := st.GetRangeStream(ctx, "ignored/good", 100, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	want := bytes.Clone(body[100:1100])
+	want[7] ^= 1
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("corrupted range: %v, %d bytes, equal to the flipped one: %v", err, len(got), bytes.Equal(got, want))
+	}
+}

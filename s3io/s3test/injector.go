@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
 	"streamtier/s3io"
 )
 
@@ -51,6 +54,14 @@ const (
 	// FaultCorruptBody flips one bit of the request body at Rule.AfterBytes (default the
 	// middle) on its way to the server, which then sees a bad checksum.
 	FaultCorruptBody
+	// FaultCorruptResponse forwards the request and flips one bit of the response body at
+	// Rule.AfterBytes (default the middle) on its way back: a GET that returns other bytes
+	// than the object holds, headers intact.
+	FaultCorruptResponse
+	// FaultIgnoreChecksum strips the x-amz-checksum-* headers from the request and signs it
+	// again, so the server neither verifies nor reports a checksum: an S3-compatible server
+	// that ignores the header. The body passes unchanged.
+	FaultIgnoreChecksum
 )
 
 // String names the fault.
@@ -76,6 +87,10 @@ func (f Fault) String() string {
 		return "dropped response"
 	case FaultCorruptBody:
 		return "corrupt request body"
+	case FaultCorruptResponse:
+		return "corrupt response body"
+	case FaultIgnoreChecksum:
+		return "checksum header ignored"
 	}
 	return "fault(" + strconv.Itoa(int(f)) + ")"
 }
@@ -317,9 +332,61 @@ func (i *Injector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case FaultCorruptBody:
 		r.Body = &flipReader{r: r.Body, at: half(r.ContentLength)}
 		i.proxy.ServeHTTP(w, r)
+	case FaultCorruptResponse:
+		resp, body, err := i.forward(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		if len(body) > 0 {
+			body[min(half(int64(len(body))), int64(len(body))-1)] ^= 1
+		}
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		w.Write(body)
+	case FaultIgnoreChecksum:
+		if err := i.stripChecksum(r); err != nil {
+			writeS3Error(w, r, http.StatusInternalServerError, "InternalError", "s3test: "+err.Error())
+			return
+		}
+		i.proxy.ServeHTTP(w, r)
 	default:
 		writeS3Error(w, r, http.StatusInternalServerError, "InternalError", "s3test: unknown fault "+rule.Fault.String())
 	}
+}
+
+// stripChecksum removes the x-amz-checksum-* and x-amz-sdk-checksum-algorithm headers from
+// r and signs it again (SigV4, UNSIGNED-PAYLOAD) over the headers the client signed but
+// those, with the server's credentials.
+func (i *Injector) stripChecksum(r *http.Request) error {
+	auth := r.Header.Get("Authorization")
+	_, list, ok := strings.Cut(auth, "SignedHeaders=")
+	if !ok {
+		return fmt.Errorf("request without a SigV4 Authorization header")
+	}
+	list, _, _ = strings.Cut(list, ",")
+	for k := range r.Header {
+		if l := strings.ToLower(k); strings.HasPrefix(l, "x-amz-checksum-") || l == "x-amz-sdk-checksum-algorithm" {
+			r.Header.Del(k)
+		}
+	}
+	signing := r.Clone(r.Context())
+	signing.Header = http.Header{}
+	for _, h := range strings.Split(list, ";") {
+		if v, ok := r.Header[http.CanonicalHeaderKey(h)]; ok {
+			signing.Header[http.CanonicalHeaderKey(h)] = v
+		}
+	}
+	signing.URL.Scheme, signing.URL.Host = "http", r.Host
+	creds := aws.Credentials{AccessKeyID: i.srv.AccessKey, SecretAccessKey: i.srv.SecretKey}
+	if err := v4.NewSigner().SignHTTP(r.Context(), creds, signing, "UNSIGNED-PAYLOAD", "s3", Region, time.Now()); err != nil {
+		return fmt.Errorf("sign again: %w", err)
+	}
+	r.Header.Set("Authorization", signing.Header.Get("Authorization"))
+	r.Header.Set("X-Amz-Date", signing.Header.Get("X-Amz-Date"))
+	return nil
 }
 
 // forward sends r to the server and reads the whole answer.
