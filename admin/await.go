@@ -182,7 +182,8 @@ func (s *Server) await(w http.ResponseWriter, r *http.Request) {
 		return // the client went away: nobody to answer
 	case s.closing.Err() != nil:
 		err = fmt.Errorf("await offset %d of %s: %w", res.Offset, id, errAdminClosing)
-	case errors.Is(context.Cause(ctx), errAwaitTimeout):
+	case errors.Is(context.Cause(ctx), errAwaitTimeout) && errors.Is(err, context.DeadlineExceeded):
+		// (a real answer, in a gap or stopped, that came as the timeout fired keeps its class)
 		err = fmt.Errorf("offset %d of %s: %w of %v (ask again to wait longer)", res.Offset, id, errAwaitTimeout, a.timeout)
 	}
 	if err != nil {

@@ -511,7 +511,10 @@ func (p *process) quiesce(ctx context.Context) error {
 // its superseded roots to be deleted).
 func (p *process) settled(ctx context.Context, st *openStream, roots *bool, why *string) bool {
 	if p.outOfNode(st) {
-		return true // a followed stream between a restart's removal and its re-adding
+		// A followed stream between a restart's removal and its re-adding (which keeps
+		// failing, or the stop came in between): nothing runs to persist it now.
+		p.log.Warn().Str("stream", st.id).Msg("stopping while this followed stream is out of the node (restarting after a rewrite): what it committed since is tiered by the next run")
+		return true
 	}
 	// Each look is bounded on its own, so that one stream whose reader does not answer
 	// (stuck in file I/O) costs a few seconds per round, not the whole stop budget.
