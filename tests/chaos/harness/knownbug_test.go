@@ -52,14 +52,15 @@ func TestLostTailInsideFragmentKeepsAcknowledgedData(t *testing.T) {
 	}
 
 	// Cut the log inside a fragment that starts in the local log and crosses a segment
-	// boundary, above that boundary.
+	// boundary, above that boundary: the last such fragment (an unsynced tail is lost at
+	// the end; the stream is followed, so the node's retention left the whole log).
 	first, _, segs, err := lg.bounds()
 	if err != nil {
 		t.Fatal(err)
 	}
 	starts := append(w.chk.FragmentStarts(id), end)
 	var f, cut uint64
-	for i := 0; i+1 < len(starts) && cut == 0; i++ {
+	for i := len(starts) - 2; i >= 0 && cut == 0; i-- {
 		if starts[i] < first {
 			continue
 		}
