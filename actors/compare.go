@@ -182,6 +182,15 @@ func copyPrefix(ctx context.Context, n *Node, remote remoteChunks, stream string
 	defer region.Close()
 	body := io.MultiReader(bytes.NewReader(hdr), region, bytes.NewReader(index))
 	if err := n.store.PutObjectStream(ctx, key, body, int64(len(hdr))+size+int64(len(index)), crc); err != nil {
+		// The PUT was refused or aborted, but a server may still keep what it received of a
+		// broken request (versitygw's posix backend sometimes does). The key is new and no
+		// manifest names it: delete it now rather than leave it to garbage collection.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.store.TransferTimeout())
+		defer cancel()
+		if failed, derr := n.store.DeleteObjects(dctx, []string{key}); derr != nil || len(failed) > 0 {
+			n.log.Warn().AnErr("error", errors.Join(derr, failed[key])).Str("key", key).
+				Msg("could not delete the object of a failed prefix copy (garbage for node gc)")
+		}
 		return manifest.Entry{}, fmt.Errorf("copy the prefix of %s: %w", src, err)
 	}
 	return e, nil
