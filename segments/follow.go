@@ -267,11 +267,10 @@ func (l *Log) refresh() (FollowState, error) {
 	}
 	defer sf.Close()
 	defer xf.Close()
-	// A roll in progress: the last segment's file headers are still being written (the
-	// follower may have opened before they were whole). Nothing there is visible yet, and a
-	// size below a whole header is not a shrink of anything seen.
-	rolling := act.chunks == 0 && (segSize < FileHeaderSize || idxSize < FileHeaderSize)
-	if segSize < act.size && !rolling {
+	// Only what was seen can shrink: a last segment with no chunk seen and files shorter
+	// than their headers is a roll in progress (the follower may have opened before they
+	// were whole), where scanForward sees nothing yet.
+	if act.chunks > 0 && segSize < act.size {
 		return FollowState{}, rewritten(act.name, "the segment shrank to %d bytes, below the %d seen", segSize, act.size)
 	}
 	if want := FileHeaderSize + int64(act.chunks)*IndexRecordSize; act.chunks > 0 && idxSize < want {
@@ -282,11 +281,9 @@ func (l *Log) refresh() (FollowState, error) {
 			return FollowState{}, rewritten(act.name, "%v", err)
 		}
 	}
-	var fresh []seenChunk
-	if !rolling {
-		if fresh, err = scanForward(sf, xf, &act, segSize, idxSize, last, hasLast); err != nil {
-			return FollowState{}, fmt.Errorf("refresh %s: %w", l.dir, err)
-		}
+	fresh, err := scanForward(sf, xf, &act, segSize, idxSize, last, hasLast)
+	if err != nil {
+		return FollowState{}, fmt.Errorf("refresh %s: %w", l.dir, err)
 	}
 	if len(fresh) > 0 {
 		last, hasLast = fresh[len(fresh)-1].h, true
