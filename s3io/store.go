@@ -156,6 +156,40 @@ func checkKey(key string) error {
 	return nil
 }
 
+// putInput is the PUT of size bytes of body, whose CRC-32 (IEEE) is crc, under key, with the
+// bucket's encryption and expected owner.
+func (s *Store) putInput(key string, body io.Reader, size int64, crc uint32) *s3.PutObjectInput {
+	return &s3.PutObjectInput{
+		Bucket:        aws.String(s.cfg.Bucket),
+		Key:           aws.String(key),
+		Body:          body,
+		ContentLength: aws.Int64(size),
+		ChecksumCRC32: aws.String(crcHeader(crc)),
+
+		ServerSideEncryption: s.cfg.sse(),
+		SSEKMSKeyId:          s.cfg.kmsKey(),
+		ExpectedBucketOwner:  s.cfg.owner(),
+	}
+}
+
+// streamedOutcome judges the answer (out, err) to a PUT whose body is read as it is sent:
+// a server that answered before the whole body was handed over (complete false, sent
+// bytes of size), or that stored another CRC-32 than crc, fails it; a body that failed on
+// its own (bodyErr: a corrupt chunk, a changed read) is the cause, whatever the transport
+// made of the aborted request.
+func streamedOutcome(out *s3.PutObjectOutput, err error, complete bool, sent, size int64, crc uint32, bodyErr error) error {
+	if err == nil && !complete {
+		err = fmt.Errorf("server answered after %d of %d body bytes", sent, size)
+	}
+	if err == nil && out.ChecksumCRC32 != nil && *out.ChecksumCRC32 != crcHeader(crc) {
+		err = fmt.Errorf("server stored CRC-32 %s, sent %s", *out.ChecksumCRC32, crcHeader(crc))
+	}
+	if bodyErr != nil {
+		err = fmt.Errorf("%w (request: %v)", bodyErr, err)
+	}
+	return err
+}
+
 // PutObject stores a small object (root, group) from memory with its CRC-32, which the
 // server verifies.
 func (s *Store) PutObject(ctx context.Context, key string, body []byte) error {
@@ -165,17 +199,7 @@ func (s *Store) PutObject(ctx context.Context, key string, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	start := time.Now()
-	_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
-		Bucket:        aws.String(s.cfg.Bucket),
-		Key:           aws.String(key),
-		Body:          bytes.NewReader(body),
-		ContentLength: aws.Int64(int64(len(body))),
-		ChecksumCRC32: aws.String(crcHeader(crc32.ChecksumIEEE(body))),
-
-		ServerSideEncryption: s.cfg.sse(),
-		SSEKMSKeyId:          s.cfg.kmsKey(),
-		ExpectedBucketOwner:  s.cfg.owner(),
-	}, unsignedPayload)
+	_, err := s.client.PutObject(ctx, s.putInput(key, bytes.NewReader(body), int64(len(body)), crc32.ChecksumIEEE(body)), unsignedPayload)
 	s.metrics.observe(OpPutObject, key, time.Since(start), int64(len(body)), err)
 	if err != nil {
 		return fmt.Errorf("put s3://%s/%s: %w", s.cfg.Bucket, key, err)

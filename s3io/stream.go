@@ -9,9 +9,6 @@ import (
 	"io"
 	"sync"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 // GetRangeStream opens n bytes of an object from offset off as a stream, for a range too
@@ -107,27 +104,9 @@ func (s *Store) PutObjectStream(ctx context.Context, key string, body io.Reader,
 	defer cancel()
 	b := &countedBody{r: body, key: s.cfg.Bucket + "/" + key, size: size, crc: crc, sum: crc32.NewIEEE()}
 	start := time.Now()
-	out, err := s.client.PutObject(ctx, &s3.PutObjectInput{
-		Bucket:        aws.String(s.cfg.Bucket),
-		Key:           aws.String(key),
-		Body:          b, // not seekable: the SDK cannot read it twice
-		ContentLength: aws.Int64(size),
-		ChecksumCRC32: aws.String(crcHeader(crc)),
-
-		ServerSideEncryption: s.cfg.sse(),
-		SSEKMSKeyId:          s.cfg.kmsKey(),
-		ExpectedBucketOwner:  s.cfg.owner(),
-	}, unsignedPayload)
+	out, err := s.client.PutObject(ctx, s.putInput(key, b, size, crc), unsignedPayload) // b is not seekable: the SDK cannot read it twice
 	sent, bodyErr := b.state()
-	if err == nil && sent != size {
-		err = fmt.Errorf("server answered after %d of %d body bytes", sent, size)
-	}
-	if err == nil && out.ChecksumCRC32 != nil && *out.ChecksumCRC32 != crcHeader(crc) {
-		err = fmt.Errorf("server stored CRC-32 %s, sent %s", *out.ChecksumCRC32, crcHeader(crc))
-	}
-	if bodyErr != nil {
-		err = fmt.Errorf("%w (request: %v)", bodyErr, err) // the body's failure is the cause
-	}
+	err = streamedOutcome(out, err, sent == size, sent, size, crc, bodyErr)
 	s.metrics.observe(OpPutObject, key, time.Since(start), sent, err)
 	if err != nil {
 		return fmt.Errorf("put s3://%s/%s (%d bytes, streamed): %w", s.cfg.Bucket, key, size, err)
@@ -137,7 +116,8 @@ func (s *Store) PutObjectStream(ctx context.Context, key string, body io.Reader,
 
 // ErrBodyMismatch marks a streamed PUT body whose bytes do not match the CRC-32 (or length)
 // declared for it: bytes changed between the read that computed the CRC and the one that
-// streamed them (in transit, or a server bug). Nothing was stored; it is worth retrying.
+// streamed them (in transit, or a server bug). No whole object was stored (a server may keep
+// a partial one of the aborted request, under that key); it is worth retrying.
 var ErrBodyMismatch = errors.New("streamed body does not match its declared CRC-32")
 
 // countedBody counts what the transport read from a PUT body, computes its CRC-32 as it

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"streamtier/fragment"
 	"streamtier/segments"
@@ -128,31 +127,13 @@ func (s *Store) sendFragment(ctx context.Context, key string, u *fragmentUpload)
 	size := u.d.ObjectSize()
 	body := newFragmentBody(u)
 	start := time.Now()
-	out, err := s.client.PutObject(ctx, &s3.PutObjectInput{
-		Bucket:        aws.String(s.cfg.Bucket),
-		Key:           aws.String(key),
-		Body:          body,
-		ContentLength: aws.Int64(size),
-		ChecksumCRC32: aws.String(crcHeader(u.crc)),
-
-		ServerSideEncryption: s.cfg.sse(),
-		SSEKMSKeyId:          s.cfg.kmsKey(),
-		ExpectedBucketOwner:  s.cfg.owner(),
-	}, unsignedPayload)
-	// The transport may still hold the body after an early answer: read its state under lock.
+	out, err := s.client.PutObject(ctx, s.putInput(key, body, size, u.crc), unsignedPayload)
+	// The transport may still hold the body after an early answer: read its state under
+	// lock. A body that failed locally (corrupt chunk, deleted or unreadable segment) is the
+	// cause.
 	st := body.state()
-	if err == nil && st.phase != phaseDone {
-		err = fmt.Errorf("server answered after %d of %d body bytes", st.sent, size)
-	}
-	if err == nil && out.ChecksumCRC32 != nil && *out.ChecksumCRC32 != crcHeader(u.crc) {
-		err = fmt.Errorf("server stored CRC-32 %s, sent %s", *out.ChecksumCRC32, crcHeader(u.crc))
-	}
+	err = streamedOutcome(out, err, st.phase == phaseDone, st.sent, size, u.crc, st.err)
 	dur := time.Since(start)
-	if st.err != nil {
-		// The body failed locally (corrupt chunk, deleted or unreadable segment): that is
-		// the cause, whatever the transport made of the aborted request.
-		err = fmt.Errorf("%w (request: %v)", st.err, err)
-	}
 	s.metrics.observe(OpPutFragment, key, dur, st.sent, err)
 	info := PutInfo{Key: key, ObjectSize: size, CRC32: u.crc, ChunkBytesRead: st.read, CRCBytesRead: u.crcBytes, Duration: dur}
 	if err != nil {
