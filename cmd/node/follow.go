@@ -28,11 +28,12 @@ func openFollowed(st nodeconfig.StreamSettings) (*segments.Log, error) {
 	return lg, nil
 }
 
-// commitComplete commits up to the last complete chunk of a followed log.
+// commitComplete commits up to the last complete chunk of a log the node opened (recovered,
+// or followed): what it holds counts as committed (docs/operations.md).
 func commitComplete(lg *segments.Log) error {
 	if last, ok := lg.LastChunkID(); ok {
 		if err := lg.SetCommitted(last); err != nil {
-			return fmt.Errorf("commit the followed log: %w", err)
+			return fmt.Errorf("commit the log's chunks up to %d: %w", last, err)
 		}
 	}
 	return nil
@@ -46,16 +47,8 @@ func (p *process) addFollowed(st nodeconfig.StreamSettings) error {
 		return err
 	}
 	ost := &openStream{id: st.ID, log: lg, follow: true, cfg: st}
-	p.mu.Lock()
-	p.streams = append(p.streams, ost)
-	p.byID[st.ID] = ost
-	p.mu.Unlock()
-	rctx, cancel := context.WithTimeout(context.Background(), restartTimeout)
-	defer cancel()
-	if ost.oldRoots, err = p.roots(rctx, st.ID); err != nil {
-		return fmt.Errorf("stream %s: %w", st.ID, err)
-	}
-	if err := p.node.AddStream(p.streamSpec(st, lg)); err != nil {
+	p.register(ost)
+	if err := p.addToNode(ost); err != nil {
 		return err
 	}
 	state, _ := lg.LastRefresh()
