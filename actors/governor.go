@@ -282,7 +282,7 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 		g.memo.started(s)
 		g.metrics.TransfersRunning.Add(1)
 		c.Send(sub.ReplyTo, transferAdmitted{Ref: sub.Ref, Attempt: sub.Attempt})
-		t := &transferTask{id: s.ID, ctx: ctx, sub: sub, store: g.store, keyPrefix: g.keyPrefix, log: g.log, metrics: g.metrics, faults: g.faults, memo: g.memo, uploads: g.uploads, nodeCtx: g.nodeCtx}
+		t := &transferTask{id: s.ID, ctx: ctx, sub: sub, governorDeps: &g.governorDeps}
 		c.Spawn(actor.PropsFromProducer(func() actor.Actor { return t }))
 	}
 	for _, id := range unused {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/rs/zerolog"
 
 	"streamtier/actors/readercore"
 	"streamtier/manifest"
@@ -29,17 +28,13 @@ import (
 // immediate resubmission of a retriable failure reaches the governor after the slot was
 // freed (else the core would take it for an abandonment).
 type transferTask struct {
-	id        uint64
-	ctx       context.Context
-	sub       *submitTransfer
-	store     *s3io.Store
-	keyPrefix string
-	log       zerolog.Logger
-	metrics   *Metrics
-	faults    *faultHooks
-	memo      *governorMemo // told when the task ends, so that a restarted governor does not count it
-	uploads   *sync.WaitGroup
-	nodeCtx   context.Context
+	id  uint64
+	ctx context.Context
+	sub *submitTransfer
+	// The governor's: the store, the log, metrics and fault hooks, the memo it tells when
+	// the task ends (so that a restarted governor does not count it), the node's upload
+	// wait group and context.
+	*governorDeps
 
 	mu      sync.Mutex
 	stopped bool // the actor heard Stopping (its parent stopped it): the goroutine must not stop it again
