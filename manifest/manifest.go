@@ -352,6 +352,10 @@ func (m Manifest) EntryEnd(i int) uint64 {
 	return m.NextOffset
 }
 
+// EntryAt is the index of the root entry whose range holds offset: the last one starting at
+// or below it (-1 when offset lies below the first entry).
+func (m Manifest) EntryAt(offset uint64) int { return containing(m.Entries, offset) }
+
 // AppendEdit is the edit that appends a newly uploaded fragment covering [e.FirstOffset,
 // next). The fragment must start exactly at the manifest's next offset; anything else is a
 // bug and is refused. Gaps are declared with GapEdit.

@@ -83,7 +83,7 @@ func (c *Core) lookupNeeded(o uint64) bool {
 	if _, _, gap := c.persistedGap(o); gap {
 		return false
 	}
-	i := sort.Search(len(p.Entries), func(i int) bool { return p.Entries[i].FirstOffset > o }) - 1
+	i := p.EntryAt(o)
 	return i >= 0 && !p.Entries[i].IsLeaf()
 }
 
@@ -158,10 +158,17 @@ func sealedSpans(m manifest.Manifest) []gapSpan {
 	return out
 }
 
+// spanAt finds o in the sorted, disjoint spans: the index of the first span ending above
+// o (where a span holding o is, or would be inserted), and whether that span holds o.
+func spanAt(spans []gapSpan, o uint64) (int, bool) {
+	i := sort.Search(len(spans), func(i int) bool { return spans[i].to > o })
+	return i, i < len(spans) && spans[i].from <= o
+}
+
 // inSpans tells whether o lies in one of the sorted, disjoint spans.
 func inSpans(spans []gapSpan, o uint64) bool {
-	i := sort.Search(len(spans), func(i int) bool { return spans[i].to > o })
-	return i < len(spans) && spans[i].from <= o
+	_, ok := spanAt(spans, o)
+	return ok
 }
 
 // cutSpan removes [from, to) from the sorted, disjoint spans.
@@ -184,8 +191,8 @@ func cutSpan(spans []gapSpan, from, to uint64) []gapSpan {
 
 // learnGap records a gap found inside a group object, in order among the known gaps.
 func (c *Core) learnGap(from, to uint64) {
-	i := sort.Search(len(c.gaps), func(i int) bool { return c.gaps[i].to > from })
-	if i < len(c.gaps) && c.gaps[i].from <= from {
+	i, known := spanAt(c.gaps, from)
+	if known {
 		return // known already
 	}
 	c.gaps = slices.Insert(c.gaps, i, gapSpan{from, to})
@@ -205,11 +212,11 @@ func (c *Core) persistedGap(o uint64) (from, to uint64, ok bool) {
 	if o >= next {
 		return 0, 0, false
 	}
-	if i := sort.Search(len(p.Entries), func(i int) bool { return p.Entries[i].FirstOffset > o }) - 1; i >= 0 && p.Entries[i].IsGap() {
+	if i := p.EntryAt(o); i >= 0 && p.Entries[i].IsGap() {
 		return p.Entries[i].FirstOffset, p.EntryEnd(i), true
 	}
-	i := sort.Search(len(c.gaps), func(i int) bool { return c.gaps[i].to > o })
-	if i == len(c.gaps) || c.gaps[i].from > o {
+	i, ok := spanAt(c.gaps, o)
+	if !ok {
 		return 0, 0, false
 	}
 	return c.gaps[i].from, min(c.gaps[i].to, next), true
