@@ -8,7 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/actors/readercore"
 )
 
 // broadcastQueue bounds the requests a broadcast actor holds for its sink; past it the

@@ -11,10 +11,10 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // sinkCall is one call a fakeSink received.

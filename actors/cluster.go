@@ -13,11 +13,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
-	"streamtier/manifest"
-	"streamtier/messages"
-	"streamtier/metadata"
-	"streamtier/s3io"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/messages"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // ClusterConfig is what a node needs to take part in a cluster: how long its membership

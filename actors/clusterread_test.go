@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata"
 )
 
 // TestClusterReaderFollowsPromotion: a reader opened on a replica cache goes on reading

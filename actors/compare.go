@@ -9,10 +9,10 @@ import (
 	"io"
 	"math/rand/v2"
 
-	"streamtier/actors/divergence"
-	"streamtier/fragment"
-	"streamtier/manifest"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // errLocalMoved says the local log lost a chunk while it was being compared with the remote

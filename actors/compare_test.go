@@ -11,13 +11,13 @@ import (
 	"strings"
 	"testing"
 
-	"streamtier/actors/divergence"
-	"streamtier/fragment"
-	"streamtier/manifest"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // TestPrefixCopyStreamsAndChecks copies the prefix of a fragment of several MiB (all its

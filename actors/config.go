@@ -12,11 +12,11 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/fetchcore"
-	"streamtier/actors/governorcore"
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/actors/governorcore"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // Config is a node's configuration. Zero values take the defaults of the operations spec.

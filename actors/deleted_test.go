@@ -10,14 +10,14 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // deletedEnv is a real etcd and a real S3 server, and a node on them that can be stopped

@@ -8,8 +8,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/readercore"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // drainBatch is how many chunk headers the drain reads before it waits for its parent.

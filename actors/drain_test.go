@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors/readercore"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // jumpAt returns a batch hook that makes the local log's chunk id sequence jump at chunk id

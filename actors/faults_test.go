@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors/governorcore"
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors/governorcore"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // nth returns a hook that panics with what on the n-th message of type T it sees (once).

@@ -11,10 +11,10 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/governorcore"
-	"streamtier/actors/readercore"
-	"streamtier/fragment"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/actors/governorcore"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // submitTransfer asks the governor to upload one attempt of a fragment. The governor

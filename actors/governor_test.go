@@ -12,10 +12,10 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"streamtier/actors/governorcore"
-	"streamtier/actors/readercore"
-	"streamtier/fragment"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/actors/governorcore"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // govFixture is a governor spawned through protoactor as the node spawns it (under the

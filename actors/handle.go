@@ -8,8 +8,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // ReplicaSender carries a writer's persisted edits and syncs to its replica nodes. It must

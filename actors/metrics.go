@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"streamtier/actors/readercore"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // Metrics are the node's counters and gauges (plain atomics; the binary exports them to

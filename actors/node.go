@@ -12,10 +12,10 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // Node is one streamtier node: the actor system, the governor, the reaper and a supervised

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors/readercore"
-	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
-	"streamtier/verify"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/verify"
 )
 
 // restartableEtcd is an embedded etcd that a test stops and starts again on the same data

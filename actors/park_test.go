@@ -10,9 +10,9 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"streamtier/actors/readercore"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // TestParkedStreamComesBack: a reader that fails every time it starts (an injected fault)

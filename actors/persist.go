@@ -10,10 +10,10 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // persistRequest asks a persist actor for one attempt of the core's StartPersist on Stream.

@@ -11,11 +11,11 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // persistFixture drives persist actors directly through protoactor, on a real etcd (behind

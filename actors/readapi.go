@@ -11,10 +11,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/s3io"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // This file is the cross-tier reader: Node.OpenReader (and Cluster.OpenReader on replica

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
-	"streamtier/s3io/s3test"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // tieredStream runs a stream whose log rolls small segments, uploads 16 KiB fragments,

@@ -9,11 +9,11 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/readercore"
-	"streamtier/fragment"
-	"streamtier/manifest"
-	"streamtier/s3io"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // Messages the node sends to a stream's reader.

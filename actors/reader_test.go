@@ -11,11 +11,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
-	"streamtier/s3io/s3test"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // readerStream starts a node on w with small fragments and quick persists, adds stream on a

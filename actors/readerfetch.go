@@ -8,8 +8,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // The reader's group downloads: for remote retention, and to look up the leaves of offsets

@@ -5,7 +5,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/actors/readercore"
 )
 
 // The reader's side of the flow between its drain and its core: batches in, the drain's

@@ -7,7 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/actors/readercore"
 )
 
 // restartDrain is the reader's (possibly delayed) restart of its failed drain.

@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"streamtier/fragment"
-	"streamtier/s3io"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // ReadErrorClass is what kind of failure ended a read, for the read error counters.

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // Record is one record of a chunk, or a compressed sub-batch the reader cannot open

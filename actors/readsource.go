@@ -8,11 +8,11 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/actors/fetchcore"
 
-	"streamtier/chunk"
-	"streamtier/manifest"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/chunk"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // This file is the seam between the cross-tier reader (Node.OpenReader, which routes between

@@ -9,8 +9,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"streamtier/manifest"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // reapRequest asks the reaper to delete objects that a successful persist dropped: plain

@@ -8,8 +8,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // reaperFixture is a reaper spawned through protoactor as the node spawns it, on a manual

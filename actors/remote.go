@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"streamtier/messages"
+	"github.com/streamtier/streamtier/messages"
 )
 
 // EndpointName is the name of the actor every node's cluster messages are addressed to.

@@ -19,12 +19,12 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/fetchcore"
-	"streamtier/chunk"
-	"streamtier/fragment"
-	"streamtier/manifest"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/chunk"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // benchTier is a remote tier written for the benchmark: objects of objBytes chunk-region

@@ -11,7 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/actors/fetchcore"
 )
 
 // The remote reader: one actor per open remote source. Its decisions are the pure

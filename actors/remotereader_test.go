@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors/fetchcore"
-	"streamtier/manifest"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
-	"streamtier/tiertest"
+	"github.com/streamtier/streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/tiertest"
 )
 
 // remoteFixture is a stream's remote tier written by hand (fragments, groups, root, etcd

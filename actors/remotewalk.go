@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"sync"
 
-	"streamtier/actors/fetchcore"
-	"streamtier/fragment"
-	"streamtier/manifest"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // walkBatch is how many leaves one walk returns at most.

@@ -8,11 +8,11 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/replicacore"
-	"streamtier/manifest"
-	"streamtier/messages"
-	"streamtier/metadata"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors/replicacore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/messages"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // Messages a replica cache receives: converted cluster messages, placement and membership

@@ -7,9 +7,9 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
-	"streamtier/metadata"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
 )
 
 // The reader's resolution of the persisted manifest (docs/actors.md, "Resolution"): run as

@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // RestoreOptions say which stream's remote tier to restore and where to.

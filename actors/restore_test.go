@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // TestRestore: a tiered stream restored into an empty directory holds the chunks of the

@@ -5,8 +5,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // retentionLogEvery is the least time between two remote retention log lines of a stream.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // TestRetentionLogRateLimited: a hundred evaluations in 33 s (100 MB/s) give the first

@@ -14,8 +14,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/actors/readercore"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // processFootprint is the process's own accounting: goroutines, open descriptors, and the

@@ -3,8 +3,8 @@ package actors
 import (
 	"time"
 
-	"streamtier/actors/readercore"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // StreamStatus is what an operator sees of one stream: the local log, the remote tier and the

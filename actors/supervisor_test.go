@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors/readercore"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // poke is a message only the tests send, for a fault hook to fail on.

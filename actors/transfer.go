@@ -10,9 +10,9 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // transferTask uploads one attempt of one fragment and reports the result to the stream's

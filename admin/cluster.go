@@ -3,8 +3,8 @@ package admin
 import (
 	"sort"
 
-	"streamtier/actors"
-	"streamtier/metadata"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/metadata"
 )
 
 // ClusterSource is what /status reads of a node running as a cluster member;

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"streamtier/actors"
-	"streamtier/actors/replicacore"
-	"streamtier/metadata"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/replicacore"
+	"github.com/streamtier/streamtier/metadata"
 )
 
 // TestBuildClusterReport: the cluster part of /status carries the members, placements in

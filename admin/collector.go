@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"streamtier/actors"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // Metric names all start with this namespace.

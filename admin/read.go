@@ -13,9 +13,9 @@ import (
 	"strconv"
 	"strings"
 
-	"streamtier/actors"
-	"streamtier/manifest"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // ReadOpener opens cross-tier readers: a node (writer streams) or a cluster node (writer

@@ -10,10 +10,10 @@ import (
 	"sort"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/gc"
-	"streamtier/manifest"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/gc"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // Node is what the admin server needs of a running node; *actors.Node implements it.

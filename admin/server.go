@@ -17,10 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors"
-	"streamtier/gc"
-	"streamtier/manifest"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/gc"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // Check is a readiness check: a backend the node needs, and how to ask it.

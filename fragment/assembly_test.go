@@ -14,7 +14,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // chunkAt builds a header of total on-disk size size (>= 48) and its location.

@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"streamtier/chunk"
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // ObjectMagic opens every fragment object.

@@ -12,7 +12,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // memLog is an osiris log held in memory: segment name -> file bytes.

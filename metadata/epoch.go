@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // ReadEpoch reads the stream's stored epoch: the highest epoch that persisted. found is

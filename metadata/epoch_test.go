@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/manifest"
-	"streamtier/metadata"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
 )
 
 // TestReadEpoch: absent before the first persist, the persisting writer's epoch after each

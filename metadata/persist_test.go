@@ -12,9 +12,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"pgregory.net/rapid"
 
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
 )
 
 // record is a manifest record of a root written at epoch, with a fresh uid.

@@ -7,7 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // Store reads and writes streamtier's records in etcd under one prefix. It holds no state of

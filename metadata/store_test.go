@@ -9,9 +9,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
 )
 
 func TestAnchorIsIdempotent(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // ErrStreamDeleted marks a stream that has a tombstone: it was deleted, for good. Stream ids

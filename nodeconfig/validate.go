@@ -10,14 +10,14 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/actors"
-	"streamtier/actors/fetchcore"
-	"streamtier/actors/governorcore"
-	"streamtier/actors/readercore"
-	"streamtier/gc"
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/actors/governorcore"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/gc"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // EmbeddedBucket is the bucket the embedded S3 endpoint serves.

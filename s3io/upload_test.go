@@ -11,10 +11,10 @@ import (
 
 	smithy "github.com/aws/smithy-go"
 
-	"streamtier/fragment"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // TestPutFragmentRabbitMQ uploads fragments cut from the real RabbitMQ directory (several

@@ -1,6 +1,6 @@
 package segments
 
-import "streamtier/chunk"
+import "github.com/streamtier/streamtier/chunk"
 
 // The chunk header and its codec live in the pure package chunk (shared with the fragment
 // description and the cores); these names keep the local log's API as it was.

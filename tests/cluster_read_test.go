@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/admin"
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/admin"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // clusterReadLoad is how long the load of TestClusterReadReplica runs from the world's

@@ -23,14 +23,14 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/actors"
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // The cluster test runs three node processes (tests/clusternode) on loopback against a real
@@ -80,7 +80,7 @@ func buildClusterNode(t *testing.T) string {
 		if raceEnabled {
 			args = append(args, "-race")
 		}
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append(args, "streamtier/tests/clusternode")...)
+		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append(args, "github.com/streamtier/streamtier/tests/clusternode")...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			clusterBinErr = fmt.Errorf("build clusternode: %v\n%s", err, out)
 		}

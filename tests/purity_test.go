@@ -8,14 +8,14 @@ import (
 
 // pureCores are the packages that decide: their dependency closure must hold no I/O.
 var pureCores = []string{
-	"streamtier/chunk",
-	"streamtier/fragment",
-	"streamtier/manifest",
-	"streamtier/actors/readercore",
-	"streamtier/actors/replicacore",
-	"streamtier/actors/governorcore",
-	"streamtier/actors/divergence",
-	"streamtier/actors/fetchcore",
+	"github.com/streamtier/streamtier/chunk",
+	"github.com/streamtier/streamtier/fragment",
+	"github.com/streamtier/streamtier/manifest",
+	"github.com/streamtier/streamtier/actors/readercore",
+	"github.com/streamtier/streamtier/actors/replicacore",
+	"github.com/streamtier/streamtier/actors/governorcore",
+	"github.com/streamtier/streamtier/actors/divergence",
+	"github.com/streamtier/streamtier/actors/fetchcore",
 }
 
 // TestPureCoresLinkNoIO lists each pure package's dependency closure (go list -deps) and
@@ -26,7 +26,7 @@ var pureCores = []string{
 func TestPureCoresLinkNoIO(t *testing.T) {
 	forbidden := func(p string) bool {
 		switch {
-		case strings.HasPrefix(p, "streamtier/"):
+		case strings.HasPrefix(p, "github.com/streamtier/streamtier/"):
 			for _, ok := range pureCores {
 				if p == ok {
 					return false

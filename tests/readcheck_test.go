@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"fmt"
 
-	"streamtier/actors"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // This file holds what the read tests share: checking what a reader delivers against a

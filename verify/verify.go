@@ -15,11 +15,11 @@ import (
 	"path/filepath"
 	"sort"
 
-	"streamtier/fragment"
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/s3io"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // Options say which stream to verify and where its data is.

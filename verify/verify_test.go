@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/fragment"
-	"streamtier/manifest"
-	"streamtier/segments"
-	"streamtier/tiertest"
-	"streamtier/verify"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/tiertest"
+	"github.com/streamtier/streamtier/verify"
 )
 
 func TestCheckFragment(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 
-	"streamtier/chunk"
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // ErrCorrupt matches every CorruptError (errors.Is): remote bytes that do not verify. Never

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"streamtier/fragment"
+	"github.com/streamtier/streamtier/fragment"
 )
 
 // phase is where the read as a whole stands.

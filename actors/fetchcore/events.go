@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"streamtier/chunk"
-	"streamtier/fragment"
+	"github.com/streamtier/streamtier/chunk"
+	"github.com/streamtier/streamtier/fragment"
 )
 
 // Outcome classifies how a request the core asked for ended.

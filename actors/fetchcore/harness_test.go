@@ -5,8 +5,8 @@ import (
 	"hash/crc32"
 	"math/rand/v2"
 
-	"streamtier/chunk"
-	"streamtier/fragment"
+	"github.com/streamtier/streamtier/chunk"
+	"github.com/streamtier/streamtier/fragment"
 )
 
 // testObject is a fragment object built for tests: chunks of given data sizes, one record

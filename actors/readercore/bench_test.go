@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // benchDrain drives a stream of small chunks through the core the way the shell would:

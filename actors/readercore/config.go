@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"streamtier/fragment"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // Defaults from the operations spec; a zero Config field takes the default.

@@ -14,9 +14,9 @@ import (
 	"slices"
 	"time"
 
-	"streamtier/actors/divergence"
-	"streamtier/fragment"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // phase is where the core is in its life.

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/manifest"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/segments"
 )
 
 func TestNewFillsDefaults(t *testing.T) {

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"time"
 
-	"streamtier/actors/divergence"
-	"streamtier/fragment"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // Effect is one thing the shell must do, as a value. String is stable: scenario files print it.

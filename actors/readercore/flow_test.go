@@ -6,8 +6,8 @@ import (
 
 	"pgregory.net/rapid"
 
-	"streamtier/manifest"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // retryWorld drives a core's transfers through random failures, successes and the passing

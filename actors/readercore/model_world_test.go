@@ -7,10 +7,10 @@ import (
 
 	"pgregory.net/rapid"
 
-	"streamtier/actors/divergence"
-	"streamtier/fragment"
-	"streamtier/manifest"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // The model world: what the shell around a core sees and does, kept small. A local log of

@@ -9,10 +9,10 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
-	"streamtier/actors/divergence"
-	"streamtier/fragment"
-	"streamtier/manifest"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // TestScenarios runs every file under testdata/: one interleaving per file, events in,

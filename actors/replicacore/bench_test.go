@@ -3,7 +3,7 @@ package replicacore
 import (
 	"testing"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // benchManifest is a root of n fragments of 100 offsets each.

@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"time"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // DefaultResyncRetry is how long an unanswered registration or resync request waits before

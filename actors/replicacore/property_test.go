@@ -7,7 +7,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // The model of the cluster around one replica: writers of growing epochs sharing one etcd

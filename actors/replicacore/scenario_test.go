@@ -9,7 +9,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // TestScenarios runs every file under testdata/: one interleaving per file, events in,

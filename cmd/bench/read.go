@@ -14,11 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/nodeconfig"
-	"streamtier/s3io"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // readFlags are the flags of read.

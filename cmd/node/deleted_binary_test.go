@@ -13,12 +13,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/backends"
-	"streamtier/manifest"
-	"streamtier/nodeconfig"
-	"streamtier/s3io"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // TestBinaryDeletedStreamRefused: `node run` with a configuration that still declares a

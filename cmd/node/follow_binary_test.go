@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/manifest"
-	"streamtier/s3io"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // hashDir is a digest of every file name and its bytes in dir.

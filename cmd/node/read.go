@@ -12,11 +12,11 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"streamtier/actors"
-	"streamtier/admin"
-	"streamtier/backends"
-	"streamtier/nodeconfig"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/admin"
+	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // readCmd prints a stream's chunks across the tiers: through a running node's admin API

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // TestBinaryReadAndRestore runs the demo, reads the stream through the running node (json:

@@ -14,14 +14,14 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors"
-	"streamtier/admin"
-	"streamtier/backends"
-	"streamtier/gc"
-	"streamtier/manifest"
-	"streamtier/nodeconfig"
-	"streamtier/s3io"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/admin"
+	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/gc"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // startTimeout bounds starting the backends and the node.

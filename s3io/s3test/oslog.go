@@ -12,8 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 
-	"streamtier/fragment"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // LogSpec describes an osiris log to generate: chunk count, sizes and where segments roll.

@@ -11,7 +11,7 @@ import (
 	"math"
 	"time"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // Config describes the load. Zero fields take the defaults noted.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 var testConfig = Config{

@@ -29,14 +29,14 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/actors"
-	"streamtier/actors/readercore"
-	"streamtier/admin"
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/s3io"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/admin"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // options are the flags.
