@@ -158,3 +158,25 @@ func TestDeletionMarker(t *testing.T) {
 		t.Fatal("an invalid stream id was asked about")
 	}
 }
+
+func TestServerTime(t *testing.T) {
+	srv := s3test.Start(t, s3test.Options{})
+	st := newStore(t, srv.Config())
+	ctx := context.Background()
+	if err := st.PutObject(ctx, "p/x", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	now, err := st.ServerTime(ctx, "p/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Head(ctx, "p/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same machine: the store's Date (whole seconds) is within a few seconds of the
+	// object it just stored.
+	if d := now.Sub(info.LastModified); d < -2*time.Second || d > 10*time.Second {
+		t.Fatalf("server time %v, object written %v", now, info.LastModified)
+	}
+}
