@@ -66,8 +66,8 @@ type SweepResult struct {
 	// young garbage, pending and undecided objects, foreign keys.
 	Scanned, Referenced, Orphans, Young, Pending, Undecided, Foreign int
 	// Unclaimed counts objects of prefixes etcd knows nothing of: reported, never collected.
-	Unclaimed int
-	OrphanBytes                                                      int64
+	Unclaimed   int
+	OrphanBytes int64
 	// Deleted, Failed and Skipped orphans (ModeDelete): Failed were refused by the server,
 	// StaleSkipped belong to streams that persisted since the scan.
 	Deleted, Failed, StaleSkipped int
