@@ -180,3 +180,18 @@ func TestServerTime(t *testing.T) {
 		t.Fatalf("server time %v, object written %v", now, info.LastModified)
 	}
 }
+
+func TestListDir(t *testing.T) {
+	srv := s3test.Start(t, s3test.Options{})
+	st := newStore(t, srv.Config())
+	ctx := context.Background()
+	for _, k := range []string{"p/a/x", "p/a/y", "p/b/z", "p/claim"} {
+		if err := st.PutObject(ctx, k, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs, prefixes, err := st.ListDir(ctx, "p/")
+	if err != nil || len(objs) != 1 || objs[0].Key != "p/claim" || strings.Join(prefixes, ",") != "p/a/,p/b/" {
+		t.Fatalf("%v %v %v", objs, prefixes, err)
+	}
+}
