@@ -1,0 +1,95 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest/resolve"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
+)
+
+// Options say where to recover and whether to write.
+type Options struct {
+	Store     *s3io.Store
+	Meta      *metadata.Store
+	KeyPrefix string // default manifest.DefaultKeyPrefix
+	// Write writes the records (`node recover --yes`); without it Recover only plans.
+	Write bool
+	// Verify also checks that every live fragment of the chosen root is stored.
+	Verify bool
+}
+
+// Report is one row of the recovery table: the root the bucket names, what etcd holds and
+// what recovery does (or did, with Write).
+type Report struct {
+	Stream  string
+	Outcome resolve.TopOutcome
+	Root    resolve.Root // the chosen root (TopV3, TopSingleV2)
+	// First and Next are the chosen manifest's range; Size its total size.
+	First, Next, Size uint64
+	Etcd              resolve.Etcd
+	Plan              resolve.Plan
+	Written           bool // the records (or the tombstone) were written
+	Requests          int  // S3 requests of the inspection
+}
+
+// Recover inspects one stream in the bucket, reads its etcd records, plans with
+// resolve.PlanRecovery and, with o.Write, writes them: the anchor, the manifest record naming
+// the chosen root and the stored epoch, in one transaction conditional on what was read (a
+// writer that persisted in between makes it fail: metadata.ErrRecoveryRace), or the
+// tombstone of a marked stream. It never lowers a record. The caller has checked the claim.
+func Recover(ctx context.Context, o Options, stream string) (Report, error) {
+	if o.Store == nil || o.Meta == nil {
+		return Report{}, errors.New("recover: an object store and a metadata store are required")
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = manifest.DefaultKeyPrefix
+	}
+	in, err := Inspect(ctx, o.Store, o.KeyPrefix, stream, o.Verify)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Stream: stream, Outcome: in.Choice.Outcome, Root: in.Choice.Root, Requests: in.Requests}
+	m := in.Root.Manifest
+	rep.First, rep.Next, rep.Size = m.FirstOffset, m.NextOffset, m.TotalSize
+	rec, epoch, anchor, tomb, read, err := o.Meta.ReadForRecovery(ctx, stream)
+	if err != nil {
+		return rep, fmt.Errorf("recover %s: %w", stream, err)
+	}
+	rep.Etcd = resolve.Etcd{Tombstone: tomb, Anchor: anchor, StoredEpoch: epoch}
+	if rec != nil {
+		rep.Etcd.Record = &resolve.Record{Seq: rec.Seq, Epoch: rec.Epoch, UID: rec.RootUID}
+	}
+	rep.Plan = resolve.PlanRecovery(in.Choice, in.Check, rep.Etcd)
+	if !o.Write {
+		return rep, nil
+	}
+	switch rep.Plan.Action {
+	case resolve.RecoverTombstone:
+		if !tomb {
+			if err := o.Meta.DeleteStream(ctx, stream); err != nil {
+				return rep, fmt.Errorf("recover %s: tombstone: %w", stream, err)
+			}
+			rep.Written = true
+		}
+	case resolve.RecoverWrite:
+		r := rep.Plan.Root
+		record := metadata.ManifestRecord{Seq: r.Seq, Epoch: r.Epoch, RootUID: r.UID,
+			FirstOffset: m.FirstOffset, NextOffset: m.NextOffset, TotalSize: m.TotalSize, FirstTimestamp: m.FirstTimestamp}
+		if err := o.Meta.RecoverRecords(ctx, stream, read, record, rep.Plan.StoredEpoch); err != nil {
+			return rep, fmt.Errorf("recover %s: %w", stream, err)
+		}
+		rep.Written = true
+	case resolve.RecoverUpToDate:
+		if !anchor {
+			if err := o.Meta.Anchor(ctx, stream); err != nil {
+				return rep, fmt.Errorf("recover %s: anchor: %w", stream, err)
+			}
+			rep.Written = true
+		}
+	}
+	return rep, nil
+}
