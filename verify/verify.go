@@ -111,7 +111,7 @@ func Stream(ctx context.Context, o Options) (Report, error) {
 		return r, nil
 	}
 	r.Epoch, r.Revision = rec.Epoch, rev
-	r.RootKey = manifest.RootKey(o.KeyPrefix, o.Stream, rec.Epoch, rec.RootUID)
+	r.RootKey = rec.RootKey(o.KeyPrefix, o.Stream)
 	r.FirstOffset, r.NextOffset, r.TotalSize = rec.FirstOffset, rec.NextOffset, rec.TotalSize
 
 	body, err := o.Store.GetObject(ctx, r.RootKey)
@@ -122,11 +122,16 @@ func Stream(ctx context.Context, o Options) (Report, error) {
 		}
 		return r, fmt.Errorf("verify: get root: %w", err)
 	}
-	m, err := manifest.DecodeRoot(body)
+	root, err := manifest.DecodeRootObject(body)
 	if err != nil {
 		r.find(r.RootKey, 0, "root object: %v", err)
 		return r, nil
 	}
+	if rec.Seq > 0 && (root.Version < 3 || root.Lineage.Seq != rec.Seq || root.Lineage.UID != rec.RootUID) {
+		r.find(r.RootKey, 0, "root object is %v (version %d), the manifest record names seq %d uid %016x", root.Lineage, root.Version, rec.Seq, rec.RootUID)
+		return r, nil
+	}
+	m := root.Manifest
 	if m.FirstOffset != rec.FirstOffset || m.NextOffset != rec.NextOffset || m.TotalSize != rec.TotalSize || m.FirstTimestamp != rec.FirstTimestamp {
 		r.find(r.RootKey, 0, "root [%d,%d) size %d first ts %d disagrees with its etcd record [%d,%d) size %d first ts %d",
 			m.FirstOffset, m.NextOffset, m.TotalSize, m.FirstTimestamp, rec.FirstOffset, rec.NextOffset, rec.TotalSize, rec.FirstTimestamp)

@@ -346,7 +346,7 @@ func offlineStatus(ctx context.Context, s nodeconfig.Settings, stream string, as
 		if found {
 			o.Persisted, o.Epoch, o.Revision = true, rec.Epoch, rev
 			o.FirstOffset, o.NextOffset, o.TotalSize, o.FirstTimestamp = rec.FirstOffset, rec.NextOffset, rec.TotalSize, rec.FirstTimestamp
-			o.RootKey = manifest.RootKey(b.KeyPrefix, id, rec.Epoch, rec.RootUID)
+			o.RootKey = rec.RootKey(b.KeyPrefix, id)
 		}
 		out = append(out, o)
 	}
