@@ -52,7 +52,6 @@ func TestSweepersTakeTurns(t *testing.T) {
 	lastModifiedTick() // the old garbage's LastModified is a second before the young one's
 	young := []string{manifest.FragmentKey(p, "gone", 100, 1, tiertest.UID()), manifest.RootKey(p, "live", 1, tiertest.UID())}
 	putAll(t, store, young...)
-	youngAt := time.Now()
 	// The store's clock, frozen just inside the grace period (and its margin) of the young
 	// garbage: the old garbage, a second older, is past it.
 	var youngest time.Time
@@ -89,9 +88,23 @@ func TestSweepersTakeTurns(t *testing.T) {
 	for _, s := range sweepers {
 		s.Start(ctx)
 	}
-	// Sweep for a second, well before the young garbage is past the grace period.
-	for time.Since(youngAt) < time.Second {
-		time.Sleep(50 * time.Millisecond)
+	// Sweep until several sweeps ran and a round found the lock taken (the store's clock is
+	// frozen, so the young garbage stays young however long that takes).
+	enough := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		ran, skipped := 0, 0
+		for _, r := range sweeps {
+			if r.Skipped {
+				skipped++
+			} else {
+				ran++
+			}
+		}
+		return ran >= 3 && skipped > 0
+	}
+	for !enough() && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond) // polls the recorded sweeps; not a synchronisation
 	}
 	for _, s := range sweepers {
 		s.Stop()
