@@ -1,7 +1,3 @@
-// Package actors runs the upload path as protoactor-go actors: per node a governor, a reaper
-// and a supervisor per stream; per stream a replica reader (the shell around the pure
-// readercore) with a drain, persist actors, a broadcast actor and tasks (resolution, group
-// upload, retention fetch) as children. Node is the API a Go broker embeds.
 package actors
 
 import (
@@ -12,8 +8,10 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"github.com/streamtier/streamtier/actors/fetchcore"
 	"github.com/streamtier/streamtier/actors/governorcore"
+	"github.com/streamtier/streamtier/actors/internal/shell"
+	"github.com/streamtier/streamtier/actors/read"
+	"github.com/streamtier/streamtier/actors/read/fetchcore"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/segments"
@@ -72,69 +70,8 @@ type Config struct {
 	// already listening: see Listen); nil creates a private one. Stop shuts it down.
 	System *actor.ActorSystem
 
-	clock  clock       // nil: the wall clock (tests drive a manual one)
+	clock  shell.Clock // nil: the wall clock (tests drive a manual one)
 	faults *faultHooks // nil: none (tests inject panics)
-}
-
-// faultHooks inject failures into the node's actors, for tests; nil in production. Each
-// hook may panic to make its actor fail mid-run.
-type faultHooks struct {
-	governor func(msg any)             // before the governor handles a message
-	reaper   func(msg any)             // before the reaper handles a message
-	drain    func(msg any)             // before a drain handles a message
-	batch    func(b *chunksDrained)    // in a drain, on each batch before it is sent (may alter it)
-	reader   func(msg any)             // before a reader handles a message (lifecycle ones too)
-	stream   func(msg any)             // before a stream supervisor handles a message
-	transfer func(sub *submitTransfer) // in a transfer task, before the upload
-	task     func(name string)         // in a task, before its operation
-}
-
-func (f *faultHooks) atGovernor(msg any) {
-	if f != nil && f.governor != nil {
-		f.governor(msg)
-	}
-}
-
-func (f *faultHooks) atReaper(msg any) {
-	if f != nil && f.reaper != nil {
-		f.reaper(msg)
-	}
-}
-
-func (f *faultHooks) atDrain(msg any) {
-	if f != nil && f.drain != nil {
-		f.drain(msg)
-	}
-}
-
-func (f *faultHooks) atBatch(b *chunksDrained) {
-	if f != nil && f.batch != nil {
-		f.batch(b)
-	}
-}
-
-func (f *faultHooks) atReader(msg any) {
-	if f != nil && f.reader != nil {
-		f.reader(msg)
-	}
-}
-
-func (f *faultHooks) atStream(msg any) {
-	if f != nil && f.stream != nil {
-		f.stream(msg)
-	}
-}
-
-func (f *faultHooks) atTransfer(sub *submitTransfer) {
-	if f != nil && f.transfer != nil {
-		f.transfer(sub)
-	}
-}
-
-func (f *faultHooks) atTask(name string) {
-	if f != nil && f.task != nil {
-		f.task(name)
-	}
 }
 
 func (c Config) withDefaults() Config {
@@ -171,7 +108,7 @@ func (c Config) withDefaults() Config {
 	if c.ParkRetryInterval == 0 {
 		c.ParkRetryInterval = DefaultParkRetryInterval
 	}
-	c.clock = orWall(c.clock)
+	c.clock = shell.OrWall(c.clock)
 	return c
 }
 
@@ -223,9 +160,7 @@ func (c Config) Validate() error {
 	if c.KeyPrefix != "" && !validKeyPrefix(c.KeyPrefix) {
 		return fmt.Errorf("node config: key_prefix = %q: use [A-Za-z0-9._-/], no leading or trailing '/'", c.KeyPrefix)
 	}
-	cfg := c.Stream
-	cfg.StreamID = "validation"
-	if _, err := readercore.New(cfg); err != nil {
+	if err := c.Stream.Validate(); err != nil {
 		return fmt.Errorf("node config: %w", err)
 	}
 	return nil
@@ -274,7 +209,7 @@ func (s StreamSpec) Validate() error {
 }
 
 // ErrUnknownStream is returned for a stream the node does not run.
-var ErrUnknownStream = errors.New("unknown stream")
+var ErrUnknownStream = read.ErrUnknownStream
 
 // ErrStreamExists is returned when adding a stream the node already runs.
 var ErrStreamExists = errors.New("stream already running")

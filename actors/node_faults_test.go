@@ -44,7 +44,7 @@ func TestPanicsMidRunUploadsAndDeletionsContinue(t *testing.T) {
 			}
 		},
 	}
-	n := w.startNode(Config{Logger: log, faults: faults, Stream: readercore.Config{
+	n := startNode(w, Config{Logger: log, faults: faults, Stream: readercore.Config{
 		FragmentTargetSize: 32 << 10, PersistThreshold: 2, PersistInterval: 50 * time.Millisecond,
 		UploadRetryDelay: 100 * time.Millisecond, RebalanceThreshold: 8,
 	}})
@@ -78,7 +78,7 @@ func TestPanicsMidRunUploadsAndDeletionsContinue(t *testing.T) {
 			m.ActorRestarts.Load(), m.TaskPanics.Load(), m.CoreErrors.Load())
 	}
 	for _, said := range []string{"governor restarted", "reaper restarted", "drain failed; restarting it", "transfer task panicked"} {
-		if logs.count(said) == 0 {
+		if logs.Count(said) == 0 {
 			t.Errorf("nothing logged like %q", said)
 		}
 	}
@@ -95,7 +95,7 @@ func TestGovernorDeadlineRunsFromAdmission(t *testing.T) {
 	const rate = 1 << 20
 	w := newWorld(t, worldOptions{})
 	log, _ := testLogger(t)
-	n := w.startNode(Config{Logger: log, Governor: governorcore.Config{RateBytesPerSec: rate}, Stream: readercore.Config{
+	n := startNode(w, Config{Logger: log, Governor: governorcore.Config{RateBytesPerSec: rate}, Stream: readercore.Config{
 		// The deadline (3 s) is far below the ~10 s a fragment waits in the queue. The bound on
 		// unpersisted bytes is raised above the whole log so that the queue is the governor's:
 		// at the default (4 fragments) the persist round trip, not the rate, set the pace on a
@@ -170,7 +170,7 @@ func TestHungTransferAbandonedFreesItsSlot(t *testing.T) {
 			}
 		}
 	}}
-	n := w.startNode(Config{Logger: log, faults: faults, Governor: governorcore.Config{MaxConcurrent: 1},
+	n := startNode(w, Config{Logger: log, faults: faults, Governor: governorcore.Config{MaxConcurrent: 1},
 		Stream: readercore.Config{FragmentTargetSize: 32 << 10, PersistThreshold: 2, PersistInterval: 50 * time.Millisecond,
 			TransferDeadline: 500 * time.Millisecond}})
 	node.Store(n)
@@ -192,7 +192,7 @@ func TestHungTransferAbandonedFreesItsSlot(t *testing.T) {
 		t.Fatalf("abandoned %d (metric %d), abandoned still running %d; want at least 1, the same, and 1 (the hung task)",
 			gs.Abandoned, m.TransfersAbandoned.Load(), gs.AbandonedRunning)
 	}
-	if logs.count("transfer abandoned", `"stream":"hung"`, `"ran":`) == 0 {
+	if logs.Count("transfer abandoned", `"stream":"hung"`, `"ran":`) == 0 {
 		t.Errorf("no warning naming the stream and how long the abandoned transfer ran")
 	}
 
@@ -204,7 +204,7 @@ func TestHungTransferAbandonedFreesItsSlot(t *testing.T) {
 			fmt.Sprintf("%+v, transfers running %d; %v", gs, m.TransfersRunning.Load(), err)
 	})
 	ended.Store(true)
-	if logs.count("abandoned transfer task ended at last") == 0 {
+	if logs.Count("abandoned transfer task ended at last") == 0 {
 		t.Errorf("nothing logged when the abandoned task ended")
 	}
 	if gs, _ := n.GovernorStatus(context.Background()); gs.InFlight != 0 || gs.Running != 0 {
@@ -234,7 +234,7 @@ func TestStopWaitsForUploadsAndNamesHungOnes(t *testing.T) {
 	defer once.Do(func() { close(release) })
 	w := newWorld(t, worldOptions{})
 	log, logs := testLogger(t)
-	n := w.startNode(Config{Logger: log, faults: &faultHooks{transfer: func(*submitTransfer) {
+	n := startNode(w, Config{Logger: log, faults: &faultHooks{transfer: func(*submitTransfer) {
 		select {
 		case entered <- struct{}{}:
 		default:
@@ -253,7 +253,7 @@ func TestStopWaitsForUploadsAndNamesHungOnes(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "uploads still running") {
 		t.Fatalf("stop with a hung upload: %v, want it named", err)
 	}
-	if logs.count("stopping with uploads still running") != 1 {
+	if logs.Count("stopping with uploads still running") != 1 {
 		t.Fatal("the hung uploads were not logged")
 	}
 	once.Do(func() { close(release) }) // goleak (TestMain) checks that the goroutines end

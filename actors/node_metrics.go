@@ -1,11 +1,11 @@
 package actors
 
 import (
-	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/s3io"
 )
@@ -79,46 +79,19 @@ type Metrics struct {
 	Parks       atomic.Int64
 	ParkRetries atomic.Int64
 	// RemoteRead are the remote readers' counters and gauges (remotereadmetrics.go).
-	RemoteRead RemoteReadStats
+	RemoteRead read.RemoteStats
 	// Read counts the cross-tier readers' work (Node.OpenReader).
-	Read ReadMetrics
+	Read read.Metrics
 
-	persistLatency latencies // recent successful persists
-	uploadLatency  latencies // recent successful uploads
-}
-
-// latencyWindow is how many recent durations a latencies keeps.
-const latencyWindow = 1024
-
-// latencies keeps the most recent latencyWindow durations of one kind, for their p50 and
-// p99; safe for concurrent use.
-type latencies struct {
-	mu sync.Mutex
-	w  []time.Duration
-}
-
-func (l *latencies) add(d time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.w) >= latencyWindow {
-		copy(l.w, l.w[1:])
-		l.w = l.w[:latencyWindow-1]
-	}
-	l.w = append(l.w, d)
-}
-
-// quantiles returns the p50 and p99 of the durations kept.
-func (l *latencies) quantiles() (p50, p99 time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return quantiles(l.w)
+	persistLatency shell.Latencies // recent successful persists
+	uploadLatency  shell.Latencies // recent successful uploads
 }
 
 func (m *Metrics) observeTransfer(class s3io.Class, bytes int64, d time.Duration) {
 	if class == s3io.ClassNone {
 		m.FragmentsUploaded.Add(1)
 		m.BytesUploaded.Add(bytes)
-		m.uploadLatency.add(d)
+		m.uploadLatency.Add(d)
 		return
 	}
 	if int(class) < len(m.TransferErrors) {
@@ -130,7 +103,7 @@ func (m *Metrics) observePersist(o readercore.PersistOutcome, d time.Duration) {
 	switch o {
 	case readercore.PersistOK:
 		m.Persists.Add(1)
-		m.persistLatency.add(d)
+		m.persistLatency.Add(d)
 	case readercore.PersistConflict, readercore.PersistFenced: // the condition failed: another writer
 		m.PersistConflicts.Add(1)
 	case readercore.PersistNotFound:
@@ -142,18 +115,9 @@ func (m *Metrics) observePersist(o readercore.PersistOutcome, d time.Duration) {
 
 // LatencyQuantiles returns the p50 and p99 of recent successful persists and uploads.
 func (m *Metrics) LatencyQuantiles() (persistP50, persistP99, uploadP50, uploadP99 time.Duration) {
-	persistP50, persistP99 = m.persistLatency.quantiles()
-	uploadP50, uploadP99 = m.uploadLatency.quantiles()
+	persistP50, persistP99 = m.persistLatency.Quantiles()
+	uploadP50, uploadP99 = m.uploadLatency.Quantiles()
 	return
-}
-
-func quantiles(w []time.Duration) (p50, p99 time.Duration) {
-	if len(w) == 0 {
-		return 0, 0
-	}
-	s := append([]time.Duration(nil), w...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)*50/100], s[min(len(s)*99/100, len(s)-1)]
 }
 
 // countLocalError counts one local read failure under its cause.

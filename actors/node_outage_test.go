@@ -8,63 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamtier/streamtier/actors/internal/actortest"
 	"github.com/streamtier/streamtier/actors/readercore"
-	"github.com/streamtier/streamtier/metadata"
-	"github.com/streamtier/streamtier/metadata/etcdtest"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
 	"github.com/streamtier/streamtier/verify"
 )
 
-// restartableEtcd is an embedded etcd that a test stops and starts again on the same data
-// directory and ports, with a store on a client of its own that outlives the restarts (as a
-// node's would).
-type restartableEtcd struct {
-	t      *testing.T
-	cfg    metadata.EmbeddedConfig
-	member *metadata.Embedded // nil while stopped
-	meta   *metadata.Store
-}
+type restartableEtcd = actortest.RestartableEtcd
 
-func newRestartableEtcd(t *testing.T) *restartableEtcd {
-	t.Helper()
-	e := &restartableEtcd{t: t, cfg: etcdtest.Config(t)}
-	t.Cleanup(e.stop) // registered first: runs after the client below is closed
-	e.start()
-	e.cfg = e.member.Config() // its ports, to restart on
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cli, err := metadata.NewClient(ctx, metadata.ClientConfig{Endpoints: e.member.Endpoints(), DialTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	e.meta = metadata.NewStore(cli, "/test/"+t.Name())
-	return e
-}
-
-// start starts the member (again).
-func (e *restartableEtcd) start() {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	m, err := metadata.StartEmbeddedConfig(ctx, e.cfg)
-	if err != nil {
-		e.t.Fatalf("start etcd: %v", err)
-	}
-	e.member = m
-}
-
-// stop closes the member; its data directory stays.
-func (e *restartableEtcd) stop() {
-	if e.member == nil {
-		return
-	}
-	if err := e.member.Close(); err != nil {
-		e.t.Errorf("stop etcd: %v", err)
-	}
-	e.member = nil
-}
+var newRestartableEtcd = actortest.NewRestartableEtcd
 
 // steadyWriter appends two chunks to a log every 50 ms until stopped.
 type steadyWriter struct {
@@ -133,9 +86,9 @@ func TestEtcdOutageMidRun(t *testing.T) {
 		}
 		outage = d
 	}
-	w := newWorld(t, worldOptions{etcdRestart: true})
+	w := newWorld(t, worldOptions{EtcdRestart: true})
 	log, _ := testLogger(t)
-	n := w.startNode(Config{Logger: log, PersistTimeout: time.Second, LocalHotWindowBytes: 1 << 40, // keep the log to compare with
+	n := startNode(w, Config{Logger: log, PersistTimeout: time.Second, LocalHotWindowBytes: 1 << 40, // keep the log to compare with
 		Stream: readercore.Config{FragmentTargetSize: 32 << 10, PersistThreshold: 2, PersistInterval: 200 * time.Millisecond}})
 	lg := openLog(t, segments.Options{MaxSegmentBytes: 256 << 10})
 	if err := n.AddStream(StreamSpec{ID: "eo", Log: lg, Epoch: 1}); err != nil {
@@ -147,7 +100,7 @@ func TestEtcdOutageMidRun(t *testing.T) {
 
 	m := n.Metrics()
 	failures := m.PersistFailures.Load()
-	w.etcd.stop()
+	w.Etcd.Stop()
 	down := time.Now()
 	until(t, outage, "persist failures counted and in status", func() (bool, string) {
 		st := status(t, n, "eo")
@@ -163,7 +116,7 @@ func TestEtcdOutageMidRun(t *testing.T) {
 	}
 
 	persists := m.Persists.Load()
-	w.etcd.start()
+	w.Etcd.Start()
 	back := time.Now()
 	until(t, 10*time.Second, "a persist after etcd's return", func() (bool, string) {
 		return m.Persists.Load() > persists, status(t, n, "eo").Core.LastPersistError
@@ -179,7 +132,7 @@ func TestEtcdOutageMidRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rep, err := verify.Stream(ctx, verify.Options{Store: w.store, Meta: w.meta, Stream: "eo", LogDir: lg.Dir()})
+	rep, err := verify.Stream(ctx, verify.Options{Store: w.Store, Meta: w.Meta, Stream: "eo", LogDir: lg.Dir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/s3io/s3test"
@@ -28,7 +29,7 @@ func tieredStream(t *testing.T, w *world, stream string) (*Node, *segments.Log, 
 		return lg.FirstOffset() > 0, fmt.Sprint("local first ", lg.FirstOffset())
 	})
 	// Hold the uploads back: what comes next is only local.
-	w.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `/data/`, Fault: s3test.FaultForbidden})
+	w.Inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `/data/`, Fault: s3test.FaultForbidden})
 	writeLog(t, lg, 33, loadgen.Limit{Bytes: 100 << 10})
 	writeLog(t, ref, 33, loadgen.Limit{Bytes: 100 << 10})
 	return n, lg, ref
@@ -42,7 +43,7 @@ func persistedStream(t *testing.T, w *world, stream string, cfg Config, seed uin
 	t.Helper()
 	cfg.Logger, _ = testLogger(t)
 	cfg.Stream.FragmentTargetSize, cfg.Stream.PersistThreshold, cfg.Stream.PersistInterval = 16<<10, 1, 50*time.Millisecond
-	n := w.startNode(cfg)
+	n := startNode(w, cfg)
 	opts := segments.Options{MaxSegmentBytes: 64 << 10}
 	lg, ref := openLog(t, opts), openLog(t, opts)
 	writeLog(t, lg, seed, loadgen.Limit{Bytes: bytes})
@@ -57,7 +58,7 @@ func persistedStream(t *testing.T, w *world, stream string, cfg Config, seed uin
 // readAll reads until the reader's position reaches to, checking every item against ref:
 // chunks byte-identical and in order, tiling the offsets from the start. It returns the
 // tiers seen.
-func readAll(t *testing.T, r *Reader, ref *segments.Log, to uint64) map[ReadTier]int {
+func readAll(t *testing.T, r *read.Reader, ref *segments.Log, to uint64) map[read.Tier]int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -66,14 +67,14 @@ func readAll(t *testing.T, r *Reader, ref *segments.Log, to uint64) map[ReadTier
 		t.Fatal(err)
 	}
 	defer rd.Close()
-	tiers := map[ReadTier]int{}
+	tiers := map[read.Tier]int{}
 	prev := uint64(0)
 	for first := true; r.Position() < to; first = false {
 		it, err := r.Next(ctx)
 		if err != nil {
 			t.Fatalf("next at %d: %v", r.Position(), err)
 		}
-		if it.Kind != ItemChunk {
+		if it.Kind != read.ItemChunk {
 			t.Fatalf("at %d: %s [%d, %d), want chunks only", r.Position(), it.Kind, it.Offset, it.End)
 		}
 		if !first && it.Offset != prev {
@@ -109,7 +110,7 @@ func TestReaderAcrossTiers(t *testing.T) {
 	ctx := context.Background()
 	end := lg.CommittedNext()
 
-	r, err := n.OpenReader(ctx, "rt", FromFirst())
+	r, err := n.OpenReader(ctx, "rt", read.FromFirst())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,13 +118,13 @@ func TestReaderAcrossTiers(t *testing.T) {
 		t.Fatalf("first: start %d attached %v next %d", r.Start, r.Attached, r.NextAtOpen)
 	}
 	tiers := readAll(t, r, ref, end)
-	if tiers[TierRemote] == 0 || tiers[TierLocal] == 0 {
+	if tiers[read.TierRemote] == 0 || tiers[read.TierLocal] == 0 {
 		t.Fatalf("tiers read: %v, want both", tiers)
 	}
 	r.Close()
 
 	mid := lg.FirstOffset() / 3
-	r, err = n.OpenReader(ctx, "rt", FromOffset(mid))
+	r, err = n.OpenReader(ctx, "rt", read.FromOffset(mid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestReaderAcrossTiers(t *testing.T) {
 	if err != nil || h.ChunkID == 0 {
 		t.Fatalf("reference chunk at %d: %d, %v", lg.FirstOffset()/2, h.ChunkID, err)
 	}
-	r, err = n.OpenReader(ctx, "rt", FromTimestamp(h.Timestamp))
+	r, err = n.OpenReader(ctx, "rt", read.FromTimestamp(h.Timestamp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,16 +150,16 @@ func TestReaderAcrossTiers(t *testing.T) {
 	readAll(t, r, ref, end)
 	r.Close()
 
-	r, err = n.OpenReader(ctx, "rt", FromLast())
+	r, err = n.OpenReader(ctx, "rt", read.FromLast())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tiers := readAll(t, r, ref, end); tiers[TierLocal] != 1 || tiers[TierRemote] != 0 {
+	if tiers := readAll(t, r, ref, end); tiers[read.TierLocal] != 1 || tiers[read.TierRemote] != 0 {
 		t.Fatalf("last: read %v, want one local chunk", tiers)
 	}
 	r.Close()
 
-	r, err = n.OpenReader(ctx, "rt", FromNext())
+	r, err = n.OpenReader(ctx, "rt", read.FromNext())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestReaderBelowBothAttaches(t *testing.T) {
 		return p.Manifest.FirstOffset > 0, fmt.Sprint("first ", p.Manifest.FirstOffset)
 	})
 	p, _ = n.Cached("rb")
-	r, err := n.OpenReader(context.Background(), "rb", FromOffset(0))
+	r, err := n.OpenReader(context.Background(), "rb", read.FromOffset(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,11 +215,11 @@ func TestReaderFaults(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	n, lg, ref := tieredStream(t, w, "rf")
 	hits := make(chan string, 64)
-	w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `/data/`, Fault: s3test.FaultInternalError, Count: 5, Hit: hits})
-	w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `/data/`, Fault: s3test.FaultResetResponse, AfterBytes: 1000, Count: 3, Hit: hits})
-	w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `/meta/`, Fault: s3test.FaultDelay, Delay: 200 * time.Millisecond, Count: 3, Hit: hits})
-	w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `/data/`, Fault: s3test.FaultTruncateResponse, AfterBytes: 100, Count: 2, Hit: hits})
-	r, err := n.OpenReader(context.Background(), "rf", FromFirst())
+	w.Inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `/data/`, Fault: s3test.FaultInternalError, Count: 5, Hit: hits})
+	w.Inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `/data/`, Fault: s3test.FaultResetResponse, AfterBytes: 1000, Count: 3, Hit: hits})
+	w.Inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `/meta/`, Fault: s3test.FaultDelay, Delay: 200 * time.Millisecond, Count: 3, Hit: hits})
+	w.Inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `/data/`, Fault: s3test.FaultTruncateResponse, AfterBytes: 100, Count: 2, Hit: hits})
+	r, err := n.OpenReader(context.Background(), "rf", read.FromFirst())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,31 +231,31 @@ func TestReaderFaults(t *testing.T) {
 }
 
 // TestReaderUnavailable: a stream whose manifest is not resolved (etcd unreachable) fails
-// closed with ErrReadUnavailable, whatever the start.
+// closed with read.ErrUnavailable, whatever the start.
 func TestReaderUnavailable(t *testing.T) {
-	w := newWorld(t, worldOptions{etcdFaults: true})
-	w.proxy.Partition()
+	w := newWorld(t, worldOptions{EtcdFaults: true})
+	w.Proxy.Partition()
 	log, _ := testLogger(t)
-	n := w.startNode(Config{Logger: log})
+	n := startNode(w, Config{Logger: log})
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 5, loadgen.Limit{Chunks: 10})
 	if err := n.AddStream(StreamSpec{ID: "ru", Log: lg, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
-	for _, from := range []ReadFrom{FromFirst(), FromLast(), FromNext(), FromOffset(3), FromTimestamp(0)} {
+	for _, from := range []read.From{read.FromFirst(), read.FromLast(), read.FromNext(), read.FromOffset(3), read.FromTimestamp(0)} {
 		r, err := n.OpenReader(context.Background(), "ru", from)
-		if !errors.Is(err, ErrReadUnavailable) {
+		if !errors.Is(err, read.ErrUnavailable) {
 			if r != nil {
 				r.Close()
 			}
 			t.Fatalf("from %s: %v, want ErrReadUnavailable", from, err)
 		}
 	}
-	if c := n.Metrics().Read.Errors[ReadErrUnavailable].Load(); c != 5 {
+	if c := n.Metrics().Read.Errors[read.ClassUnavailable].Load(); c != 5 {
 		t.Fatalf("%d unavailable errors counted", c)
 	}
-	w.proxy.Heal()
-	_, err := n.OpenReader(context.Background(), "nope", FromFirst())
+	w.Proxy.Heal()
+	_, err := n.OpenReader(context.Background(), "nope", read.FromFirst())
 	if !errors.Is(err, ErrUnknownStream) {
 		t.Fatalf("unknown stream: %v", err)
 	}
@@ -274,7 +275,7 @@ func TestReaderSegmentGoneBetweenHeaderAndBody(t *testing.T) {
 		t.Fatalf("%d segments, local first %d: want at least 4, all kept", len(segs), lg.FirstOffset())
 	}
 	seg := segs[1]
-	r, err := n.OpenReader(context.Background(), "gone", FromOffset(seg.FirstOffset))
+	r, err := n.OpenReader(context.Background(), "gone", read.FromOffset(seg.FirstOffset))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestReaderSegmentGoneBetweenHeaderAndBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	tiers := readAll(t, r, ref, next)
-	if tiers[TierRemote] == 0 {
+	if tiers[read.TierRemote] == 0 {
 		t.Fatalf("tiers %v: the reader never read remotely", tiers)
 	}
 }
@@ -315,13 +316,13 @@ func TestReaderHandsOffWhereTheLocalLogBegins(t *testing.T) {
 		below++
 	}
 	rd.Close()
-	r, err := n.OpenReader(context.Background(), "early", FromFirst())
+	r, err := n.OpenReader(context.Background(), "early", read.FromFirst())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
 	tiers := readAll(t, r, ref, next)
-	if tiers[TierRemote] != below || tiers[TierLocal] == 0 {
+	if tiers[read.TierRemote] != below || tiers[read.TierLocal] == 0 {
 		t.Fatalf("tiers %v: want the %d chunks below the local first offset %d from S3 and the rest locally", tiers, below, first)
 	}
 	if h := n.Metrics().Read.Handoffs.Load(); h != 1 {

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/segments"
 )
 
@@ -62,7 +63,7 @@ const scaleLogIdle = 100 * time.Millisecond
 
 func newIdleFleet(t *testing.T, cfg Config) *idleFleet {
 	f := &idleFleet{t: t, w: newWorld(t, worldOptions{}), dir: t.TempDir()}
-	f.node = f.w.startNode(cfg)
+	f.node = startNode(f.w, cfg)
 	f.goroutines = footprint(t).goroutines
 	t.Cleanup(func() {
 		for _, lg := range f.logs {
@@ -169,7 +170,7 @@ func TestOutOfDescriptorsStallsAndRecovers(t *testing.T) {
 	var next []uint64
 	for _, lg := range f.logs {
 		for range 3 {
-			if _, _, err := lg.Append(segments.ChunkSpec{Type: segments.ChunkUser, Epoch: 1, Timestamp: time.Now().UnixMilli(),
+			if _, _, err := lg.Append(segments.ChunkSpec{Type: chunk.TypeUser, Epoch: 1, Timestamp: time.Now().UnixMilli(),
 				Entries: []segments.Entry{segments.SimpleEntry([]byte(strings.Repeat("x", 3000)))}}); err != nil {
 				t.Fatal(err)
 			}

@@ -132,7 +132,7 @@ func (h *streamHandle) stoppedStatus() (StreamStatus, bool) {
 func (r *reader) status() StreamStatus {
 	st, segs := r.h.localStatus()
 	st.ResolveError = r.resolveErr
-	st.Timers = r.timers.count()
+	st.Timers = r.timers.Count()
 	if r.running {
 		st.Core = r.core.Status()
 		st.Phase = st.Core.Phase
@@ -142,7 +142,7 @@ func (r *reader) status() StreamStatus {
 				st.Phase = "behind"
 			}
 		}
-		st.LagBytes, st.LagSeconds = lag(segs, st.Core.PersistedNext, st.LocalCommitted, time.Now())
+		st.LagBytes, st.LagSeconds = lag(segs, st.Core.PersistedNext, st.LocalCommitted, r.n.cfg.clock.Now())
 	}
 	if r.localErr != nil {
 		st.LocalError = r.localErr.Error()

@@ -117,8 +117,8 @@ func TestBroadcastActorCarriesEditsAndSyncs(t *testing.T) {
 			t.Fatalf("%s at epoch %d", c, c.epoch)
 		}
 	}
-	if m.BroadcastsDropped.Load() != 1 || logs.count("replica sink panicked; broadcast dropped") != 1 {
-		t.Fatalf("%d dropped, %d panics logged", m.BroadcastsDropped.Load(), logs.count("replica sink panicked"))
+	if m.BroadcastsDropped.Load() != 1 || logs.Count("replica sink panicked; broadcast dropped") != 1 {
+		t.Fatalf("%d dropped, %d panics logged", m.BroadcastsDropped.Load(), logs.Count("replica sink panicked"))
 	}
 }
 
@@ -174,7 +174,7 @@ func TestBroadcastActorBlockedSinkDropsOldest(t *testing.T) {
 func replicaNode(t *testing.T, w *world, sink ReplicaSender, stream string) (*Node, *segments.Log) {
 	t.Helper()
 	log, _ := testLogger(t)
-	n := w.startNode(Config{Logger: log, Replicas: sink,
+	n := startNode(w, Config{Logger: log, Replicas: sink,
 		Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond}})
 	lg := openLog(t, segments.Options{})
 	if err := n.AddStream(StreamSpec{ID: stream, Log: lg, Epoch: 1, Replicas: []string{"r1"}}); err != nil {
@@ -217,11 +217,11 @@ func TestReaderReplicasOutliveReinitialize(t *testing.T) {
 		return strings.Contains(got, "broadcast rr to [r1 r2]"), got
 	})
 
-	rec, rev, _, err := w.meta.ReadManifest(context.Background(), "rr")
+	rec, rev, _, err := w.Meta.ReadManifest(context.Background(), "rr")
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherWriter(t, w.meta, "rr", 1, rev, rec)
+	otherWriter(t, w.Meta, "rr", 1, rev, rec)
 	mark := len(sink.snapshot())
 	writeLog(t, lg, 14, loadgen.Limit{Bytes: 48 << 10})
 	persisted(t, n, "rr", lg.NextOffset(), 20*time.Second)
@@ -251,11 +251,11 @@ func TestReaderNotBlockedBySlowReplicaSink(t *testing.T) {
 		writeLog(t, lg, uint64(20+i), loadgen.Limit{Bytes: 48 << 10})
 		persisted(t, n, "sl", lg.NextOffset(), 10*time.Second)
 	}
-	rec, rev, _, err := w.meta.ReadManifest(context.Background(), "sl")
+	rec, rev, _, err := w.Meta.ReadManifest(context.Background(), "sl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherWriter(t, w.meta, "sl", 1, rev, rec)
+	otherWriter(t, w.Meta, "sl", 1, rev, rec)
 	writeLog(t, lg, 23, loadgen.Limit{Bytes: 48 << 10})
 	persisted(t, n, "sl", lg.NextOffset(), 10*time.Second)
 	h, _ := n.handle("sl")

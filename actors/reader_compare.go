@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/segments"
@@ -92,18 +93,18 @@ func (r remoteChunks) Chunk(f manifest.Entry, pos uint32) (divergence.Chunk, err
 	if err != nil {
 		return divergence.Chunk{}, err
 	}
-	b, err := r.n.store.GetRange(r.ctx, key, int64(pos), segments.HeaderSize)
+	b, err := r.n.store.GetRange(r.ctx, key, int64(pos), chunk.HeaderSize)
 	if err != nil {
 		return divergence.Chunk{}, fmt.Errorf("get chunk header at %d of %s: %w", pos, key, err)
 	}
-	h, err := segments.ParseHeader(b)
+	h, err := chunk.ParseHeader(b)
 	if err != nil {
 		return divergence.Chunk{}, fmt.Errorf("chunk header at %d of %s: %w", pos, key, err)
 	}
 	return chunkOf(h), nil
 }
 
-func chunkOf(h segments.Header) divergence.Chunk {
+func chunkOf(h chunk.Header) divergence.Chunk {
 	return divergence.Chunk{ID: h.ChunkID, Next: h.NextID(), Epoch: h.Epoch, CRC: h.DataCRC, Size: h.Size()}
 }
 

@@ -113,7 +113,7 @@ type prefixFixture struct {
 func newPrefixFixture(t *testing.T) prefixFixture {
 	t.Helper()
 	w := newWorld(t, worldOptions{})
-	n := w.startNode(Config{})
+	n := startNode(w, Config{})
 	ctx := context.Background()
 	lg := openLog(t, segments.Options{MaxSegmentBytes: 2 << 20})
 	g, err := loadgen.New(loadgen.Config{Seed: 5, MinDataBytes: 100 << 10, MaxDataBytes: 300 << 10})
@@ -218,7 +218,7 @@ func objectCount(t *testing.T, n *Node, stream string) int {
 // original stays. Through the same server, an intact copy still succeeds.
 func TestPrefixCopyRefusesAChangedSecondRead(t *testing.T) {
 	f := newPrefixFixture(t)
-	n, inj := f.n, f.w.inj
+	n, inj := f.n, f.w.Inj
 	ctx := context.Background()
 	const stream = "copy"
 	src := f.put(1, false)

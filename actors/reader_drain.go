@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/segments"
 )
@@ -85,7 +86,7 @@ type drain struct {
 	// live is this incarnation's: the commit listener posts a wake only while it is set, so a
 	// listener outliving its drain sends nothing. No goroutine waits for the commit.
 	live    atomic.Bool
-	timers  timers
+	timers  shell.Timers
 	suspend uint64 // the armed idle timer, 0: none
 	trouble bool   // the parent was told of a local read failure not yet recovered
 	behind  bool   // the log ended below the drain's position at the last open (logged once)
@@ -103,7 +104,7 @@ func (d *drain) Receive(c actor.Context) {
 		d.live.Store(true)
 	case *actor.Stopping, *actor.Restarting:
 		d.live.Store(false)
-		d.timers.stopAll()
+		d.timers.StopAll()
 		d.closeReader()
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 	default:
@@ -160,8 +161,8 @@ func (d *drain) handle(c actor.Context, msg any) {
 
 // armSuspend (re)arms the idle timer that closes the reader's file.
 func (d *drain) armSuspend(c actor.Context) {
-	d.timers.cancel(d.suspend)
-	d.suspend = d.timers.after(c.ActorSystem().Root, c.Self(), d.idleClose, drainSuspend{Gen: d.gen})
+	d.timers.Cancel(d.suspend)
+	d.suspend = d.timers.After(c.ActorSystem().Root, c.Self(), d.idleClose, drainSuspend{Gen: d.gen})
 }
 
 // troubled tells the parent, once per failure, that the drain cannot read its local log.
@@ -200,7 +201,7 @@ func (d *drain) openFailed(c actor.Context, from uint64, err error) {
 			Msg("drain: cannot open the local log reader; retrying")
 		d.troubled(c, err)
 	}
-	d.timers.after(c.ActorSystem().Root, c.Self(), drainRetryDelay, drainStart{From: from, Gen: d.gen, Budget: d.budget})
+	d.timers.After(c.ActorSystem().Root, c.Self(), drainRetryDelay, drainStart{From: from, Gen: d.gen, Budget: d.budget})
 }
 
 // read sends the next batch of committed chunk headers, unless one is with the parent.
@@ -242,7 +243,7 @@ loop:
 				d.troubled(c, err)
 			}
 			d.idle = true
-			d.timers.after(c.ActorSystem().Root, c.Self(), drainRetryDelay, drainWake{Gen: d.gen})
+			d.timers.After(c.ActorSystem().Root, c.Self(), drainRetryDelay, drainWake{Gen: d.gen})
 		}
 		break loop
 	}

@@ -53,7 +53,7 @@ func TestDrainRefusedChunkStallsWithoutSpinning(t *testing.T) {
 	lg := openLog(t, segments.Options{MaxSegmentBytes: 256 << 10})
 	writeLog(t, lg, 31, loadgen.Limit{Chunks: 40})
 	at := nthChunk(t, lg, 25)
-	n := w.startNode(Config{Logger: log, faults: &faultHooks{batch: jumpAt(at, &on, &hits)}, Stream: readercore.Config{
+	n := startNode(w, Config{Logger: log, faults: &faultHooks{batch: jumpAt(at, &on, &hits)}, Stream: readercore.Config{
 		FragmentTargetSize: 16 << 10, PersistThreshold: 2, PersistInterval: 50 * time.Millisecond,
 		UploadRetryDelay: 200 * time.Millisecond, UploadRetryMaxDelay: time.Second,
 	}})
@@ -80,7 +80,7 @@ func TestDrainRefusedChunkStallsWithoutSpinning(t *testing.T) {
 	if k := st.Core.Counters; k.DrainRepositions < 1 || k.DrainStalls < 2 {
 		t.Fatalf("repositions %d, stalls %d: want a reposition, then stalls retried", k.DrainRepositions, k.DrainStalls)
 	}
-	if logs.count("drain stalled") == 0 {
+	if logs.Count("drain stalled") == 0 {
 		t.Fatal("the stall was not logged")
 	}
 	on.Store(false)
@@ -89,7 +89,7 @@ func TestDrainRefusedChunkStallsWithoutSpinning(t *testing.T) {
 	if st.Core.DrainStalled {
 		t.Fatalf("still stalled after the log reads right: %s", st.Core)
 	}
-	if logs.count("drain unstalled") == 0 {
+	if logs.Count("drain unstalled") == 0 {
 		t.Fatal("the end of the stall was not logged")
 	}
 }
@@ -106,7 +106,7 @@ func TestDrainRepositionedOnce(t *testing.T) {
 	lg := openLog(t, segments.Options{MaxSegmentBytes: 256 << 10})
 	writeLog(t, lg, 32, loadgen.Limit{Chunks: 40})
 	hook := jumpAt(nthChunk(t, lg, 12), &on, &hits)
-	n := w.startNode(Config{Logger: log, faults: &faultHooks{batch: func(b *chunksDrained) {
+	n := startNode(w, Config{Logger: log, faults: &faultHooks{batch: func(b *chunksDrained) {
 		hook(b)
 		if hits.Load() > 0 {
 			on.Store(false)
@@ -123,8 +123,8 @@ func TestDrainRepositionedOnce(t *testing.T) {
 	if k := st.Core.Counters; hits.Load() != 1 || k.DrainRepositions != 1 || k.DrainStalls != 0 {
 		t.Fatalf("%d batches altered, %d repositions, %d stalls: want one reposition and no stall", hits.Load(), k.DrainRepositions, k.DrainStalls)
 	}
-	if logs.count("drain repositioned") != 1 {
-		t.Fatalf("%d reposition log lines, want 1", logs.count("drain repositioned"))
+	if logs.Count("drain repositioned") != 1 {
+		t.Fatalf("%d reposition log lines, want 1", logs.Count("drain repositioned"))
 	}
 }
 

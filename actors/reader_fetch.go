@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 )
@@ -31,17 +31,17 @@ func groupChildren(ctx context.Context, n *Node, stream string, e manifest.Entry
 }
 
 func (r *reader) fetchGroup(c actor.Context, e readercore.FetchGroupForRetention) {
-	n, stream := r.n, r.h.spec.ID
-	r.spawnTask(c, taskSpec{name: "retention fetch", timeout: e.Timeout, run: func(ctx context.Context) any {
+	n, stream, clk := r.n, r.h.spec.ID, r.n.cfg.clock
+	r.spawnTask(c, shell.TaskSpec{Name: "retention fetch", Timeout: e.Timeout, Run: func(ctx context.Context) any {
 		children, err := groupChildren(ctx, n, stream, e.Group)
 		if err == nil {
-			return readercore.RetentionGroupFetched{Ref: e.Ref, Children: children, Now: time.Now().UnixMilli()}
+			return readercore.RetentionGroupFetched{Ref: e.Ref, Children: children, Now: clk.Now().UnixMilli()}
 		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return readercore.RetentionTimeout{Ref: e.Ref}
 		}
 		return readercore.RetentionGroupFailed{Ref: e.Ref, Reason: fmt.Sprintf("fetch %s group at %d: %v", stream, e.Group.FirstOffset, err)}
-	}, failed: func(reason string) any {
+	}, Failed: func(reason string) any {
 		return readercore.RetentionGroupFailed{Ref: e.Ref, Reason: fmt.Sprintf("fetch %s group at %d: %s", stream, e.Group.FirstOffset, reason)}
 	}})
 }
@@ -50,7 +50,7 @@ func (r *reader) fetchGroup(c actor.Context, e readercore.FetchGroupForRetention
 // about (a fragment, or a gap sealed in a group object), one group download per level.
 func (r *reader) lookUpLeaves(c actor.Context, e readercore.LookUpLeaves) {
 	n, stream := r.n, r.h.spec.ID
-	r.spawnTask(c, taskSpec{name: "leaf lookup", timeout: e.Timeout, run: func(ctx context.Context) any {
+	r.spawnTask(c, shell.TaskSpec{Name: "leaf lookup", Timeout: e.Timeout, Run: func(ctx context.Context) any {
 		fetch := func(g manifest.Entry) ([]manifest.Entry, error) { return groupChildren(ctx, n, stream, g) }
 		res := readercore.LeavesLookedUp{Ref: e.Ref}
 		for _, o := range e.Offsets {
@@ -61,7 +61,7 @@ func (r *reader) lookUpLeaves(c actor.Context, e readercore.LookUpLeaves) {
 			res.Leaves = append(res.Leaves, readercore.Leaf{From: ref.Entry.FirstOffset, To: ref.End, Gap: ref.Gap})
 		}
 		return res
-	}, failed: func(reason string) any {
+	}, Failed: func(reason string) any {
 		return readercore.LeavesLookedUp{Ref: e.Ref, Reason: fmt.Sprintf("look up offsets of %s: %s", stream, reason)}
 	}})
 }

@@ -64,7 +64,7 @@ func (r *reader) executeFlow(c actor.Context, e readercore.Effect) {
 	case readercore.DrainUnstalled:
 		r.log.Info().Uint64("offset", e.Offset).Msg("drain unstalled: the core took the chunk where it had stalled")
 	case readercore.RetryDrainAfter:
-		r.timers.after(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref})
+		r.timers.After(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref})
 	case readercore.PauseDrain:
 		r.n.metrics.DrainPauses.Add(1)
 		r.log.Warn().Uint64("held_bytes", e.Held).Uint64("bound", e.Bound).
@@ -73,23 +73,23 @@ func (r *reader) executeFlow(c actor.Context, e readercore.Effect) {
 		r.log.Info().Uint64("from", e.From).Uint64("held_bytes", e.Held).Uint64("bound", e.Bound).Msg("drain resumed: bytes became durable")
 		r.startDrain(c, e.From)
 	case readercore.ArmRetryTimer:
-		r.timers.cancel(r.shell.retryTimer.id) // replaced (the core cancels it too)
+		r.timers.Cancel(r.shell.retryTimer.id) // replaced (the core cancels it too)
 		r.shell.retryTimer.ref = e.Ref
-		r.shell.retryTimer.id = r.timers.after(root, c.Self(), e.After, readercore.RetryTimer{Ref: e.Ref})
+		r.shell.retryTimer.id = r.timers.After(root, c.Self(), e.After, readercore.RetryTimer{Ref: e.Ref})
 	case readercore.CancelRetryTimer:
 		if r.shell.retryTimer.ref == e.Ref {
-			r.timers.cancel(r.shell.retryTimer.id)
+			r.timers.Cancel(r.shell.retryTimer.id)
 			r.shell.retryTimer.ref, r.shell.retryTimer.id = 0, 0
 		}
 	case readercore.ArmCutTimer:
 		// armed while the effects of the chunk's own Step are executed: the fragment max age
 		// counts from the oldest chunk's arrival at the core
-		r.timers.cancel(r.shell.cutTimer.id) // the core cancels before it arms; kept for safety
+		r.timers.Cancel(r.shell.cutTimer.id) // the core cancels before it arms; kept for safety
 		r.shell.cutTimer.ref = e.Ref
-		r.shell.cutTimer.id = r.timers.after(root, c.Self(), e.After, readercore.CutTimer{Ref: e.Ref})
+		r.shell.cutTimer.id = r.timers.After(root, c.Self(), e.After, readercore.CutTimer{Ref: e.Ref})
 	case readercore.CancelCutTimer:
 		if r.shell.cutTimer.ref == e.Ref {
-			r.timers.cancel(r.shell.cutTimer.id)
+			r.timers.Cancel(r.shell.cutTimer.id)
 			r.shell.cutTimer.ref, r.shell.cutTimer.id = 0, 0
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
@@ -54,6 +55,7 @@ type persistDeps struct {
 	log       zerolog.Logger
 	metrics   *Metrics
 	faults    *faultHooks
+	clock     shell.Clock // stamps the result the core takes; nil: the wall clock
 }
 
 // persister is the persist actor: a child of the reader incarnation that needs a persist,
@@ -61,7 +63,7 @@ type persistDeps struct {
 // runs the conditional etcd transaction, all within its deadline and with its owner's
 // context; it answers and stops. A panic becomes PersistFailed. (One actor per attempt
 // rather than one per stream: an attempt stuck outside its context never holds up the next
-// one; the owner's overdue timer answers for it, see taskSet.)
+// one; the owner's overdue timer answers for it, see shell.TaskSet.)
 type persister struct {
 	ctx  context.Context // the owner incarnation's: cancelled when it stops or restarts
 	deps persistDeps
@@ -94,9 +96,9 @@ func (p *persister) run(req *persistRequest) (done persistDone) {
 			p.deps.metrics.TaskPanics.Add(1)
 			p.deps.log.Error().Str("stream", req.Stream).Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).
 				Msg("persist panicked; reported as a failure")
-			done = persistDone{ID: req.ID, Result: persistFailure(req.Stream, req.Persist.Ref, fmt.Sprintf("persist panicked: %v", v))}
+			done = persistDone{ID: req.ID, Result: persistFailure(req.Stream, req.Persist.Ref, fmt.Sprintf("persist panicked: %v", v), shell.OrWall(p.deps.clock).Now())}
 		}
-		done.Result.Now = time.Now().UnixMilli()
+		done.Result.Now = shell.OrWall(p.deps.clock).Now().UnixMilli()
 		p.deps.metrics.observePersist(done.Result.Outcome, time.Since(start))
 	}()
 	p.deps.faults.atTask("persist")
@@ -106,8 +108,8 @@ func (p *persister) run(req *persistRequest) (done persistDone) {
 
 // persistFailure is the PersistFailed result of a persist of stream that gave no answer of
 // its own (it panicked, or its answer never came).
-func persistFailure(stream string, ref readercore.Ref, reason string) readercore.PersistResult {
-	return readercore.PersistResult{Ref: ref, Outcome: readercore.PersistFailed, Now: time.Now().UnixMilli(),
+func persistFailure(stream string, ref readercore.Ref, reason string, now time.Time) readercore.PersistResult {
+	return readercore.PersistResult{Ref: ref, Outcome: readercore.PersistFailed, Now: now.UnixMilli(),
 		Reason: fmt.Sprintf("persist %s: %s", stream, reason)}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
@@ -34,11 +35,11 @@ type persistFixture struct {
 func newPersistFixture(t *testing.T, timeout time.Duration, faults *faultHooks) *persistFixture {
 	t.Helper()
 	log, _ := testLogger(t)
-	f := &persistFixture{w: newWorld(t, worldOptions{etcdFaults: true}), sys: newSystem(t, log), metrics: &Metrics{}}
+	f := &persistFixture{w: newWorld(t, worldOptions{EtcdFaults: true}), sys: newSystem(t, log), metrics: &Metrics{}}
 	f.probe = newProbe(t, f.sys)
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	t.Cleanup(f.cancel)
-	f.deps = persistDeps{store: f.w.store, meta: f.w.meta, keyPrefix: manifest.DefaultKeyPrefix, timeout: timeout,
+	f.deps = persistDeps{store: f.w.Store, meta: f.w.Meta, keyPrefix: manifest.DefaultKeyPrefix, timeout: timeout,
 		log: log, metrics: f.metrics, faults: faults}
 	return f
 }
@@ -49,7 +50,7 @@ func (f *persistFixture) send(stream string, epoch uint64, expected int64, root 
 	f.nextID++
 	ctx, deps := f.ctx, f.deps
 	pid := f.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return newPersister(ctx, deps) }))
-	f.sys.Root.Send(pid, &persistRequest{ID: f.nextID, Stream: stream, ReplyTo: f.probe.pid,
+	f.sys.Root.Send(pid, &persistRequest{ID: f.nextID, Stream: stream, ReplyTo: f.probe.PID,
 		Persist: readercore.StartPersist{Ref: readercore.Ref(100 + f.nextID), Root: root, ExpectedRevision: expected, Epoch: epoch}})
 	return f.nextID
 }
@@ -71,7 +72,7 @@ func (f *persistFixture) persist(t *testing.T, stream string, epoch uint64, expe
 
 func (f *persistFixture) anchor(t *testing.T, stream string) {
 	t.Helper()
-	if err := f.w.meta.Anchor(context.Background(), stream); err != nil {
+	if err := f.w.Meta.Anchor(context.Background(), stream); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -102,10 +103,10 @@ func TestPersistActorOutcomes(t *testing.T) {
 	if r := d.Result; r.Outcome != readercore.PersistOK || r.Revision != 1 || r.RootUID == 0 || d.Deleted != "" {
 		t.Fatalf("ok: %+v", d)
 	}
-	if _, err := f.w.store.GetObject(ctx, manifest.RootKey(manifest.DefaultKeyPrefix, "ok", 1, d.Result.RootUID)); err != nil {
+	if _, err := f.w.Store.GetObject(ctx, manifest.RootKey(manifest.DefaultKeyPrefix, "ok", 1, d.Result.RootUID)); err != nil {
 		t.Fatalf("ok: the root object the record names: %v", err)
 	}
-	if rec, rev, found, err := f.w.meta.ReadManifest(ctx, "ok"); err != nil || !found || rev != 1 || rec.RootUID != d.Result.RootUID || rec.NextOffset != 10 {
+	if rec, rev, found, err := f.w.Meta.ReadManifest(ctx, "ok"); err != nil || !found || rev != 1 || rec.RootUID != d.Result.RootUID || rec.NextOffset != 10 {
 		t.Fatalf("ok: stored record %+v at %d (found %t, %v)", rec, rev, found, err)
 	}
 	if d := f.persist(t, "ok", 1, 1, manifest.EmptyAt(20)); d.Result.Outcome != readercore.PersistOK || d.Result.Revision != 2 {
@@ -113,14 +114,14 @@ func TestPersistActorOutcomes(t *testing.T) {
 	}
 
 	f.anchor(t, "conflict")
-	otherWriter(t, f.w.meta, "conflict", 1, 0, metadata.ManifestRecord{RootUID: 9, FirstOffset: 5, NextOffset: 5, FirstTimestamp: -1})
+	otherWriter(t, f.w.Meta, "conflict", 1, 0, metadata.ManifestRecord{RootUID: 9, FirstOffset: 5, NextOffset: 5, FirstTimestamp: -1})
 	d = f.persist(t, "conflict", 1, 0, root)
 	if r := d.Result; r.Outcome != readercore.PersistConflict || !strings.Contains(r.Reason, "revision 1 at epoch 1 is stored, expected 0 at epoch 1") {
 		t.Fatalf("conflict: %+v", d)
 	}
 
 	f.anchor(t, "fenced")
-	otherWriter(t, f.w.meta, "fenced", 2, 0, metadata.ManifestRecord{RootUID: 9, FirstOffset: 5, NextOffset: 5, FirstTimestamp: -1})
+	otherWriter(t, f.w.Meta, "fenced", 2, 0, metadata.ManifestRecord{RootUID: 9, FirstOffset: 5, NextOffset: 5, FirstTimestamp: -1})
 	d = f.persist(t, "fenced", 1, 1, root)
 	if r := d.Result; r.Outcome != readercore.PersistFenced || r.StoredEpoch != 2 {
 		t.Fatalf("fenced: %+v", d)
@@ -134,7 +135,7 @@ func TestPersistActorOutcomes(t *testing.T) {
 	if d := f.persist(t, "vanished", 1, 0, root); d.Result.Outcome != readercore.PersistOK {
 		t.Fatalf("vanished, first persist: %+v", d)
 	}
-	if _, err := f.w.meta.Client().Delete(ctx, manifest.EtcdStreamPrefix(f.w.meta.Prefix(), "vanished"), clientv3.WithPrefix()); err != nil {
+	if _, err := f.w.Meta.Client().Delete(ctx, metadata.StreamPrefix(f.w.Meta.Prefix(), "vanished"), clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
 	d = f.persist(t, "vanished", 1, 1, root)
@@ -146,7 +147,7 @@ func TestPersistActorOutcomes(t *testing.T) {
 	if d := f.persist(t, "deleted", 1, 0, root); d.Result.Outcome != readercore.PersistOK {
 		t.Fatalf("deleted, first persist: %+v", d)
 	}
-	if err := f.w.meta.DeleteStream(ctx, "deleted"); err != nil {
+	if err := f.w.Meta.DeleteStream(ctx, "deleted"); err != nil {
 		t.Fatal(err)
 	}
 	for _, expected := range []int64{1, 0} { // whatever the writer expected
@@ -172,7 +173,7 @@ func TestPersistActorFailsAtDeadlineDuringPartition(t *testing.T) {
 	if d := f.persist(t, "p", 1, 0, manifest.EmptyAt(1)); d.Result.Outcome != readercore.PersistOK {
 		t.Fatalf("before the partition: %+v", d)
 	}
-	f.w.proxy.Partition()
+	f.w.Proxy.Partition()
 	start := time.Now()
 	d := f.persist(t, "p", 1, 1, manifest.EmptyAt(2))
 	took := time.Since(start)
@@ -185,12 +186,12 @@ func TestPersistActorFailsAtDeadlineDuringPartition(t *testing.T) {
 	if f.metrics.PersistFailures.Load() != 1 {
 		t.Fatalf("%d failures counted, want 1", f.metrics.PersistFailures.Load())
 	}
-	f.w.proxy.Heal()
+	f.w.Proxy.Heal()
 	// The timed-out transaction may still reach etcd once the bytes flow again (an
 	// ambiguous outcome: the core treats the conflict it then meets as a reinitialize).
 	// Persist on from whatever revision etcd holds.
 	until(t, 10*time.Second, "a persist after the partition healed", func() (bool, string) {
-		_, rev, _, err := f.w.meta.ReadManifest(context.Background(), "p")
+		_, rev, _, err := f.w.Meta.ReadManifest(context.Background(), "p")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -226,12 +227,12 @@ func TestPersistActorPanicIsFailure(t *testing.T) {
 func TestPersistActorOfEndedOwnerIsSilent(t *testing.T) {
 	f := newPersistFixture(t, 10*time.Second, nil)
 	f.anchor(t, "orphan")
-	f.w.proxy.Partition()
+	f.w.Proxy.Partition()
 	f.send("orphan", 1, 0, manifest.EmptyAt(1))
 	time.Sleep(50 * time.Millisecond) // in the transaction
 	f.cancel()
 	quiet[persistDone](t, f.probe, 300*time.Millisecond)
-	f.w.proxy.Heal()
+	f.w.Proxy.Heal()
 }
 
 // TestPersistOverdueBecomesFailure: a persist actor whose answer never comes (here it is
@@ -243,7 +244,7 @@ func TestPersistOverdueBecomesFailure(t *testing.T) {
 	clock := newManualClock()
 	release := make(chan struct{})
 	var stuck atomic.Bool
-	n := w.startNode(Config{Logger: log, clock: clock, PersistTimeout: 2 * time.Second, faults: &faultHooks{task: func(name string) {
+	n := startNode(w, Config{Logger: log, clock: clock, PersistTimeout: 2 * time.Second, faults: &faultHooks{task: func(name string) {
 		if name == "persist" && stuck.CompareAndSwap(false, true) {
 			<-release // the first persist ignores its deadline
 		}
@@ -260,10 +261,10 @@ func TestPersistOverdueBecomesFailure(t *testing.T) {
 	if err := n.AddStream(StreamSpec{ID: "od", Log: lg, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
-	grace := 2*time.Second + taskGrace(2*time.Second)
+	grace := 2*time.Second + shell.TaskGrace(2*time.Second)
 	until(t, 10*time.Second, "a persist in flight with its overdue timer", func() (bool, string) {
 		st, _ := n.Status(context.Background(), "od")
-		_, first := clock.pending()
+		_, first := clock.Pending()
 		return st.Core.PersistState == "in-flight" && first == grace, st.Core.PersistState
 	})
 	clock.Advance(grace)

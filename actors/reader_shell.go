@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/readercore"
 )
 
@@ -20,7 +21,7 @@ type restartDrain struct{ pid *actor.PID }
 type readerShell struct {
 	owner   uint64
 	self    *actor.PID
-	tasks   taskSet
+	tasks   shell.TaskSet
 	held    map[readercore.Ref]*heldSubmit
 	backoff restartBackoff
 	born    time.Time // the origin of the core's retry clock (TransferResult.At, RetryTimer.At)
@@ -60,31 +61,31 @@ func (s *readerShell) submitted(sub *submitTransfer) {
 
 // settled forgets an attempt that answered: held if its admission was not seen yet, and
 // its deadline timer.
-func (s *readerShell) settled(t *timers, ref readercore.Ref, attempt int) {
+func (s *readerShell) settled(t *shell.Timers, ref readercore.Ref, attempt int) {
 	if h := s.held[ref]; h != nil && h.sub.Attempt == attempt {
 		delete(s.held, ref)
 	}
 	if d, ok := s.deadlines[ref]; ok && d.attempt <= attempt {
-		t.cancel(d.id)
+		t.Cancel(d.id)
 		delete(s.deadlines, ref)
 	}
 }
 
 // armDeadline arms the deadline of one attempt, replacing the timer of an earlier attempt
 // of the same transfer (superseded: the core would ignore it).
-func (s *readerShell) armDeadline(t *timers, root *actor.RootContext, e readercore.ArmTransferDeadline) {
+func (s *readerShell) armDeadline(t *shell.Timers, root *actor.RootContext, e readercore.ArmTransferDeadline) {
 	if d, ok := s.deadlines[e.Ref]; ok {
-		t.cancel(d.id)
+		t.Cancel(d.id)
 	}
-	id := t.after(root, s.self, e.After, readercore.TransferDeadline{Ref: e.Ref, Attempt: e.Attempt})
+	id := t.After(root, s.self, e.After, readercore.TransferDeadline{Ref: e.Ref, Attempt: e.Attempt})
 	s.deadlines[e.Ref] = armedDeadline{attempt: e.Attempt, id: id}
 }
 
 func (r *reader) initShell(c actor.Context) {
-	r.timers.clock = r.n.cfg.clock
+	r.timers.Clock = r.n.cfg.clock
 	r.shell = readerShell{
 		owner: r.n.owners.Add(1), self: c.Self(),
-		tasks:     taskSet{log: r.log, metrics: r.n.metrics, faults: r.n.cfg.faults},
+		tasks:     shell.TaskSet{Log: r.log, Panics: &r.n.metrics.TaskPanics, AtTask: r.n.cfg.faults.atTask},
 		held:      make(map[readercore.Ref]*heldSubmit),
 		born:      r.n.cfg.clock.Now(),
 		deadlines: make(map[readercore.Ref]armedDeadline),
@@ -92,9 +93,9 @@ func (r *reader) initShell(c actor.Context) {
 }
 
 // spawnTask runs spec as a child task with this incarnation's context; its result (or the
-// failure it is turned into) comes back as taskDone or taskOverdue, exactly once.
-func (r *reader) spawnTask(c actor.Context, spec taskSpec) {
-	r.shell.tasks.spawn(c, r.ctx, &r.timers, spec)
+// failure it is turned into) comes back as shell.TaskDone or shell.TaskOverdue, exactly once.
+func (r *reader) spawnTask(c actor.Context, spec shell.TaskSpec) {
+	r.shell.tasks.Spawn(c, r.ctx, &r.timers, spec)
 }
 
 // armTransferDeadline holds the core's deadline of an attempt still queued in the governor
@@ -110,12 +111,12 @@ func (r *reader) armTransferDeadline(c actor.Context, e readercore.ArmTransferDe
 
 func (r *reader) onShellMsg(c actor.Context, msg any) {
 	switch m := msg.(type) {
-	case taskDone:
-		if res, ok := r.shell.tasks.done(&r.timers, m); ok {
+	case shell.TaskDone:
+		if res, ok := r.shell.tasks.Done(&r.timers, m); ok {
 			r.deliver(c, res)
 		}
-	case taskOverdue:
-		if res, name, ok := r.shell.tasks.overdue(m); ok {
+	case shell.TaskOverdue:
+		if res, name, ok := r.shell.tasks.Overdue(m); ok {
 			r.n.metrics.TasksOverdue.Add(1)
 			r.log.Error().Str("task", name).Msg("task result overdue: going on with a failure")
 			r.deliver(c, res)
@@ -187,7 +188,7 @@ func (r *reader) HandleFailure(system *actor.ActorSystem, sup actor.Supervisor, 
 	delay := r.shell.backoff.next(r.n.cfg.clock.Now())
 	r.log.Error().Str("reason", fmt.Sprint(reason)).Dur("restart_in", delay).
 		Msg("drain failed; restarting it at the core's drain position")
-	r.timers.after(system.Root, r.shell.self, delay, restartDrain{pid: child})
+	r.timers.After(system.Root, r.shell.self, delay, restartDrain{pid: child})
 }
 
 // sortedRefs returns the refs of m in increasing order (cut order).

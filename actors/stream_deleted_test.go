@@ -80,7 +80,7 @@ func (e *deletedEnv) handle(stream string) *streamHandle {
 func (e *deletedEnv) traces(stream string) []string {
 	e.t.Helper()
 	ctx := context.Background()
-	resp, err := e.meta.Client().Get(ctx, manifest.EtcdStreamPrefix(e.meta.Prefix(), stream), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := e.meta.Client().Get(ctx, metadata.StreamPrefix(e.meta.Prefix(), stream), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestDeletedStreamRememberedByHandle(t *testing.T) {
 	}
 	e.persistAll("gone", lg, 200)
 	ctx := context.Background()
-	if _, err := e.meta.Client().Delete(ctx, manifest.EtcdStreamPrefix(e.meta.Prefix(), "gone"), clientv3.WithPrefix()); err != nil {
+	if _, err := e.meta.Client().Delete(ctx, metadata.StreamPrefix(e.meta.Prefix(), "gone"), clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
 	e.emptyPrefix("gone")

@@ -27,7 +27,7 @@ func TestParkedStreamComesBack(t *testing.T) {
 	clock := newManualClock()
 	var broken atomic.Bool
 	const retry = 5 * time.Minute
-	n := w.startNode(Config{Logger: log, clock: clock, ParkRetryInterval: retry, faults: &faultHooks{reader: func(msg any) {
+	n := startNode(w, Config{Logger: log, clock: clock, ParkRetryInterval: retry, faults: &faultHooks{reader: func(msg any) {
 		if _, ok := msg.(*actor.Started); ok && broken.Load() {
 			panic("injected: the reader cannot start")
 		}
@@ -45,7 +45,7 @@ func TestParkedStreamComesBack(t *testing.T) {
 		if _, ok := h.parkedState(); ok {
 			break
 		}
-		d := clock.awaitTimer(t, retry, "a restart or the park retry")
+		d := clock.AwaitTimer(t, retry, "a restart or the park retry")
 		if _, ok := h.parkedState(); ok {
 			break
 		}
@@ -69,12 +69,12 @@ func TestParkedStreamComesBack(t *testing.T) {
 	if err := n.ForceCut("pk"); err == nil || !strings.Contains(err.Error(), "parked") {
 		t.Fatalf("cut of a parked stream: %v", err)
 	}
-	if n.Metrics().Parks.Load() != 1 || logs.count("stream parked") != 1 {
-		t.Fatalf("parks %d, log lines %d", n.Metrics().Parks.Load(), logs.count("stream parked"))
+	if n.Metrics().Parks.Load() != 1 || logs.Count("stream parked") != 1 {
+		t.Fatalf("parks %d, log lines %d", n.Metrics().Parks.Load(), logs.Count("stream parked"))
 	}
 	since := st.Parked.Since
 	failures := h.restarts.Load()
-	if d := clock.awaitTimer(t, retry, "park retry"); d != retry {
+	if d := clock.AwaitTimer(t, retry, "park retry"); d != retry {
 		t.Fatalf("the next timer is in %v, want the retry in %v", d, retry)
 	}
 	clock.Advance(retry - time.Second)
@@ -95,7 +95,7 @@ func TestParkedStreamComesBack(t *testing.T) {
 	// The cause goes away; data keeps coming; the next retry resumes the stream.
 	broken.Store(false)
 	writeLog(t, lg, 5, loadgen.Limit{Bytes: 40 << 10})
-	clock.awaitTimer(t, retry, "park retry")
+	clock.AwaitTimer(t, retry, "park retry")
 	clock.Advance(retry)
 	until(t, 10*time.Second, "reader running after the retry", func() (bool, string) { return running(n, "pk") })
 	if _, ok := h.parkedState(); ok || h.retrying() {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
@@ -20,8 +21,8 @@ import (
 func (r *reader) resolve(c actor.Context) {
 	stream := r.h.spec.ID
 	n, h := r.n, r.h
-	r.spawnTask(c, taskSpec{name: "resolution", timeout: n.cfg.ResolveTimeout,
-		run: func(ctx context.Context) any {
+	r.spawnTask(c, shell.TaskSpec{Name: "resolution", Timeout: n.cfg.ResolveTimeout,
+		Run: func(ctx context.Context) any {
 			res, deleted, err := resolveManifest(ctx, n, h, stream)
 			lg := h.spec.Log
 			opened := readercore.LogOpened{First: lg.FirstOffset(), Next: lg.NextOffset(), Epoch: h.spec.Epoch}
@@ -33,7 +34,7 @@ func (r *reader) resolve(c actor.Context) {
 			}
 			return &resolvedMsg{Resolved: res, Log: opened, Deleted: deleted, Err: err}
 		},
-		failed: func(reason string) any { return &resolvedMsg{Err: fmt.Errorf("resolve %s: %s", stream, reason)} },
+		Failed: func(reason string) any { return &resolvedMsg{Err: fmt.Errorf("resolve %s: %s", stream, reason)} },
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"github.com/streamtier/streamtier/actors/internal/shell"
 )
 
 // restartBackoff spaces out the restarts of an actor that keeps failing: the first failure
@@ -46,7 +47,7 @@ func (b *restartBackoff) next(now time.Time) time.Duration {
 // later failures stop the actor instead and cancels the delayed restarts.
 type guardian struct {
 	log     zerolog.Logger
-	clock   clock
+	clock   shell.Clock
 	metrics *Metrics
 
 	mu      sync.Mutex
@@ -56,8 +57,8 @@ type guardian struct {
 	next    uint64
 }
 
-func newGuardian(log zerolog.Logger, c clock, m *Metrics) *guardian {
-	return &guardian{log: log, clock: orWall(c), metrics: m, backoff: map[string]*restartBackoff{}, pending: map[uint64]func() bool{}}
+func newGuardian(log zerolog.Logger, c shell.Clock, m *Metrics) *guardian {
+	return &guardian{log: log, clock: shell.OrWall(c), metrics: m, backoff: map[string]*restartBackoff{}, pending: map[uint64]func() bool{}}
 }
 
 // HandleFailure restarts child, at once or after its backoff delay. protoactor calls it

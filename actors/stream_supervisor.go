@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"github.com/streamtier/streamtier/actors/internal/shell"
 )
 
 // streamGone tells a stream's supervisor that its reader stopped for good (stream deleted).
@@ -35,13 +36,13 @@ type streamSupervisor struct {
 	incarnation uint64
 	self        *actor.PID
 	reader      *actor.PID
-	timers      timers
+	timers      shell.Timers
 	backoff     restartBackoff
 	retriedAt   time.Time // when a parked reader was last retried
 }
 
 func newStreamSupervisor(n *Node, h *streamHandle, log zerolog.Logger, incarnation uint64) *streamSupervisor {
-	return &streamSupervisor{n: n, h: h, log: log, incarnation: incarnation, timers: timers{clock: n.cfg.clock}}
+	return &streamSupervisor{n: n, h: h, log: log, incarnation: incarnation, timers: shell.Timers{Clock: n.cfg.clock}}
 }
 
 func (s *streamSupervisor) Receive(c actor.Context) {
@@ -55,7 +56,7 @@ func (s *streamSupervisor) Receive(c actor.Context) {
 			return &reader{n: s.n, h: s.h, log: s.log}
 		}))
 	case *actor.Stopping, *actor.Restarting:
-		s.timers.stopAll()
+		s.timers.StopAll()
 		s.h.unpark() // a fresh incarnation starts a fresh reader
 	case *actor.Stopped:
 		close(s.h.done)
@@ -99,7 +100,7 @@ func (s *streamSupervisor) HandleFailure(system *actor.ActorSystem, sup actor.Su
 		sup.RestartChildren(child)
 		return
 	}
-	s.timers.after(system.Root, s.self, delay, restartChild{pid: child})
+	s.timers.After(system.Root, s.self, delay, restartChild{pid: child})
 }
 
 // park stops restarting the failing reader on the backoff, records the stream as parked
@@ -113,5 +114,5 @@ func (s *streamSupervisor) park(system *actor.ActorSystem, child *actor.PID, now
 	}
 	s.log.Error().Str("reason", fmt.Sprint(reason)).Int("failures_last_minute", failures).Dur("retry_in", interval).
 		Msg("stream parked: its reader keeps failing; retrying it periodically")
-	s.timers.after(system.Root, s.self, interval, retryParked{pid: child})
+	s.timers.After(system.Root, s.self, interval, retryParked{pid: child})
 }

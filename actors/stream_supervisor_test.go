@@ -32,7 +32,7 @@ func TestSupervisorRestartsReaderWithBackoff(t *testing.T) {
 	clock := newManualClock()
 	var armed atomic.Bool
 	armed.Store(true)
-	n := w.startNode(Config{Logger: log, clock: clock, faults: &faultHooks{reader: func(msg any) {
+	n := startNode(w, Config{Logger: log, clock: clock, faults: &faultHooks{reader: func(msg any) {
 		if _, ok := msg.(forceCutMsg); ok && armed.Load() {
 			panic("injected reader fault")
 		}
@@ -50,7 +50,7 @@ func TestSupervisorRestartsReaderWithBackoff(t *testing.T) {
 		return ok && h.restarts.Load() == 1 && h.incarnations.Load() == 2, st
 	})
 	_ = n.ForceCut("sv") // second failure within a minute: 100 ms on the clock
-	if d := clock.awaitTimer(t, 100*time.Millisecond, "restart delay"); d != 100*time.Millisecond {
+	if d := clock.AwaitTimer(t, 100*time.Millisecond, "restart delay"); d != 100*time.Millisecond {
 		t.Fatalf("restart in %v, want 100ms", d)
 	}
 	if h.incarnations.Load() != 2 || h.restarts.Load() != 2 {
@@ -61,7 +61,7 @@ func TestSupervisorRestartsReaderWithBackoff(t *testing.T) {
 		ok, st := running(n, "sv")
 		return ok && h.incarnations.Load() == 3, st
 	})
-	if n.Metrics().ReaderCrashes.Load() != 2 || logs.count("reader failed; restarting") != 2 {
+	if n.Metrics().ReaderCrashes.Load() != 2 || logs.Count("reader failed; restarting") != 2 {
 		t.Fatalf("%d crashes counted, want 2", n.Metrics().ReaderCrashes.Load())
 	}
 	armed.Store(false)
@@ -75,7 +75,7 @@ func TestSupervisorRestartsReaderWithBackoff(t *testing.T) {
 func TestSupervisorRestartStartsFreshReader(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	log, logs := testLogger(t)
-	n := w.startNode(Config{Logger: log, faults: &faultHooks{stream: func(msg any) {
+	n := startNode(w, Config{Logger: log, faults: &faultHooks{stream: func(msg any) {
 		if _, ok := msg.(poke); ok {
 			panic("injected supervisor fault")
 		}
@@ -90,7 +90,7 @@ func TestSupervisorRestartStartsFreshReader(t *testing.T) {
 	n.root.Send(h.supervisor, poke{})
 	until(t, 10*time.Second, "a fresh reader under the restarted supervisor", func() (bool, string) {
 		ok, st := running(n, "ss")
-		return ok && h.incarnations.Load() == 2 && logs.count("stream supervisor restarted") == 1, st
+		return ok && h.incarnations.Load() == 2 && logs.Count("stream supervisor restarted") == 1, st
 	})
 	writeLog(t, lg, 7, loadgen.Limit{Bytes: 40 << 10})
 	persisted(t, n, "ss", lg.NextOffset(), 20*time.Second)

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
@@ -91,7 +92,7 @@ func Stream(ctx context.Context, o Options) (Report, error) {
 		return Report{}, fmt.Errorf("verify: %w", err)
 	}
 	r := Report{Stream: o.Stream, Findings: []Finding{}, LocalDir: o.LogDir, keyPrefix: o.KeyPrefix}
-	recKey := manifest.EtcdManifestKey(o.Meta.Prefix(), o.Stream)
+	recKey := metadata.ManifestKey(o.Meta.Prefix(), o.Stream)
 	rec, rev, found, err := o.Meta.ReadManifest(ctx, o.Stream)
 	switch {
 	case errors.Is(err, metadata.ErrCorruptRecord):
@@ -341,7 +342,7 @@ func (l *localLog) compare(key string, obj s3io.FragmentObject, r *Report) {
 	}
 }
 
-func (l *localLog) read(loc segments.Location) ([]byte, error) {
+func (l *localLog) read(loc chunk.Location) ([]byte, error) {
 	f, ok := l.files[loc.Segment]
 	if !ok {
 		var err error

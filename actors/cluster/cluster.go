@@ -1,4 +1,4 @@
-package actors
+package cluster
 
 import (
 	"context"
@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/internal/shell"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/messages"
 	"github.com/streamtier/streamtier/metadata"
@@ -20,17 +23,17 @@ import (
 	"github.com/streamtier/streamtier/segments"
 )
 
-// ClusterConfig is what a node needs to take part in a cluster: how long its membership
+// Config is what a node needs to take part in a cluster: how long its membership
 // lease lasts, how to open the local log of a stream the placement gives it, and the
 // replica caches' and transport's timings.
-type ClusterConfig struct {
+type Config struct {
 	// MemberTTL is the membership lease (default 3 s): a node that dies leaves the members
 	// after about this long, and messages to it are dropped from then on.
 	MemberTTL time.Duration
 	// OpenStream returns the spec of a stream this node hosts (its local log and per-stream
 	// settings). ID, Epoch and Replicas are filled from the placement. A replica uses the
 	// log for its own local retention.
-	OpenStream func(stream string) (StreamSpec, error)
+	OpenStream func(stream string) (actors.StreamSpec, error)
 	// ResyncRetry is how long a replica waits for a sync before asking again (default 1 s).
 	ResyncRetry time.Duration
 	// TickInterval is how often replica caches check for unanswered requests (default 200 ms).
@@ -41,9 +44,12 @@ type ClusterConfig struct {
 	// ReorderHold is how long a broadcast held back by TransportFaults waits for a message to
 	// overtake it before it goes anyway (default 100 ms).
 	ReorderHold time.Duration
+
+	clock shell.Clock // nil: the wall clock (tests drive a manual one)
 }
 
-func (c ClusterConfig) withDefaults() ClusterConfig {
+func (c Config) withDefaults() Config {
+	c.clock = shell.OrWall(c.clock)
 	if c.MemberTTL == 0 {
 		c.MemberTTL = 3 * time.Second
 	}
@@ -63,7 +69,7 @@ func (c ClusterConfig) withDefaults() ClusterConfig {
 }
 
 // Validate refuses a configuration the cluster cannot run with, naming the setting.
-func (c ClusterConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case c.OpenStream == nil:
 		return errors.New("cluster config: open_stream: not set")
@@ -75,13 +81,14 @@ func (c ClusterConfig) Validate() error {
 	return nil
 }
 
-// Cluster is a Node taking part in a cluster: it registers the node in etcd, follows the
+// Cluster is a actors.Node taking part in a cluster: it registers the node in etcd, follows the
 // members and the placements, runs the writer of every stream the placement gives it (at
 // the placement's epoch) and a replica manifest cache for every stream it replicates, and
 // carries broadcasts, syncs and registrations between nodes over protoactor-go remote.
 type Cluster struct {
-	node   *Node
-	cfg    ClusterConfig
+	node   *actors.Node
+	root   *actor.RootContext // the node's actor system, where the cluster's actors run
+	cfg    Config
 	self   string
 	addr   string
 	meta   *metadata.Store
@@ -89,7 +96,7 @@ type Cluster struct {
 	lis    *Listener
 	tr     *transport
 	stats  *TransportStats
-	cstats ClusterStats
+	cstats Stats
 
 	ctx    context.Context // cancelled by Stop: ends the watches and the role loop
 	cancel context.CancelFunc
@@ -106,8 +113,8 @@ type Cluster struct {
 	stopped    bool
 }
 
-// ClusterStats counts role changes; all counters only rise.
-type ClusterStats struct {
+// Stats counts role changes; all counters only rise.
+type Stats struct {
 	WritersStarted  int64
 	WritersStopped  int64
 	WritersFenced   int64
@@ -134,12 +141,12 @@ type fenceEvent struct {
 	stored uint64
 }
 
-// StartCluster starts a node (see Start) on the listener's actor system and its cluster
+// Start starts a node (see Start) on the listener's actor system and its cluster
 // side: the membership registration, and the watches of members and placements, which start
 // and stop writers and replica caches. cfg.Replicas and cfg.System are set by the cluster.
 // The cluster owns lis from now on (it is closed on failure and by Stop); the caller owns
 // store and meta and closes them after Stop.
-func StartCluster(ctx context.Context, lis *Listener, cfg Config, cc ClusterConfig, store *s3io.Store, meta *metadata.Store) (*Cluster, error) {
+func Start(ctx context.Context, lis *Listener, cfg actors.Config, cc Config, store *s3io.Store, meta *metadata.Store) (*Cluster, error) {
 	if lis == nil {
 		return nil, errors.New("start cluster: no listener (call Listen first)")
 	}
@@ -165,13 +172,13 @@ func StartCluster(ctx context.Context, lis *Listener, cfg Config, cc ClusterConf
 		fenced: map[string]uint64{}, placements: map[string]metadata.Placement{},
 	}
 	cfg.Replicas, cfg.System = c, lis.system
-	node, err := Start(ctx, cfg, store, meta)
+	node, err := actors.Start(ctx, cfg, store, meta)
 	if err != nil {
 		return refuse(err)
 	}
-	c.node = node
+	c.node, c.root = node, lis.system.Root
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	c.tr = &transport{cl: c, root: node.root, log: c.log, queueMax: int64(cc.OutboundQueue), hold: cc.ReorderHold,
+	c.tr = &transport{cl: c, root: c.root, log: c.log, queueMax: int64(cc.OutboundQueue), hold: cc.ReorderHold,
 		stats: c.stats, out: map[string]*outbound{}}
 	fail := func(err error) (*Cluster, error) {
 		c.cancel()
@@ -180,7 +187,7 @@ func StartCluster(ctx context.Context, lis *Listener, cfg Config, cc ClusterConf
 		return nil, errors.Join(err, c.shutdown(sctx))
 	}
 	ep := &endpointActor{cl: c}
-	if _, err := node.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return ep }), EndpointName); err != nil {
+	if _, err := c.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return ep }), EndpointName); err != nil {
 		return fail(fmt.Errorf("start cluster: spawn endpoint: %w", err))
 	}
 	initial, memberEvents, err := meta.WatchMembers(c.ctx)
@@ -206,8 +213,8 @@ func StartCluster(ctx context.Context, lis *Listener, cfg Config, cc ClusterConf
 	return c, nil
 }
 
-// Node is the node the cluster runs.
-func (c *Cluster) Node() *Node { return c.node }
+// actors.Node is the node the cluster runs.
+func (c *Cluster) Node() *actors.Node { return c.node }
 
 // Address is where this node's actor system listens (registered in etcd).
 func (c *Cluster) Address() string { return c.addr }
@@ -247,7 +254,7 @@ func (c *Cluster) shutdown(ctx context.Context) error {
 	c.writers = map[string]*writerRole{}
 	c.mu.Unlock()
 	for _, r := range replicas {
-		if err := c.node.root.StopFuture(r.pid).Wait(); err != nil {
+		if err := c.root.StopFuture(r.pid).Wait(); err != nil {
 			errs = append(errs, fmt.Errorf("stop replica cache: %w", err))
 		}
 	}
@@ -339,7 +346,7 @@ func (c *Cluster) applyMember(ev metadata.MemberEvent) {
 	c.mu.Unlock()
 	c.log.Info().Str("member", ev.Member.Node).Str("address", ev.Member.Address).Msg("member joined")
 	for _, pid := range notify {
-		c.node.root.Send(pid, writerRejoinedMsg{node: ev.Member.Node})
+		c.root.Send(pid, writerRejoinedMsg{node: ev.Member.Node})
 	}
 }
 
@@ -431,7 +438,7 @@ func (c *Cluster) stopWriter(stream, reason string) {
 	w.cancel()
 	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
 	defer cancel()
-	if err := c.node.RemoveStream(ctx, stream); err != nil && !errors.Is(err, ErrUnknownStream) {
+	if err := c.node.RemoveStream(ctx, stream); err != nil && !errors.Is(err, actors.ErrUnknownStream) {
 		c.roleError(stream, err)
 	}
 	c.log.Info().Str("stream", stream).Uint64("epoch", w.epoch).Str("reason", reason).Msg("writer stopped")
@@ -455,61 +462,15 @@ func (c *Cluster) applyFence(f fenceEvent) {
 // epoch. When a higher epoch has persisted, the writer is deposed: its next persist would be
 // refused anyway, and stopping it now stops its uploads too.
 func (c *Cluster) watchFence(ctx context.Context, stream string, epoch uint64) {
-	key := manifest.EtcdEpochKey(c.meta.Prefix(), stream)
-	cli := c.meta.Client()
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		resp, err := cli.Get(ctx, key)
-		if err != nil {
-			if !pauseOrDone(ctx, backoff) {
-				return
-			}
-			backoff = min(2*backoff, 5*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-		if len(resp.Kvs) > 0 && c.fencedBy(ctx, stream, epoch, resp.Kvs[0].Value) {
-			return
-		}
-		for wr := range cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
-			if wr.Err() != nil {
-				break // compacted or lost: read again
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut && c.fencedBy(ctx, stream, epoch, ev.Kv.Value) {
-					return
-				}
-			}
-		}
-	}
-}
-
-// fencedBy reports (to the role loop) whether the stored epoch value is above epoch.
-func (c *Cluster) fencedBy(ctx context.Context, stream string, epoch uint64, value []byte) bool {
-	stored, err := metadata.ParseEpoch(stream, value)
-	if err != nil {
+	stored, err := c.meta.WatchEpoch(ctx, stream, epoch, func(err error) {
 		c.log.Error().Err(err).Str("stream", stream).Msg("stored epoch unreadable")
-		return false
-	}
-	if stored <= epoch {
-		return false
+	})
+	if err != nil {
+		return // ctx ended: the writer stopped
 	}
 	select {
 	case c.fences <- fenceEvent{stream: stream, epoch: epoch, stored: stored}:
 	case <-ctx.Done():
-	}
-	return true
-}
-
-// pauseOrDone waits d and reports true, or reports false as soon as ctx ends.
-func pauseOrDone(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -519,7 +480,7 @@ func (c *Cluster) ensureReplica(p metadata.Placement) {
 	r, ok := c.replicas[p.Stream]
 	c.mu.Unlock()
 	if ok {
-		c.node.root.Send(r.pid, writerChangedMsg{writer: p.Writer, epoch: p.Epoch})
+		c.root.Send(r.pid, writerChangedMsg{writer: p.Writer, epoch: p.Epoch})
 		return
 	}
 	spec, err := c.cfg.OpenStream(p.Stream)
@@ -530,7 +491,7 @@ func (c *Cluster) ensureReplica(p metadata.Placement) {
 	snap := &replicaSnapshot{}
 	ra := &replicaActor{cl: c, stream: p.Stream, log: spec.Log, placement: p, snap: snap,
 		logger: c.log.With().Str("stream", p.Stream).Str("actor", "replica").Logger()}
-	pid, err := c.node.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return ra }), "replica/"+p.Stream)
+	pid, err := c.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return ra }), "replica/"+p.Stream)
 	if err != nil {
 		c.roleError(p.Stream, fmt.Errorf("start replica cache of %s: %w", p.Stream, err))
 		return
@@ -553,7 +514,7 @@ func (c *Cluster) stopReplica(stream string) {
 	if !ok {
 		return
 	}
-	if err := c.node.root.StopFuture(r.pid).Wait(); err != nil {
+	if err := c.root.StopFuture(r.pid).Wait(); err != nil {
 		c.roleError(stream, fmt.Errorf("stop replica cache: %w", err))
 	}
 	c.log.Info().Str("stream", stream).Msg("replica cache stopped")
@@ -568,8 +529,8 @@ func (c *Cluster) replicaPID(stream string) *actor.PID {
 	return nil
 }
 
-// ClusterStatus is what an operator sees of a cluster node.
-type ClusterStatus struct {
+// Status is what an operator sees of a cluster node.
+type Status struct {
 	Node       string
 	Address    string
 	Members    map[string]string        // node -> address
@@ -577,15 +538,15 @@ type ClusterStatus struct {
 	Fenced     map[string]uint64        // streams whose writer was fenced -> the epoch that did it
 	Replicas   map[string]ReplicaStatus // streams this node replicates
 	Placements map[string]metadata.Placement
-	Roles      ClusterStats
+	Roles      Stats
 	Faults     TransportFaults
 }
 
 // Status reports the node's membership, roles and replica caches.
-func (c *Cluster) Status() ClusterStatus {
+func (c *Cluster) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := ClusterStatus{
+	st := Status{
 		Node: c.self, Address: c.addr, Members: map[string]string{}, Writers: map[string]uint64{},
 		Fenced: map[string]uint64{}, Replicas: map[string]ReplicaStatus{}, Placements: map[string]metadata.Placement{},
 		Roles: c.cstats,
@@ -615,18 +576,18 @@ func (c *Cluster) Status() ClusterStatus {
 
 // ReplicaManifest returns the manifest the stream's replica cache holds (the writer's
 // persisted manifest at Revision) and the epoch of the writer that sent it.
-func (c *Cluster) ReplicaManifest(stream string) (Persisted, uint64, bool) {
+func (c *Cluster) ReplicaManifest(stream string) (actors.Persisted, uint64, bool) {
 	c.mu.Lock()
 	r, ok := c.replicas[stream]
 	c.mu.Unlock()
 	if !ok {
-		return Persisted{}, 0, false
+		return actors.Persisted{}, 0, false
 	}
 	s := r.snap.load()
 	if s == nil || !s.Synced {
-		return Persisted{}, 0, false
+		return actors.Persisted{}, 0, false
 	}
-	return Persisted{Manifest: s.manifest, Revision: s.Seq}, s.Epoch, true
+	return actors.Persisted{Manifest: s.manifest, Revision: s.Seq}, s.Epoch, true
 }
 
 // ReplicaLookup finds the fragment holding offset through the replica's cached manifest,
@@ -636,13 +597,13 @@ func (c *Cluster) ReplicaLookup(ctx context.Context, stream string, offset uint6
 	if !ok {
 		return manifest.FragmentRef{}, fmt.Errorf("lookup %s at %d: no synced replica cache on %s", stream, offset, c.self)
 	}
-	prefix := c.node.cfg.KeyPrefix
+	prefix := c.node.Config().KeyPrefix
 	return manifest.LookupOffset(p.Manifest, offset, func(e manifest.Entry) ([]manifest.Entry, error) {
-		key, err := c.node.store.LocateEntry(ctx, prefix, stream, e)
+		key, err := c.node.Store().LocateEntry(ctx, prefix, stream, e)
 		if err != nil {
 			return nil, err
 		}
-		body, err := c.node.store.GetObject(ctx, key)
+		body, err := c.node.Store().GetObject(ctx, key)
 		if err != nil {
 			return nil, fmt.Errorf("get %s: %w", key, err)
 		}
@@ -721,5 +682,68 @@ func (c *Cluster) toReplica(stream string, msg any) {
 		c.stats.Unroutable.Add(1)
 		return
 	}
-	c.node.root.Send(pid, msg)
+	c.root.Send(pid, msg)
+}
+
+// OpenReader opens a reader on a cluster node: of the stream this node writes (the
+// writer's manifest cache and local log) or replicates (the replica cache and the replica's
+// local log). Before the manifest at hand is resolved (a writer resolving, a replica cache
+// not synced) it fails with read.ErrUnavailable.
+//
+// The reader follows the node's role, not the role it opened under: each time it needs the
+// manifest it takes the writer's cache when this node writes the stream now, else the
+// replica cache's, else the last one it saw. A writer failover that promotes this node, or
+// moves the writer away from it, thus goes unnoticed by the reader, while a reader tied to
+// the cache it opened with would follow a manifest that no longer grows and, once local
+// retention passed its end, wait for it forever.
+func (c *Cluster) OpenReader(ctx context.Context, stream string, from read.From) (*read.Reader, error) {
+	log, err := c.readLog(stream)
+	if err != nil {
+		return nil, err
+	}
+	var last atomic.Pointer[manifest.Manifest] // known runs in the reader's and its remote source's goroutines
+	known := func() (manifest.Manifest, bool) {
+		if m, ok := c.readManifest(stream); ok {
+			last.Store(&m)
+			return m, true
+		}
+		if m := last.Load(); m != nil {
+			return *m, true
+		}
+		return manifest.Manifest{}, false
+	}
+	return read.Open(ctx, c.node.ReadSide(stream, log, known), from)
+}
+
+// readLog is the local log of a stream this node writes or replicates.
+func (c *Cluster) readLog(stream string) (*segments.Log, error) {
+	if log, err := c.node.StreamLog(stream); err == nil {
+		return log, nil
+	}
+	c.mu.Lock()
+	r, ok := c.replicas[stream]
+	c.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("stream %q: %w (neither written nor replicated on %s)", stream, actors.ErrUnknownStream, c.self)
+	}
+	return r.log, nil
+}
+
+// readManifest is the stream's manifest at hand on this node now: the writer's cache when
+// this node writes the stream, else its replica cache once synced.
+func (c *Cluster) readManifest(stream string) (manifest.Manifest, bool) {
+	if _, err := c.node.StreamLog(stream); err == nil {
+		p, ok := c.node.Cached(stream)
+		return p.Manifest, ok
+	}
+	c.mu.Lock()
+	r, ok := c.replicas[stream]
+	c.mu.Unlock()
+	if !ok {
+		return manifest.Manifest{}, false
+	}
+	if s := r.snap.load(); s != nil && s.Synced {
+		return s.manifest, true
+	}
+	return manifest.Manifest{}, false
 }

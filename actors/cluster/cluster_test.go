@@ -1,15 +1,11 @@
-package actors
+package cluster
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/internal/actortest"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/messages"
@@ -31,27 +29,6 @@ import (
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
 )
-
-// childEnv names the test a child process runs (see isolated).
-const childEnv = "STREAMTIER_ACTORS_CLUSTER_CHILD"
-
-// isolated runs the calling test in a fresh process of this test binary and reports
-// whether this is that process (the test body runs there). protoactor's remote may only
-// start once per process, before gRPC does anything (see Listen): a test of its own
-// process starts its listener first, then etcd.
-func isolated(t *testing.T) bool {
-	t.Helper()
-	if os.Getenv(childEnv) == t.Name() {
-		return true
-	}
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), childEnv+"="+t.Name())
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatalf("%s in its own process: %v\n%s", t.Name(), err, out)
-	}
-	return false
-}
 
 // clusterEnv is one test's cluster node: its listener (started first), a real etcd, a real
 // S3 server, and the node's local logs written by the load generator.
@@ -84,12 +61,7 @@ func newClusterEnv(t *testing.T) *clusterEnv {
 	return e
 }
 
-func clusterTestLogger(t *testing.T) zerolog.Logger {
-	if os.Getenv("STREAMTIER_TEST_LOG") == "" {
-		return zerolog.Nop()
-	}
-	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).With().Timestamp().Str("test", t.Name()).Logger()
-}
+var clusterTestLogger = actortest.ConsoleLogger
 
 // log returns the node's log of stream, created on first use.
 func (e *clusterEnv) log(stream string) (*segments.Log, error) {
@@ -127,17 +99,17 @@ func (e *clusterEnv) write(stream string, chunks int64) uint64 {
 // start starts the cluster node n1 on the listener.
 func (e *clusterEnv) start() *Cluster {
 	e.t.Helper()
-	cfg := Config{NodeID: "n1", Logger: clusterTestLogger(e.t), Stream: readercore.Config{
+	cfg := actors.Config{NodeID: "n1", Logger: clusterTestLogger(e.t), Stream: readercore.Config{
 		FragmentTargetSize: 8 << 10, PersistThreshold: 2, PersistInterval: 100 * time.Millisecond,
 	}}
-	cc := ClusterConfig{
+	cc := Config{
 		MemberTTL: 2 * time.Second, ResyncRetry: 300 * time.Millisecond, TickInterval: 50 * time.Millisecond,
-		OpenStream: func(stream string) (StreamSpec, error) {
+		OpenStream: func(stream string) (actors.StreamSpec, error) {
 			lg, err := e.log(stream)
-			return StreamSpec{Log: lg}, err
+			return actors.StreamSpec{Log: lg}, err
 		},
 	}
-	c, err := StartCluster(context.Background(), e.lis, cfg, cc, e.store, e.meta)
+	c, err := Start(context.Background(), e.lis, cfg, cc, e.store, e.meta)
 	if err != nil {
 		e.t.Fatalf("start cluster: %v", err)
 	}
@@ -159,21 +131,7 @@ func (e *clusterEnv) place(p metadata.Placement) {
 	}
 }
 
-// eventually polls cond until it holds or d passes; what names the condition on failure.
-func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %s", what, d, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+var eventually = actortest.Eventually
 
 // persistTail cuts and persists everything below next on the writer node.
 func persistTail(t *testing.T, c *Cluster, stream string, next uint64) {
@@ -219,7 +177,7 @@ func TestClusterFenceStopsDeposedWriter(t *testing.T) {
 		s := n1.Status()
 		return s.Fenced["s1"] == 5 && len(s.Writers) == 0, fmt.Sprintf("%+v", s)
 	})
-	if _, err := n1.Node().Status(context.Background(), "s1"); !errors.Is(err, ErrUnknownStream) {
+	if _, err := n1.Node().Status(context.Background(), "s1"); !errors.Is(err, actors.ErrUnknownStream) {
 		t.Fatalf("fenced writer still runs: %v", err)
 	}
 	persists := n1.Node().Metrics().Persists.Load()
@@ -354,3 +312,5 @@ func TestClusterSendToDeadNodeDoesNotBlock(t *testing.T) {
 		t.Fatalf("10000 messages to a dead node all queued: nothing dropped (sent %d)", n1.Stats().Sent.Load())
 	}
 }
+
+var isolated = actortest.Isolated

@@ -1,4 +1,4 @@
-package actors
+package cluster
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/metadata"
 )
 
@@ -47,7 +48,7 @@ func TestClusterReaderFollowsPromotion(t *testing.T) {
 		_, _, ok := n1.ReplicaManifest("s1")
 		return ok, "not synced"
 	})
-	r, err := n1.OpenReader(ctx, "s1", FromFirst())
+	r, err := n1.OpenReader(ctx, "s1", read.FromFirst())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestClusterReaderFollowsPromotion(t *testing.T) {
 			t.Fatalf("reader at %d (the old manifest ends at %d, the local log starts at %d, the stream at %d): %v",
 				r.Position(), next1, lg.FirstOffset(), next3, err)
 		}
-		if it.Offset != pos || it.Kind != ItemChunk {
+		if it.Offset != pos || it.Kind != read.ItemChunk {
 			t.Fatalf("%s [%d, %d) where %d was next", it.Kind, it.Offset, it.End, pos)
 		}
 		pos = it.End

@@ -1,14 +1,13 @@
-package actors
+package cluster
 
 import (
-	"hash/crc64"
 	"sync/atomic"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"github.com/streamtier/streamtier/actors/replicacore"
+	"github.com/streamtier/streamtier/actors/cluster/replicacore"
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/messages"
 	"github.com/streamtier/streamtier/metadata"
@@ -39,7 +38,7 @@ type (
 )
 
 // ReplicaHeld is one manifest a replica cache held: its revision, the epoch of the writer
-// that sent it, its digest (ManifestDigest) and when the cache took it (ms since the epoch).
+// that sent it, its digest (manifest.Digest) and when the cache took it (ms since the epoch).
 type ReplicaHeld struct {
 	Seq    int64
 	Epoch  uint64
@@ -52,7 +51,7 @@ type ReplicaHeld struct {
 // replica's local log.
 type ReplicaStatus struct {
 	replicacore.Status
-	Digest  uint64        // ManifestDigest of the manifest held
+	Digest  uint64        // manifest.Digest of the manifest held
 	History []ReplicaHeld // the last replicaHistory manifests held, oldest first
 
 	LocalFirst           uint64
@@ -66,14 +65,6 @@ type ReplicaStatus struct {
 
 // replicaHistory bounds ReplicaStatus.History.
 const replicaHistory = 512
-
-// ManifestDigest is a CRC-64 of the manifest's root encoding: equal manifests have equal
-// digests, so a replica and its writer can be compared from their status alone.
-func ManifestDigest(m manifest.Manifest) uint64 {
-	return crc64.Checksum(manifest.EncodeRoot(m), crcTable)
-}
-
-var crcTable = crc64.MakeTable(crc64.ECMA)
 
 // replicaSnapshot publishes a replica cache's status to readers outside the actor.
 type replicaSnapshot struct{ p atomic.Pointer[ReplicaStatus] }
@@ -93,14 +84,14 @@ type replicaActor struct {
 	logger    zerolog.Logger
 
 	core    *replicacore.Core
-	timers  timers
+	timers  shell.Timers
 	status  ReplicaStatus
 	deleted int64
 	retErrs int64
 }
 
 func (a *replicaActor) Receive(c actor.Context) {
-	now := time.Now().UnixMilli()
+	now := a.cl.cfg.clock.Now().UnixMilli()
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		core, err := replicacore.New(replicacore.Config{Stream: a.stream, Node: a.cl.self, ResyncRetry: a.cl.cfg.ResyncRetry})
@@ -112,9 +103,9 @@ func (a *replicaActor) Receive(c actor.Context) {
 		a.core = core
 		a.status.manifest = manifest.Empty()
 		a.step(c, replicacore.WriterChanged{Writer: a.placement.Writer, Epoch: a.placement.Epoch, Now: now})
-		a.timers.after(c.ActorSystem().Root, c.Self(), a.cl.cfg.TickInterval, replicaTickMsg{})
+		a.timers.After(c.ActorSystem().Root, c.Self(), a.cl.cfg.TickInterval, replicaTickMsg{})
 	case *actor.Stopping:
-		a.timers.stopAll()
+		a.timers.StopAll()
 	case replicaEditsMsg:
 		a.step(c, replicacore.Edits{From: m.from, Seq: m.seq, Epoch: m.epoch, Edits: m.edits, Now: now})
 	case replicaSyncMsg:
@@ -125,7 +116,7 @@ func (a *replicaActor) Receive(c actor.Context) {
 		a.step(c, replicacore.WriterRejoined{Node: m.node, Now: now})
 	case replicaTickMsg:
 		a.step(c, replicacore.Tick{Now: now})
-		a.timers.after(c.ActorSystem().Root, c.Self(), a.cl.cfg.TickInterval, replicaTickMsg{})
+		a.timers.After(c.ActorSystem().Root, c.Self(), a.cl.cfg.TickInterval, replicaTickMsg{})
 	}
 }
 
@@ -144,14 +135,14 @@ func (a *replicaActor) step(c actor.Context, ev replicacore.Event) {
 			a.logger.Debug().Str("to", e.To).Bool("resync", e.Resync).Str("reason", e.Reason).Msg("asking the writer for a sync")
 			a.cl.tr.send(e.To, &messages.RegisterReplica{Stream: a.stream, Replica: a.cl.self, Resync: e.Resync, Reason: e.Reason})
 		case replicacore.Publish:
-			d := ManifestDigest(e.Manifest)
+			d := manifest.Digest(e.Manifest)
 			a.status.manifest, a.status.Digest = e.Manifest, d
 			h := a.status.History
 			if n := len(h); n == 0 || h[n-1].Seq != e.Seq || h[n-1].Epoch != e.Epoch || h[n-1].Digest != d {
 				if len(h) >= replicaHistory {
 					h = append(h[:0:0], h[1:]...)
 				}
-				a.status.History = append(h, ReplicaHeld{Seq: e.Seq, Epoch: e.Epoch, Digest: d, At: time.Now().UnixMilli()})
+				a.status.History = append(h, ReplicaHeld{Seq: e.Seq, Epoch: e.Epoch, Digest: d, At: a.cl.cfg.clock.Now().UnixMilli()})
 			}
 		case replicacore.EvaluateLocalRetention:
 			a.localRetention(e.PersistedNext)
@@ -168,16 +159,16 @@ func (a *replicaActor) localRetention(persistedNext uint64) {
 	if a.log == nil {
 		return
 	}
-	cfg := a.cl.node.cfg
-	deletable := localDeletable(a.log.Segments(), persistedNext, cfg.LocalHotWindowBytes, cfg.LocalHotWindowAge, time.Now())
+	cfg := a.cl.node.Config()
+	deletable := segments.DurableDeletable(a.log.Segments(), persistedNext, cfg.LocalHotWindowBytes, cfg.LocalHotWindowAge, a.cl.cfg.clock.Now())
 	if len(deletable) == 0 {
 		return
 	}
 	deleted, err := a.log.ApplyRetention(segments.RetentionPolicy{
 		MayDelete: func(s segments.SegmentInfo) bool { return deletable[s.Name] },
-	}, time.Now())
+	}, a.cl.cfg.clock.Now())
 	a.deleted += int64(len(deleted))
-	a.cl.node.metrics.LocalSegmentsDeleted.Add(int64(len(deleted)))
+	a.cl.node.Metrics().LocalSegmentsDeleted.Add(int64(len(deleted)))
 	if err != nil {
 		a.retErrs++
 		a.logger.Error().Err(err).Msg("replica local retention failed")

@@ -1,4 +1,4 @@
-package actors
+package cluster
 
 import (
 	"fmt"
@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/messages"
 )
 
@@ -134,13 +135,13 @@ type outboundActor struct {
 	node   string
 	q      *outbound
 	held   proto.Message
-	timers timers
+	timers shell.Timers
 }
 
 func (a *outboundActor) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Stopping:
-		a.timers.stopAll()
+		a.timers.StopAll()
 	case outMsg:
 		a.q.pending.Add(-1)
 		a.outgoing(c, m.msg)
@@ -167,7 +168,7 @@ func (a *outboundActor) outgoing(c actor.Context, msg proto.Message) {
 		if a.held == nil && f.ReorderPercent > 0 && rand.IntN(100) < f.ReorderPercent {
 			a.held = msg
 			a.t.stats.Reordered.Add(1)
-			a.timers.after(c.ActorSystem().Root, c.Self(), a.t.hold, flushHeld{})
+			a.timers.After(c.ActorSystem().Root, c.Self(), a.t.hold, flushHeld{})
 			return
 		}
 	}
@@ -278,7 +279,7 @@ type Listener struct {
 
 // Listen starts an actor system with protoactor remote on listen (host:port; port 0 picks a
 // free one), with the guard that keeps malformed or foreign messages from crashing the
-// process. Hand it to StartCluster, or Close it.
+// process. Hand it to Start, or Close it.
 func Listen(listen string, log zerolog.Logger) (*Listener, error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -293,7 +294,7 @@ func Listen(listen string, log zerolog.Logger) (*Listener, error) {
 	}
 	l := &Listener{stats: &TransportStats{}, log: log.With().Str("component", "remote").Logger()}
 	l.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(zerologHandler{log: log.With().Str("component", "protoactor").Logger()})
+		return slog.New(shell.ZerologHandler{Log: log.With().Str("component", "protoactor").Logger()})
 	}))
 	if err := l.start(host, port); err != nil {
 		l.system.Shutdown()

@@ -1,4 +1,4 @@
-package actors
+package read
 
 import (
 	"sync"
@@ -6,15 +6,15 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// DefaultReadBudgetBytes is the node-wide read budget when the setting is zero.
-const DefaultReadBudgetBytes = 256 << 20
+// DefaultBudgetBytes is the node-wide read budget when the setting is zero.
+const DefaultBudgetBytes = 256 << 20
 
-// readBudget divides the node's read budget (read_budget_bytes) evenly among the open
+// Budget divides the node's read budget (read_budget_bytes) evenly among the open
 // remote readers: each holds at most its share (fetched, buffered, delivered and not yet
 // consumed), so many readers stay bounded together, and a slow consumer fills only its own
 // share and stops its own fetching without slowing anyone else. A reader that opens or
 // closes changes every share: each reader gets its new share as a budgetShare message.
-type readBudget struct {
+type Budget struct {
 	total int64
 	bufs  *readBufs // the readers' range buffers, recycled
 
@@ -25,15 +25,15 @@ type readBudget struct {
 // budgetShare tells a remote reader its share of the node's read budget.
 type budgetShare struct{ bytes int64 }
 
-func newReadBudget(total int64) *readBudget {
+func NewBudget(total int64) *Budget {
 	if total <= 0 {
-		total = DefaultReadBudgetBytes
+		total = DefaultBudgetBytes
 	}
-	return &readBudget{total: total, bufs: newReadBufs(total), readers: make(map[*actor.PID]*actor.RootContext)}
+	return &Budget{total: total, bufs: newReadBufs(total), readers: make(map[*actor.PID]*actor.RootContext)}
 }
 
 // join adds a reader and returns its share (everyone else gets theirs by message).
-func (b *readBudget) join(root *actor.RootContext, pid *actor.PID) int64 {
+func (b *Budget) join(root *actor.RootContext, pid *actor.PID) int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.readers[pid] = root
@@ -41,7 +41,7 @@ func (b *readBudget) join(root *actor.RootContext, pid *actor.PID) int64 {
 }
 
 // leave removes a reader; the others get the larger share.
-func (b *readBudget) leave(pid *actor.PID) {
+func (b *Budget) leave(pid *actor.PID) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.readers[pid]; !ok {
@@ -54,7 +54,7 @@ func (b *readBudget) leave(pid *actor.PID) {
 	b.spreadLocked(nil)
 }
 
-func (b *readBudget) spreadLocked(except *actor.PID) int64 {
+func (b *Budget) spreadLocked(except *actor.PID) int64 {
 	share := b.total / int64(max(len(b.readers), 1))
 	share = max(share, 1)
 	for pid, root := range b.readers {

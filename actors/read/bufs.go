@@ -1,4 +1,4 @@
-package actors
+package read
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 // readBufs recycles the range buffers of the node's remote readers. A range GET reads
 // into a buffer from it; the chunks delivered from that range are sub-slices of the
 // buffer, so it comes back (put) only when the reader's core says nothing refers to it any
-// more: the consumer called Next past every chunk cut from it (a ReadItem's Chunk is valid
+// more: the consumer called Next past every chunk cut from it (a Item's Chunk is valid
 // until the next Next or Close). Without it every 4 MiB range was a fresh allocation, and
 // the garbage collector's share cost about a third of the throughput.
 //

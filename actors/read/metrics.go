@@ -1,4 +1,4 @@
-package actors
+package read
 
 import (
 	"context"
@@ -6,71 +6,72 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/segments"
 )
 
-// ReadErrorClass is what kind of failure ended a read, for the read error counters.
-type ReadErrorClass uint8
+// ErrorClass is what kind of failure ended a read, for the read error counters.
+type ErrorClass uint8
 
 // Classes of read errors.
 const (
-	// ReadErrUnavailable: the manifest was not resolved yet (ErrReadUnavailable).
-	ReadErrUnavailable ReadErrorClass = iota
-	// ReadErrCorrupt: bytes that do not verify, remote or local.
-	ReadErrCorrupt
-	// ReadErrMissing: an object the manifest names is not in S3 (ErrRemoteMissing).
-	ReadErrMissing
-	// ReadErrRemote: S3 or etcd failing past the retries the caller's context allowed.
-	ReadErrRemote
-	// ReadErrLocal: the local log failing (a closed log, an I/O error).
-	ReadErrLocal
-	// ReadErrCanceled: the caller's context ended.
-	ReadErrCanceled
-	// ReadErrOther: bad input (an offset ahead of the log, a bad spec) and the rest.
-	ReadErrOther
+	// ClassUnavailable: the manifest was not resolved yet (ErrUnavailable).
+	ClassUnavailable ErrorClass = iota
+	// ClassCorrupt: bytes that do not verify, remote or local.
+	ClassCorrupt
+	// ClassMissing: an object the manifest names is not in S3 (ErrRemoteMissing).
+	ClassMissing
+	// ClassRemote: S3 or etcd failing past the retries the caller's context allowed.
+	ClassRemote
+	// ClassLocal: the local log failing (a closed log, an I/O error).
+	ClassLocal
+	// ClassCanceled: the caller's context ended.
+	ClassCanceled
+	// ClassOther: bad input (an offset ahead of the log, a bad spec) and the rest.
+	ClassOther
 	readErrClasses
 )
 
 // String names the class as the metric label has it.
-func (c ReadErrorClass) String() string {
+func (c ErrorClass) String() string {
 	return [...]string{"unavailable", "corrupt", "missing", "remote", "local", "canceled", "other"}[c]
 }
 
-// ReadErrorClasses lists every class, for exporters.
-func ReadErrorClasses() []ReadErrorClass {
-	out := make([]ReadErrorClass, readErrClasses)
+// ErrorClasses lists every class, for exporters.
+func ErrorClasses() []ErrorClass {
+	out := make([]ErrorClass, readErrClasses)
 	for i := range out {
-		out[i] = ReadErrorClass(i)
+		out[i] = ErrorClass(i)
 	}
 	return out
 }
 
-// ClassifyReadError says which class a reader's error falls in.
-func ClassifyReadError(err error) ReadErrorClass {
+// ClassifyError says which class a reader's error falls in.
+func ClassifyError(err error) ErrorClass {
 	switch {
-	case errors.Is(err, ErrReadUnavailable):
-		return ReadErrUnavailable
+	case errors.Is(err, ErrUnavailable):
+		return ClassUnavailable
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return ReadErrCanceled
+		return ClassCanceled
 	case errors.Is(err, ErrRemoteCorrupt), errors.Is(err, fragment.ErrCorrupt), errors.Is(err, segments.ErrChunkCRC):
-		return ReadErrCorrupt
+		return ClassCorrupt
 	case errors.Is(err, ErrRemoteMissing):
-		return ReadErrMissing
-	case errors.Is(err, ErrOffsetAhead), errors.Is(err, ErrBadReadFrom), errors.Is(err, ErrUnknownStream):
-		return ReadErrOther
+		return ClassMissing
+	case errors.Is(err, ErrOffsetAhead), errors.Is(err, ErrBadFrom), errors.Is(err, ErrUnknownStream):
+		return ClassOther
 	case errors.Is(err, segments.ErrClosed), errors.Is(err, segments.ErrSegmentGone):
-		return ReadErrLocal
+		return ClassLocal
 	case s3io.Classify(err) == s3io.ClassRetriable, s3io.Classify(err) == s3io.ClassNonTransient:
-		return ReadErrRemote
+		return ClassRemote
 	}
-	return ReadErrOther
+	return ClassOther
 }
 
-// ReadMetrics are the cross-tier readers' counters (they only rise) and gauges. The remote
+// Metrics are the cross-tier readers' counters (they only rise) and gauges. The remote
 // source's own figures (GETs, concurrency, buffered bytes) are its own.
-type ReadMetrics struct {
+type Metrics struct {
 	ReadersOpen   atomic.Int64 // gauge: readers open now
 	ReadersOpened atomic.Int64
 	ChunksLocal   atomic.Int64
@@ -82,10 +83,10 @@ type ReadMetrics struct {
 	Handoffs      atomic.Int64 // readers that moved from the remote tier to the local log
 	Errors        [readErrClasses]atomic.Int64
 
-	firstChunk latencies // recent times from open to the first chunk
+	firstChunk shell.Latencies // recent times from open to the first chunk
 }
 
-func (m *ReadMetrics) observe(it ReadItem) {
+func (m *Metrics) observe(it Item) {
 	switch {
 	case it.Kind == ItemGap:
 		m.Gaps.Add(1)
@@ -100,14 +101,14 @@ func (m *ReadMetrics) observe(it ReadItem) {
 	}
 }
 
-func (m *ReadMetrics) countError(err error) { m.Errors[ClassifyReadError(err)].Add(1) }
+func (m *Metrics) countError(err error) { m.Errors[ClassifyError(err)].Add(1) }
 
-func (m *ReadMetrics) observeFirstChunk(d time.Duration) {
-	m.firstChunk.add(d)
+func (m *Metrics) observeFirstChunk(d time.Duration) {
+	m.firstChunk.Add(d)
 }
 
 // FirstChunkQuantiles returns the p50 and p99 of recent readers' time from open to their
 // first chunk.
-func (m *ReadMetrics) FirstChunkQuantiles() (p50, p99 time.Duration) {
-	return m.firstChunk.quantiles()
+func (m *Metrics) FirstChunkQuantiles() (p50, p99 time.Duration) {
+	return m.firstChunk.Quantiles()
 }

@@ -1,4 +1,4 @@
-package actors
+package read
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -18,7 +17,7 @@ import (
 )
 
 // This file is the cross-tier reader: Node.OpenReader (and Cluster.OpenReader on replica
-// nodes, OpenOfflineReader without a node) route a start between the tiers with routeRead,
+// nodes, OpenOffline without a node) route a start between the tiers with routeRead,
 // read the remote tier through a remoteSource and the local log through a segments.Reader,
 // and hand off between them. A Reader runs in its caller's goroutine (plus whatever its
 // remote source starts): it never sends to or waits for an actor, so a slow reader slows
@@ -37,20 +36,20 @@ type Reader struct {
 	// Stream is the stream read; From the start asked for; Start the offset the first item
 	// starts at or holds; Attached is set when Start is not what was asked.
 	Stream   string
-	From     ReadFrom
+	From     From
 	Start    uint64
 	Attached *Attached
 	// NextAtOpen is the committed next offset when the reader opened (the remote tier's
 	// next offset offline): a reader that should not wait for new data stops there.
 	NextAtOpen uint64
 
-	side   readSide
+	side   Side
 	pos    uint64
-	tier   ReadTier
+	tier   Tier
 	local  *segments.Reader
 	remote remoteSource
-	ended  bool      // offline: no more items
-	queued *ReadItem // an item to deliver before reading on (a range skipped at a switch)
+	ended  bool  // offline: no more items
+	queued *Item // an item to deliver before reading on (a range skipped at a switch)
 
 	lastEnd  uint64 // the At of the last remote end seen with the local log short of it
 	bo       backoff
@@ -63,113 +62,17 @@ type Reader struct {
 	closed       bool
 }
 
-// readSide is what a reader reads: the stream's local log (nil offline), the remote tier,
+// Side is what a reader reads: the stream's local log (nil offline), the remote tier,
 // and the persisted manifest at hand.
-type readSide struct {
-	stream  string
-	log     *segments.Log
-	env     remoteEnv
-	known   func() (manifest.Manifest, bool) // false: not resolved yet
-	metrics *ReadMetrics
-}
-
-// OpenReader opens a reader of a stream this node writes, from its manifest cache and
-// local log. Before the stream resolved its manifest it fails with ErrReadUnavailable.
-func (n *Node) OpenReader(ctx context.Context, stream string, from ReadFrom) (*Reader, error) {
-	h, err := n.handle(stream)
-	if err != nil {
-		return nil, err
-	}
-	known := func() (manifest.Manifest, bool) {
-		if p := h.cache.Load(); p != nil {
-			return p.Manifest, true
-		}
-		return manifest.Manifest{}, false
-	}
-	return openReader(ctx, n.readSide(stream, h.spec.Log, known), from)
-}
-
-// readSide is the side of a reader on this node.
-func (n *Node) readSide(stream string, log *segments.Log, known func() (manifest.Manifest, bool)) readSide {
-	return readSide{
-		stream: stream, log: log, known: known, metrics: &n.metrics.Read,
-		env: n.remoteEnvFor(remoteEnv{
-			Store: n.store, KeyPrefix: n.cfg.KeyPrefix, Stream: stream,
-			Log: n.log.With().Str("stream", stream).Str("component", "read").Logger(),
-			Latest: func(context.Context) (manifest.Manifest, int64, error) {
-				m, ok := known()
-				if !ok {
-					return manifest.Manifest{}, 0, ErrReadUnavailable
-				}
-				return m, 0, nil
-			},
-		}),
-	}
-}
-
-// OpenReader opens a reader on a cluster node: of the stream this node writes (the
-// writer's manifest cache and local log) or replicates (the replica cache and the replica's
-// local log). Before the manifest at hand is resolved (a writer resolving, a replica cache
-// not synced) it fails with ErrReadUnavailable.
-//
-// The reader follows the node's role, not the role it opened under: each time it needs the
-// manifest it takes the writer's cache when this node writes the stream now, else the
-// replica cache's, else the last one it saw. A writer failover that promotes this node, or
-// moves the writer away from it, thus goes unnoticed by the reader, while a reader tied to
-// the cache it opened with would follow a manifest that no longer grows and, once local
-// retention passed its end, wait for it forever.
-func (c *Cluster) OpenReader(ctx context.Context, stream string, from ReadFrom) (*Reader, error) {
-	log, err := c.readLog(stream)
-	if err != nil {
-		return nil, err
-	}
-	var last atomic.Pointer[manifest.Manifest] // known runs in the reader's and its remote source's goroutines
-	known := func() (manifest.Manifest, bool) {
-		if m, ok := c.readManifest(stream); ok {
-			last.Store(&m)
-			return m, true
-		}
-		if m := last.Load(); m != nil {
-			return *m, true
-		}
-		return manifest.Manifest{}, false
-	}
-	return openReader(ctx, c.node.readSide(stream, log, known), from)
-}
-
-// readLog is the local log of a stream this node writes or replicates.
-func (c *Cluster) readLog(stream string) (*segments.Log, error) {
-	if h, err := c.node.handle(stream); err == nil {
-		return h.spec.Log, nil
-	}
-	c.mu.Lock()
-	r, ok := c.replicas[stream]
-	c.mu.Unlock()
-	if !ok {
-		return nil, fmt.Errorf("stream %q: %w (neither written nor replicated on %s)", stream, ErrUnknownStream, c.self)
-	}
-	return r.log, nil
-}
-
-// readManifest is the stream's manifest at hand on this node now: the writer's cache when
-// this node writes the stream, else its replica cache once synced.
-func (c *Cluster) readManifest(stream string) (manifest.Manifest, bool) {
-	if h, err := c.node.handle(stream); err == nil {
-		if p := h.cache.Load(); p != nil {
-			return p.Manifest, true
-		}
-		return manifest.Manifest{}, false
-	}
-	c.mu.Lock()
-	r, ok := c.replicas[stream]
-	c.mu.Unlock()
-	if !ok {
-		return manifest.Manifest{}, false
-	}
-	if s := r.snap.load(); s != nil && s.Synced {
-		return s.manifest, true
-	}
-	return manifest.Manifest{}, false
+// A node builds it (Node.OpenReader, the cluster's OpenReader), OpenOffline builds one
+// with no local log; a reader needs nothing else of them.
+type Side struct {
+	Stream string
+	Log    *segments.Log // nil: offline, the remote tier alone
+	Env    Env
+	// Known is the persisted manifest at hand; false: not resolved yet.
+	Known   func() (manifest.Manifest, bool)
+	Metrics *Metrics
 }
 
 // OfflineSource is what an offline reader reads: a stream's remote tier straight from etcd
@@ -180,12 +83,12 @@ type OfflineSource struct {
 	KeyPrefix string // default manifest.DefaultKeyPrefix
 	Stream    string
 	Log       zerolog.Logger
-	Metrics   *ReadMetrics // may be nil
+	Metrics   *Metrics // may be nil
 }
 
-// OpenOfflineReader opens a reader of the remote tier alone; its Next returns io.EOF at the
+// OpenOffline opens a reader of the remote tier alone; its Next returns io.EOF at the
 // end of what the freshest persisted manifest holds.
-func OpenOfflineReader(ctx context.Context, o OfflineSource, from ReadFrom) (*Reader, error) {
+func OpenOffline(ctx context.Context, o OfflineSource, from From) (*Reader, error) {
 	if o.Store == nil || o.Meta == nil {
 		return nil, errors.New("open offline reader: an object store and a metadata store are required")
 	}
@@ -196,7 +99,7 @@ func OpenOfflineReader(ctx context.Context, o OfflineSource, from ReadFrom) (*Re
 		o.KeyPrefix = manifest.DefaultKeyPrefix
 	}
 	if o.Metrics == nil {
-		o.Metrics = &ReadMetrics{}
+		o.Metrics = &Metrics{}
 	}
 	latest := offlineLatest(o)
 	m, _, err := latest(ctx)
@@ -204,10 +107,10 @@ func OpenOfflineReader(ctx context.Context, o OfflineSource, from ReadFrom) (*Re
 		return nil, err
 	}
 	cur := m
-	side := readSide{
-		stream: o.Stream, metrics: o.Metrics,
-		known: func() (manifest.Manifest, bool) { return cur, true },
-		env: remoteEnv{Store: o.Store, KeyPrefix: o.KeyPrefix, Stream: o.Stream, Log: o.Log,
+	side := Side{
+		Stream: o.Stream, Metrics: o.Metrics,
+		Known: func() (manifest.Manifest, bool) { return cur, true },
+		Env: Env{Store: o.Store, KeyPrefix: o.KeyPrefix, Stream: o.Stream, Log: o.Log,
 			Latest: func(ctx context.Context) (manifest.Manifest, int64, error) {
 				m, rev, err := latest(ctx)
 				if err == nil {
@@ -216,7 +119,7 @@ func OpenOfflineReader(ctx context.Context, o OfflineSource, from ReadFrom) (*Re
 				return m, rev, err
 			}},
 	}
-	return openReader(ctx, side, from)
+	return Open(ctx, side, from)
 }
 
 // ErrNoManifest is returned offline for a stream that has no manifest record (never
@@ -267,9 +170,10 @@ func offlineLatest(o OfflineSource) latestManifest {
 	}
 }
 
-// openReader resolves the start, routes it and opens the first tier.
-func openReader(ctx context.Context, side readSide, from ReadFrom) (*Reader, error) {
-	r := &Reader{Stream: side.stream, From: from, side: side, opened: time.Now()}
+// Open opens a reader of side's stream from from: it resolves the start, routes it between
+// the tiers and opens the first one.
+func Open(ctx context.Context, side Side, from From) (*Reader, error) {
+	r := &Reader{Stream: side.Stream, From: from, side: side, opened: time.Now()}
 	for attempt := 0; ; attempt++ {
 		err := r.open(ctx)
 		if err == nil {
@@ -280,21 +184,21 @@ func openReader(ctx context.Context, side readSide, from ReadFrom) (*Reader, err
 		if errors.Is(err, segments.ErrBelowFirst) && attempt < 5 {
 			continue
 		}
-		side.metrics.countError(err)
-		return nil, fmt.Errorf("open reader of %s from %s: %w", side.stream, from, err)
+		side.Metrics.countError(err)
+		return nil, fmt.Errorf("open reader of %s from %s: %w", side.Stream, from, err)
 	}
-	side.metrics.ReadersOpen.Add(1)
-	side.metrics.ReadersOpened.Add(1)
+	side.Metrics.ReadersOpen.Add(1)
+	side.Metrics.ReadersOpened.Add(1)
 	return r, nil
 }
 
 func (r *Reader) open(ctx context.Context) error {
-	m, ok := r.side.known()
+	m, ok := r.side.Known()
 	in := routeInput{From: r.From, RemoteKnown: ok, RemoteFirst: m.FirstOffset, RemoteNext: m.NextOffset}
 	if ok && len(m.Entries) == 0 {
 		in.RemoteFirst = m.NextOffset
 	}
-	if log := r.side.log; log != nil {
+	if log := r.side.Log; log != nil {
 		in.LocalPresent = true
 		in.LocalFirst, in.LocalNext = log.FirstOffset(), log.CommittedNext()
 		if in.LocalNext < in.LocalFirst { // nothing committed in what the log still holds
@@ -305,12 +209,12 @@ func (r *Reader) open(ctx context.Context) error {
 		r.NextAtOpen = m.NextOffset
 	}
 	if !ok {
-		return ErrReadUnavailable
+		return ErrUnavailable
 	}
 	switch r.From.Kind {
-	case ReadLast:
+	case AtLast:
 		in.From = FromOffset(lastOffset(in))
-	case ReadTimestamp:
+	case AtTimestamp:
 		off, err := r.timestampOffset(ctx, m, in)
 		if err != nil {
 			return err
@@ -355,7 +259,7 @@ func lastOffset(in routeInput) uint64 {
 func (r *Reader) timestampOffset(ctx context.Context, m manifest.Manifest, in routeInput) (uint64, error) {
 	ts := r.From.Timestamp
 	if len(m.Entries) > 0 {
-		env := r.side.env
+		env := r.side.Env
 		fetch := func(e manifest.Entry) ([]manifest.Entry, error) { return fetchGroup(ctx, env, e) }
 		fr, err := manifest.LookupTimestamp(m, ts, fetch)
 		switch {
@@ -377,8 +281,8 @@ func (r *Reader) timestampOffset(ctx context.Context, m manifest.Manifest, in ro
 			return 0, fmt.Errorf("timestamp %d: %w", ts, err)
 		}
 	}
-	if r.side.log != nil {
-		off, found, err := r.side.log.OffsetAtTimestamp(ts)
+	if r.side.Log != nil {
+		off, found, err := r.side.Log.OffsetAtTimestamp(ts)
 		if err != nil {
 			return 0, err
 		}
@@ -391,7 +295,7 @@ func (r *Reader) timestampOffset(ctx context.Context, m manifest.Manifest, in ro
 }
 
 // fetchGroup reads and decodes the group object e names.
-func fetchGroup(ctx context.Context, env remoteEnv, e manifest.Entry) ([]manifest.Entry, error) {
+func fetchGroup(ctx context.Context, env Env, e manifest.Entry) ([]manifest.Entry, error) {
 	key, err := env.Store.LocateEntry(ctx, env.KeyPrefix, env.Stream, e)
 	if err != nil {
 		return nil, err
@@ -408,7 +312,7 @@ func fetchGroup(ctx context.Context, env remoteEnv, e manifest.Entry) ([]manifes
 }
 
 func (r *Reader) openLocal(from uint64) error {
-	rd, err := r.side.log.NewReader(from)
+	rd, err := r.side.Log.NewReader(from)
 	if err != nil {
 		return err
 	}
@@ -419,11 +323,11 @@ func (r *Reader) openLocal(from uint64) error {
 // openRemote opens the remote source at from; below the manifest's first offset (remote
 // retention removed it meanwhile) it opens at the first offset and queues the skipped range.
 func (r *Reader) openRemote(ctx context.Context, from uint64) error {
-	if m, ok := r.side.known(); ok && from < m.FirstOffset {
-		r.queued = &ReadItem{Kind: ItemSkipped, Tier: TierRemote, Offset: from, End: m.FirstOffset}
+	if m, ok := r.side.Known(); ok && from < m.FirstOffset {
+		r.queued = &Item{Kind: ItemSkipped, Tier: TierRemote, Offset: from, End: m.FirstOffset}
 		from = m.FirstOffset
 	}
-	src, err := openRemoteSource(ctx, r.side.env, from)
+	src, err := openRemoteSource(ctx, r.side.Env, from)
 	if err != nil {
 		return err
 	}
@@ -443,33 +347,33 @@ var ErrReaderClosed = errors.New("reader closed")
 // it waits for new committed data until ctx ends; an offline reader returns io.EOF at the
 // end of the remote tier. The item's Chunk is valid until the next Next or Close (its
 // buffer is reused for a later range): copy what must outlive it.
-func (r *Reader) Next(ctx context.Context) (ReadItem, error) {
+func (r *Reader) Next(ctx context.Context) (Item, error) {
 	if r.closed {
-		return ReadItem{}, ErrReaderClosed
+		return Item{}, ErrReaderClosed
 	}
 	it, err := r.next(ctx)
 	if err != nil {
 		if !errors.Is(err, io.EOF) {
-			r.side.metrics.countError(err)
+			r.side.Metrics.countError(err)
 		}
-		return ReadItem{}, err
+		return Item{}, err
 	}
 	if it.End > r.pos {
 		r.pos = it.End
 	}
 	r.gotItem = true
-	r.side.metrics.observe(it)
+	r.side.Metrics.observe(it)
 	if !r.gotFirst && it.Kind == ItemChunk {
 		r.gotFirst = true
-		r.side.metrics.observeFirstChunk(time.Since(r.opened))
+		r.side.Metrics.observeFirstChunk(time.Since(r.opened))
 	}
 	return it, nil
 }
 
-func (r *Reader) next(ctx context.Context) (ReadItem, error) {
+func (r *Reader) next(ctx context.Context) (Item, error) {
 	for {
 		if err := ctx.Err(); err != nil {
-			return ReadItem{}, err
+			return Item{}, err
 		}
 		switch {
 		case r.queued != nil:
@@ -477,7 +381,7 @@ func (r *Reader) next(ctx context.Context) (ReadItem, error) {
 			r.queued = nil
 			return it, nil
 		case r.ended:
-			return ReadItem{}, io.EOF
+			return Item{}, io.EOF
 		case r.tier == TierLocal:
 			it, err, again := r.nextLocal(ctx)
 			if again {
@@ -493,7 +397,7 @@ func (r *Reader) next(ctx context.Context) (ReadItem, error) {
 					continue
 				}
 				if !errors.Is(err, segments.ErrBelowFirst) && !errors.Is(err, segments.ErrSegmentGone) {
-					return ReadItem{}, err
+					return Item{}, err
 				}
 				// Retention got there first: read on remotely, and leave the hand-off to the
 				// remote end from now on rather than try again at every item.
@@ -503,21 +407,21 @@ func (r *Reader) next(ctx context.Context) (ReadItem, error) {
 			var end *RemoteEndError
 			if errors.As(err, &end) {
 				if err := r.atRemoteEnd(ctx, end.At); err != nil {
-					return ReadItem{}, err
+					return Item{}, err
 				}
 				continue
 			}
 			return it, err
 		default:
-			return ReadItem{}, errors.New("reader has no tier open")
+			return Item{}, errors.New("reader has no tier open")
 		}
 	}
 }
 
 // nextLocal reads the next committed chunk of the local log; again says "loop": the reader
 // waited for a commit or moved to the remote tier.
-func (r *Reader) nextLocal(ctx context.Context) (ReadItem, error, bool) {
-	log := r.side.log
+func (r *Reader) nextLocal(ctx context.Context) (Item, error, bool) {
+	log := r.side.Log
 	// The chunk this call delivers: once Next has read its header the segments.Reader has
 	// moved past it, yet its body may still be gone (below).
 	at := r.local.NextOffset()
@@ -525,16 +429,16 @@ func (r *Reader) nextLocal(ctx context.Context) (ReadItem, error, bool) {
 	if err == nil {
 		var b []byte
 		if b, h, err = log.ReadChunk(loc); err == nil {
-			return ReadItem{Kind: ItemChunk, Tier: TierLocal, Offset: h.ChunkID, End: h.NextID(), Header: h, Chunk: b}, nil, false
+			return Item{Kind: ItemChunk, Tier: TierLocal, Offset: h.ChunkID, End: h.NextID(), Header: h, Chunk: b}, nil, false
 		}
 	}
 	switch {
 	case errors.Is(err, segments.ErrEndOfStream):
 		select {
 		case <-log.NotifyWhenCommittedPast(r.local.NextOffset()):
-			return ReadItem{}, nil, true
+			return Item{}, nil, true
 		case <-ctx.Done():
-			return ReadItem{}, ctx.Err(), false
+			return Item{}, ctx.Err(), false
 		}
 	case errors.Is(err, segments.ErrSegmentGone):
 		// Local retention removed what the reader needs: it is uploaded (retention only
@@ -544,22 +448,22 @@ func (r *Reader) nextLocal(ctx context.Context) (ReadItem, error, bool) {
 		// r.local.NextOffset() would then skip that chunk.
 		r.local.Close()
 		r.local = nil
-		r.side.env.Log.Debug().Uint64("offset", at).Msg("local segment gone under a reader; reading remotely")
+		r.side.Env.Log.Debug().Uint64("offset", at).Msg("local segment gone under a reader; reading remotely")
 		if err := r.openRemote(ctx, at); err != nil {
-			return ReadItem{}, err, false
+			return Item{}, err, false
 		}
-		return ReadItem{}, nil, true
+		return Item{}, nil, true
 	}
-	return ReadItem{}, err, false
+	return Item{}, err, false
 }
 
 // atRemoteEnd hands off to the local log at at, or goes on remotely, or waits (handOff).
 func (r *Reader) atRemoteEnd(ctx context.Context, at uint64) error {
 	var first, next uint64
-	if log := r.side.log; log != nil {
+	if log := r.side.Log; log != nil {
 		first, next = log.FirstOffset(), log.CommittedNext()
 	}
-	switch handOff(at, r.side.log != nil, first, next) {
+	switch handOff(at, r.side.Log != nil, first, next) {
 	case handOffEnd:
 		r.ended = true
 		return nil
@@ -571,7 +475,7 @@ func (r *Reader) atRemoteEnd(ctx context.Context, at uint64) error {
 		return err
 	case handOffWait:
 		select {
-		case <-r.side.log.NotifyWhenCommittedPast(at - 1):
+		case <-r.side.Log.NotifyWhenCommittedPast(at - 1):
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
@@ -594,7 +498,7 @@ func (r *Reader) atRemoteEnd(ctx context.Context, at uint64) error {
 
 // localHolds reports whether the local log holds committed data at pos.
 func (r *Reader) localHolds(pos uint64) bool {
-	log := r.side.log
+	log := r.side.Log
 	return log != nil && log.FirstOffset() <= pos && pos < log.CommittedNext()
 }
 
@@ -606,7 +510,7 @@ func (r *Reader) handOffAt(pos uint64) error {
 	}
 	r.remote.Close()
 	r.remote = nil
-	r.side.metrics.Handoffs.Add(1)
+	r.side.Metrics.Handoffs.Add(1)
 	r.bo = backoff{}
 	return nil
 }
@@ -617,7 +521,7 @@ func (r *Reader) Close() error {
 		return nil
 	}
 	r.closed = true
-	r.side.metrics.ReadersOpen.Add(-1)
+	r.side.Metrics.ReadersOpen.Add(-1)
 	var errs []error
 	if r.local != nil {
 		errs = append(errs, r.local.Close())

@@ -1,4 +1,4 @@
-package actors
+package read
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"github.com/streamtier/streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/actors/internal/shell"
+	"github.com/streamtier/streamtier/actors/read/fetchcore"
 )
 
 // The remote reader: one actor per open remote source. Its decisions are the pure
@@ -43,19 +44,19 @@ const walkTimeout = 2 * time.Minute
 
 // remoteReader is the actor.
 type remoteReader struct {
-	env     remoteEnv
+	env     Env
 	core    *fetchcore.Core
 	src     *remoteRead
 	walker  *leafWalker
 	log     zerolog.Logger
-	metrics *RemoteReadStats
-	clock   clock
+	metrics *RemoteStats
+	clock   shell.Clock
 	opened  time.Time
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	tm     timers
-	tasks  taskSet
+	tm     shell.Timers
+	tasks  shell.TaskSet
 	gets   map[uint64]runningGet // core get id -> its task
 	bufs   map[uint64][]byte     // core get id -> the buffer lent to it, until Release
 	rangeN int64                 // the core's range size: the buffers' size
@@ -71,50 +72,50 @@ type runningGet struct {
 }
 
 // openRemoteRead opens the remote reader of env.Stream at from.
-func openRemoteRead(ctx context.Context, env remoteEnv, from uint64) (remoteSource, error) {
+func openRemoteRead(ctx context.Context, env Env, from uint64) (remoteSource, error) {
 	if env.Store == nil || env.Latest == nil || env.Stream == "" {
 		return nil, errors.New("open remote read: a store, a stream and a manifest source are required")
 	}
 	ownSystem := env.System == nil
 	if ownSystem {
 		env.System = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return slog.New(zerologHandler{log: env.Log.With().Str("component", "protoactor").Logger()})
+			return slog.New(shell.ZerologHandler{Log: env.Log.With().Str("component", "protoactor").Logger()})
 		}))
 	}
 	if env.Budget == nil {
-		env.Budget = newReadBudget(0)
+		env.Budget = NewBudget(0)
 	}
-	if env.Metrics == nil {
-		env.Metrics = &Metrics{}
+	if env.Stats == nil {
+		env.Stats = &RemoteStats{}
 	}
-	env.Clock = orWall(env.Clock)
+	env.Clock = shell.OrWall(env.Clock)
 	cfg := env.Fetch
 	cfg.Budget = env.Budget.total
 	core, err := fetchcore.New(cfg, from)
 	if err != nil {
 		return nil, fmt.Errorf("open remote read of %s: %w", env.Stream, err)
 	}
-	src := &remoteRead{root: env.System.Root, signal: make(chan struct{}, 1), budget: env.Budget, stats: &env.Metrics.RemoteRead}
+	src := &remoteRead{root: env.System.Root, signal: make(chan struct{}, 1), budget: env.Budget, stats: env.Stats}
 	if ownSystem {
 		src.system = env.System
 	}
 	log := env.Log.With().Str("actor", "remote-reader").Str("stream", env.Stream).Uint64("from", from).Logger()
 	r := &remoteReader{
 		env: env, core: core, src: src, walker: newLeafWalker(env), log: log,
-		metrics: &env.Metrics.RemoteRead, clock: env.Clock, opened: env.Clock.Now(), gets: map[uint64]runningGet{},
+		metrics: env.Stats, clock: env.Clock, opened: env.Clock.Now(), gets: map[uint64]runningGet{},
 		bufs: map[uint64][]byte{}, rangeN: cfg.RangeSize,
 	}
 	if r.rangeN == 0 {
 		r.rangeN = fetchcore.DefaultRangeSize
 	}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	r.tm.clock = env.Clock
-	r.tasks = taskSet{log: log, metrics: env.Metrics, faults: env.faults}
+	r.tm.Clock = env.Clock
+	r.tasks = shell.TaskSet{Log: log, Panics: env.Panics, AtTask: env.AtTask}
 	props := actor.PropsFromProducer(func() actor.Actor { return r },
 		actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
 	src.pid = env.System.Root.Spawn(props)
 	env.Budget.join(env.System.Root, src.pid) // every reader, this one too, gets its share by message
-	env.Metrics.RemoteRead.Open.Add(1)
+	env.Stats.Open.Add(1)
 	return src, nil
 }
 
@@ -131,7 +132,7 @@ func (r *remoteReader) Receive(c actor.Context) {
 		r.execute(c, r.core.Start())
 	case *actor.Stopping:
 		r.cancel()
-		r.tm.stopAll()
+		r.tm.StopAll()
 		r.metrics.Concurrency.Add(-r.shownConc)
 		r.metrics.Buffered.Add(-r.shownHeld)
 		r.shownConc, r.shownHeld = 0, 0
@@ -144,12 +145,12 @@ func (r *remoteReader) Receive(c actor.Context) {
 		r.step(c, fetchcore.Resume{})
 	case remoteTimer:
 		r.step(c, fetchcore.TimerFired{ID: m.id})
-	case taskDone:
-		if res, ok := r.tasks.done(&r.tm, m); ok {
+	case shell.TaskDone:
+		if res, ok := r.tasks.Done(&r.tm, m); ok {
 			r.onResult(c, res)
 		}
-	case taskOverdue:
-		if res, _, ok := r.tasks.overdue(m); ok {
+	case shell.TaskOverdue:
+		if res, _, ok := r.tasks.Overdue(m); ok {
 			r.onResult(c, res)
 		}
 	}
@@ -202,7 +203,7 @@ func (r *remoteReader) execute(c actor.Context, effs []fetchcore.Effect) {
 		case fetchcore.Cancel:
 			if g, ok := r.gets[e.ID]; ok {
 				g.cancel()
-				r.tasks.settle(&r.tm, g.task)
+				r.tasks.Settle(&r.tm, g.task)
 				delete(r.gets, e.ID)
 			}
 			delete(r.bufs, e.ID) // its GET may still write into it: never reused
@@ -213,29 +214,29 @@ func (r *remoteReader) execute(c actor.Context, effs []fetchcore.Effect) {
 			}
 		case fetchcore.FetchIndex:
 			store := r.env.Store
-			r.tasks.spawn(c, r.ctx, &r.tm, taskSpec{
-				name: "remote-read-index", timeout: 2 * store.TransferTimeout(),
-				run: func(ctx context.Context) any {
+			r.tasks.Spawn(c, r.ctx, &r.tm, shell.TaskSpec{
+				Name: "remote-read-index", Timeout: 2 * store.TransferTimeout(),
+				Run: func(ctx context.Context) any {
 					recs, err := store.ReadFragmentIndex(ctx, e.Key, 0, e.Size)
 					return remoteIndexDone{ev: fetchcore.IndexFetched{ID: e.ID, Records: recs, Outcome: outcomeOf(err), Err: err}}
 				},
-				failed: func(reason string) any {
+				Failed: func(reason string) any {
 					return remoteIndexDone{ev: fetchcore.IndexFetched{ID: e.ID, Outcome: fetchcore.Retriable, Err: errors.New(reason)}}
 				},
 			})
 		case fetchcore.NeedLeaves:
 			w := r.walker
-			r.tasks.spawn(c, r.ctx, &r.tm, taskSpec{
-				name: "remote-read-walk", timeout: walkTimeout,
-				run: func(ctx context.Context) any { return remoteWalkDone{ev: w.walk(ctx, e.ID, e.From, e.Fresh)} },
-				failed: func(reason string) any {
+			r.tasks.Spawn(c, r.ctx, &r.tm, shell.TaskSpec{
+				Name: "remote-read-walk", Timeout: walkTimeout,
+				Run: func(ctx context.Context) any { return remoteWalkDone{ev: w.walk(ctx, e.ID, e.From, e.Fresh)} },
+				Failed: func(reason string) any {
 					return remoteWalkDone{ev: fetchcore.LeavesFetched{ID: e.ID, Outcome: fetchcore.Retriable, Err: errors.New(reason)}}
 				},
 			})
 		case fetchcore.ArmTimer:
-			r.tm.after(c.ActorSystem().Root, c.Self(), e.After, remoteTimer{id: e.ID})
+			r.tm.After(c.ActorSystem().Root, c.Self(), e.After, remoteTimer{id: e.ID})
 		case fetchcore.Deliver:
-			it := ReadItem{Kind: ReadItemKind(e.Item.Kind), Tier: TierRemote, Offset: e.Item.Offset, End: e.Item.End}
+			it := Item{Kind: ItemKind(e.Item.Kind), Tier: TierRemote, Offset: e.Item.Offset, End: e.Item.End}
 			if e.Item.Kind == fetchcore.ItemChunk {
 				it.Header, it.Chunk = e.Item.Header, e.Item.Chunk
 				if !r.firstChunk {
@@ -267,13 +268,13 @@ func (r *remoteReader) spawnGet(c actor.Context, e fetchcore.Get) {
 	buf := r.env.Budget.bufs.get(r.rangeN, e.Len)
 	r.bufs[e.ID] = buf
 	r.metrics.GETs.Add(1)
-	task := r.tasks.spawn(c, ctx, &r.tm, taskSpec{
-		name: "remote-read-get", timeout: store.TransferTimeout(),
-		run: func(ctx context.Context) any {
+	task := r.tasks.Spawn(c, ctx, &r.tm, shell.TaskSpec{
+		Name: "remote-read-get", Timeout: store.TransferTimeout(),
+		Run: func(ctx context.Context) any {
 			data, err := store.GetRangePartial(ctx, e.Key, e.Off, e.Len, buf)
 			return remoteGetDone{id: e.ID, data: data, err: err, at: clk.Now().Sub(opened), ran: true}
 		},
-		failed: func(reason string) any {
+		Failed: func(reason string) any {
 			return remoteGetDone{id: e.ID, err: fmt.Errorf("%s: %w", reason, context.DeadlineExceeded), at: clk.Now().Sub(opened)}
 		},
 	})
@@ -285,15 +286,15 @@ type remoteRead struct {
 	root   *actor.RootContext
 	pid    *actor.PID
 	system *actor.ActorSystem // owned (an offline read): shut down on Close
-	budget *readBudget
-	stats  *RemoteReadStats
+	budget *Budget
+	stats  *RemoteStats
 	signal chan struct{}
 
 	held int64 // chunk bytes of the item Next returned last: consumed at the next Next
 	done int64 // chunk bytes consumed and not yet reported to the reader
 
 	mu        sync.Mutex
-	items     []ReadItem
+	items     []Item
 	endAt     *uint64
 	ended     bool // the last Next returned the end: the next one resumes
 	err       error
@@ -308,7 +309,7 @@ func (s *remoteRead) wake() {
 	}
 }
 
-func (s *remoteRead) push(it ReadItem) {
+func (s *remoteRead) push(it Item) {
 	s.mu.Lock()
 	s.items = append(s.items, it)
 	s.mu.Unlock()
@@ -351,7 +352,7 @@ var errSourceClosed = errors.New("remote source closed")
 // tier (a later Next asks the manifest again), or the error the read failed with. The
 // previous item's Chunk is invalid from here on: Next tells the reader the consumer is done
 // with it, and the buffer it was cut from may be reused for another range.
-func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
+func (s *remoteRead) Next(ctx context.Context) (Item, error) {
 	s.done += s.held
 	s.held = 0
 	for {
@@ -359,10 +360,10 @@ func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
 		switch {
 		case s.closed:
 			s.mu.Unlock()
-			return ReadItem{}, errSourceClosed
+			return Item{}, errSourceClosed
 		case len(s.items) > 0:
 			it := s.items[0]
-			s.items[0] = ReadItem{}
+			s.items[0] = Item{}
 			s.items = s.items[1:]
 			s.mu.Unlock()
 			s.held = int64(len(it.Chunk))
@@ -373,13 +374,13 @@ func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
 		case s.err != nil:
 			err := s.err
 			s.mu.Unlock()
-			return ReadItem{}, err
+			return Item{}, err
 		case s.endAt != nil:
 			at := *s.endAt
 			s.endAt, s.ended = nil, true
 			s.mu.Unlock()
 			s.reportDone()
-			return ReadItem{}, &RemoteEndError{At: at}
+			return Item{}, &RemoteEndError{At: at}
 		case s.ended:
 			s.ended = false
 			s.mu.Unlock()
@@ -391,7 +392,7 @@ func (s *remoteRead) Next(ctx context.Context) (ReadItem, error) {
 		select {
 		case <-s.signal:
 		case <-ctx.Done():
-			return ReadItem{}, ctx.Err()
+			return Item{}, ctx.Err()
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package actors
+package read
 
 import (
 	"bytes"
@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/streamtier/streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/actors/internal/actortest"
+	"github.com/streamtier/streamtier/actors/read/fetchcore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/s3io/s3test"
@@ -20,21 +22,21 @@ import (
 // remoteFixture is a stream's remote tier written by hand (fragments, groups, root, etcd
 // records) on a real S3 server behind the fault injector, and the chunks it holds.
 type remoteFixture struct {
-	w      *world
+	w      *actortest.World
 	st     tiertest.Stream
 	chunks map[uint64][]byte // chunk id -> bytes as written
 	order  []uint64
-	env    remoteEnv
+	env    Env
 }
 
 func newRemoteFixture(t *testing.T, chunks int) *remoteFixture {
-	return newRemoteFixtureIn(t, chunks, worldOptions{})
+	return newRemoteFixtureIn(t, chunks, actortest.WorldOptions{})
 }
 
 // newRemoteFixtureIn is newRemoteFixture in a world built with o.
-func newRemoteFixtureIn(t *testing.T, chunks int, o worldOptions) *remoteFixture {
-	w := newWorld(t, o)
-	st := tiertest.Write(t, tiertest.Env{Store: w.store, Meta: w.meta}, tiertest.Spec{
+func newRemoteFixtureIn(t *testing.T, chunks int, o actortest.WorldOptions) *remoteFixture {
+	w := actortest.NewWorld(t, o)
+	st := tiertest.Write(t, tiertest.Env{Store: w.Store, Meta: w.Meta}, tiertest.Spec{
 		Stream: "remote-read", Seed: 5, Chunks: chunks, FragmentSize: 48 << 10, Rebalance: 3,
 	})
 	f := &remoteFixture{w: w, st: st, chunks: map[uint64][]byte{}}
@@ -51,14 +53,14 @@ func newRemoteFixtureIn(t *testing.T, chunks int, o worldOptions) *remoteFixture
 		f.chunks[c.Header.ChunkID] = b[c.Location.Position : c.Location.Position+c.Location.Size]
 		f.order = append(f.order, c.Header.ChunkID)
 	}
-	log, _ := testLogger(t)
+	log, _ := actortest.Logger(t)
 	m := st.Manifest
-	f.env = remoteEnv{
-		Store: w.store, KeyPrefix: manifest.DefaultKeyPrefix, Stream: st.ID, Log: log,
-		Latest:  func(context.Context) (manifest.Manifest, int64, error) { return m, st.Revision, nil },
-		System:  newSystem(t, log),
-		Metrics: &Metrics{},
-		Fetch:   fetchcore.Config{RangeSize: 16 << 10, MaxConcurrency: 8},
+	f.env = Env{
+		Store: w.Store, KeyPrefix: manifest.DefaultKeyPrefix, Stream: st.ID, Log: log,
+		Latest: func(context.Context) (manifest.Manifest, int64, error) { return m, st.Revision, nil },
+		System: actortest.NewSystem(t, log),
+		Stats:  &RemoteStats{}, Panics: new(atomic.Int64),
+		Fetch: fetchcore.Config{RangeSize: 16 << 10, MaxConcurrency: 8},
 	}
 	return f
 }
@@ -96,7 +98,7 @@ func (f *remoteFixture) readAll(t *testing.T, src remoteSource, from uint64) (ch
 	}
 }
 
-func (f *remoteFixture) open(t *testing.T, env remoteEnv, from uint64) remoteSource {
+func (f *remoteFixture) open(t *testing.T, env Env, from uint64) remoteSource {
 	t.Helper()
 	src, err := openRemoteSource(context.Background(), env, from)
 	if err != nil {
@@ -114,17 +116,17 @@ func TestRemoteReadThroughFaults(t *testing.T) {
 	f := newRemoteFixture(t, 600)
 	m := f.st.Manifest
 	data := `/data/.*\.fragment$`
-	f.w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: data, Fault: s3test.FaultSlowDown, Count: 25})
-	f.w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: data, Fault: s3test.FaultResetResponse, AfterBytes: 5000, Count: 8})
-	f.w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: data, Fault: s3test.FaultTruncateResponse, AfterBytes: 7000, Count: 4})
-	f.w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: data, Fault: s3test.FaultDelay, Delay: 100 * time.Millisecond, Count: 6})
+	f.w.Inj.Add(s3test.Rule{Method: "GET", KeyRegexp: data, Fault: s3test.FaultSlowDown, Count: 25})
+	f.w.Inj.Add(s3test.Rule{Method: "GET", KeyRegexp: data, Fault: s3test.FaultResetResponse, AfterBytes: 5000, Count: 8})
+	f.w.Inj.Add(s3test.Rule{Method: "GET", KeyRegexp: data, Fault: s3test.FaultTruncateResponse, AfterBytes: 7000, Count: 4})
+	f.w.Inj.Add(s3test.Rule{Method: "GET", KeyRegexp: data, Fault: s3test.FaultDelay, Delay: 100 * time.Millisecond, Count: 6})
 
 	src := f.open(t, f.env, m.FirstOffset)
 	n, end := f.readAll(t, src, m.FirstOffset)
 	if n != len(f.order) || end != m.NextOffset {
 		t.Fatalf("read %d chunks up to %d, the tier holds %d up to %d", n, end, len(f.order), m.NextOffset)
 	}
-	rs := &f.env.Metrics.RemoteRead
+	rs := f.env.Stats
 	if rs.Errors[RemoteErrRetriable].Load() < 25 {
 		t.Errorf("%d retriable errors counted, at least the 25 503s were injected", rs.Errors[RemoteErrRetriable].Load())
 	}
@@ -141,7 +143,7 @@ func TestRemoteReadThroughFaults(t *testing.T) {
 	src.Close()
 
 	// Progress afterwards, from inside a fragment: the chunk holding the offset comes first.
-	f.w.inj.Clear()
+	f.w.Inj.Clear()
 	mid := f.order[len(f.order)/2] + 1
 	src2 := f.open(t, f.env, mid)
 	n2, _ := f.readAll(t, src2, mid)
@@ -163,7 +165,7 @@ func TestRemoteReadSlowReaderDoesNotSlowAnother(t *testing.T) {
 	m := f.st.Manifest
 	const total = 256 << 10
 	env := f.env
-	env.Budget = newReadBudget(total)
+	env.Budget = NewBudget(total)
 	slow := f.open(t, env, m.FirstOffset)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -181,7 +183,7 @@ func TestRemoteReadSlowReaderDoesNotSlowAnother(t *testing.T) {
 		largest = max(largest, int64(len(b)))
 	}
 	bound := max(int64(total), largest+env.Fetch.RangeSize)
-	if held := f.env.Metrics.RemoteRead.Buffered.Load(); held > bound || held == 0 {
+	if held := f.env.Stats.Buffered.Load(); held > bound || held == 0 {
 		t.Fatalf("the slow reader holds %d bytes, want some and at most %d", held, bound)
 	}
 	// The slow reader still delivers everything once its consumer takes it.
@@ -213,7 +215,7 @@ func TestRemoteReadLostObjectFails(t *testing.T) {
 			lost = e
 		}
 	}
-	if failed, err := f.w.store.DeleteObjects(context.Background(), []string{f.st.Keys[lost]}); err != nil || len(failed) > 0 {
+	if failed, err := f.w.Store.DeleteObjects(context.Background(), []string{f.st.Keys[lost]}); err != nil || len(failed) > 0 {
 		t.Fatalf("delete: %v %v", failed, err)
 	}
 	src := f.open(t, f.env, m.FirstOffset)
@@ -245,7 +247,7 @@ func TestRemoteReadRecyclesRangeBuffers(t *testing.T) {
 	f := newRemoteFixture(t, 400)
 	m := f.st.Manifest
 	env := f.env
-	env.Budget = newReadBudget(256 << 10)
+	env.Budget = NewBudget(256 << 10)
 	env.Budget.bufs.poison = true
 	src := f.open(t, env, m.FirstOffset)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -272,7 +274,7 @@ func TestRemoteReadRecyclesRangeBuffers(t *testing.T) {
 		t.Fatalf("read %d chunks of %d", n, len(f.order))
 	}
 	src.Close() // every GET and the actor are done: the kept slices can be read
-	gets, allocs, reuses := f.env.Metrics.RemoteRead.GETs.Load(), env.Budget.bufs.allocs.Load(), env.Budget.bufs.reuses.Load()
+	gets, allocs, reuses := f.env.Stats.GETs.Load(), env.Budget.bufs.allocs.Load(), env.Budget.bufs.reuses.Load()
 	if reuses == 0 || allocs*2 > gets {
 		t.Fatalf("%d GETs: %d range buffers allocated, %d reused; want them reused", gets, allocs, reuses)
 	}
@@ -293,21 +295,21 @@ func TestRemoteReadRecyclesRangeBuffers(t *testing.T) {
 // task that panics reports a failure: the core sees both as retriable and fetches the range
 // again. The read completes, every chunk once and byte for byte, well within the minute.
 func TestRemoteReadGetPastDeadlineOrPanicRetried(t *testing.T) {
-	f := newRemoteFixtureIn(t, 200, worldOptions{s3: func(c *s3io.Config) { c.TransferTimeout = time.Second }})
+	f := newRemoteFixtureIn(t, 200, actortest.WorldOptions{S3: func(c *s3io.Config) { c.TransferTimeout = time.Second }})
 	m := f.st.Manifest
 	hung := make(chan string, 2)
-	f.w.inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `/data/.*\.fragment$`, Fault: s3test.FaultDelay, Delay: time.Minute, Count: 2, Hit: hung})
+	f.w.Inj.Add(s3test.Rule{Method: "GET", KeyRegexp: `/data/.*\.fragment$`, Fault: s3test.FaultDelay, Delay: time.Minute, Count: 2, Hit: hung})
 	var mu sync.Mutex
 	panics := 0
 	env := f.env
-	env.faults = &faultHooks{task: func(name string) {
+	env.AtTask = func(name string) {
 		mu.Lock()
 		defer mu.Unlock()
 		if name == "remote-read-get" && panics < 3 {
 			panics++
 			panic("injected remote GET fault")
 		}
-	}}
+	}
 	start := time.Now()
 	src := f.open(t, env, m.FirstOffset)
 	n, end := f.readAll(t, src, m.FirstOffset)
@@ -318,11 +320,11 @@ func TestRemoteReadGetPastDeadlineOrPanicRetried(t *testing.T) {
 	if len(hung) != 2 {
 		t.Fatalf("%d GETs held by the server, want 2", len(hung))
 	}
-	rs := &f.env.Metrics.RemoteRead
+	rs := f.env.Stats
 	if got := rs.Errors[RemoteErrRetriable].Load(); got < 5 {
 		t.Fatalf("%d retriable errors counted, want at least 5 (2 GETs past their deadline, 3 panics)", got)
 	}
-	if p := f.env.Metrics.TaskPanics.Load(); p != 3 {
+	if p := f.env.Panics.Load(); p != 3 {
 		t.Fatalf("%d task panics counted, want 3", p)
 	}
 	if took > 30*time.Second {

@@ -1,11 +1,13 @@
-package actors
+package read
 
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/streamtier/streamtier/actors/internal/shell"
 )
 
-// Error classes of RemoteReadStats.Errors (a remote source's GETs; ReadErrorClass classifies a reader's final error).
+// Error classes of RemoteStats.Errors (a remote source's GETs; ErrorClass classifies a reader's final error).
 const (
 	RemoteErrRetriable = iota // 5xx, throttling, resets, timeouts, cut bodies: retried
 	RemoteErrNotFound         // 404: retention raced the read (or the manifest lagged)
@@ -13,8 +15,8 @@ const (
 	remoteErrClasses
 )
 
-// RemoteReadStats are the remote readers' counters and gauges, node-wide.
-type RemoteReadStats struct {
+// RemoteStats are the remote readers' counters and gauges, node-wide.
+type RemoteStats struct {
 	Bytes       atomic.Int64 // bytes of range GET bodies received
 	GETs        atomic.Int64 // range GETs issued
 	Concurrency atomic.Int64 // range GETs the open readers allow in flight (the search's levels, summed)
@@ -22,15 +24,15 @@ type RemoteReadStats struct {
 	Open        atomic.Int64 // remote readers open
 	Errors      [remoteErrClasses]atomic.Int64
 
-	firstChunk latencies // recent times from open to the first chunk
+	firstChunk shell.Latencies // recent times from open to the first chunk
 }
 
-func (s *RemoteReadStats) observeFirstChunk(d time.Duration) {
-	s.firstChunk.add(d)
+func (s *RemoteStats) observeFirstChunk(d time.Duration) {
+	s.firstChunk.Add(d)
 }
 
 // FirstChunkQuantiles returns the p50 and p99 of recent times from opening a remote read
 // to its first chunk.
-func (s *RemoteReadStats) FirstChunkQuantiles() (p50, p99 time.Duration) {
-	return s.firstChunk.quantiles()
+func (s *RemoteStats) FirstChunkQuantiles() (p50, p99 time.Duration) {
+	return s.firstChunk.Quantiles()
 }

@@ -1,4 +1,4 @@
-package actors
+package read
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/streamtier/streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/actors/read/fetchcore"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/s3io"
@@ -25,7 +25,7 @@ const groupCacheSize = 64
 // fragments it returns in batches (LocateEntries, cached). Walks run one at a time in task
 // actors; the mutex keeps an abandoned walk (the core moved on) off the next one's state.
 type leafWalker struct {
-	env remoteEnv
+	env Env
 
 	mu     sync.Mutex
 	ctx    context.Context // the running walk's, for the iterator's group fetches
@@ -38,7 +38,7 @@ type leafWalker struct {
 	keys   map[manifest.Entry]string
 }
 
-func newLeafWalker(env remoteEnv) *leafWalker {
+func newLeafWalker(env Env) *leafWalker {
 	return &leafWalker{env: env, groups: map[manifest.Entry][]manifest.Entry{}, keys: map[manifest.Entry]string{}}
 }
 

@@ -1,4 +1,4 @@
-package actors
+package read
 
 import (
 	"context"
@@ -16,7 +16,7 @@ type RestoreOptions struct {
 	// Dir is the stream directory to write; it must be empty or absent.
 	Dir string
 	// From is where the restored log starts (default: the remote tier's first offset).
-	From ReadFrom
+	From From
 	// To, when above 0, ends the restored log before the first chunk starting at or above
 	// offset To.
 	To uint64
@@ -40,7 +40,7 @@ type RestoreReport struct {
 // retention removed: an osiris log holds consecutive offsets only, so the directory ends
 // at Start. Restore [End, ...) into another directory with From set to End.
 type RestoreGapError struct {
-	Kind       ReadItemKind
+	Kind       ItemKind
 	Start, End uint64
 }
 
@@ -70,7 +70,7 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreReport, error) {
 	if o.From.Kind == 0 {
 		o.From = FromFirst()
 	}
-	r, err := OpenOfflineReader(ctx, o.Source, o.From)
+	r, err := OpenOffline(ctx, o.Source, o.From)
 	if err != nil {
 		return rep, fmt.Errorf("restore: %w", err)
 	}

@@ -1,4 +1,4 @@
-package actors
+package read
 
 import (
 	"errors"
@@ -12,68 +12,68 @@ import (
 // starts (routeRead) and where it goes at the end of the remote tier (handOff). The
 // reader (readapi.go) gathers their inputs and carries them out.
 
-// ReadFromKind says how a reader's start is given.
-type ReadFromKind uint8
+// FromKind says how a reader's start is given.
+type FromKind uint8
 
 // The ways to say where a reader starts.
 const (
-	// ReadFirst starts at the oldest offset any tier holds.
-	ReadFirst ReadFromKind = iota + 1
-	// ReadLast starts at the last committed chunk.
-	ReadLast
-	// ReadNext starts at the committed next offset: only chunks committed from now on.
-	ReadNext
-	// ReadOffset starts at the chunk holding an offset.
-	ReadOffset
-	// ReadTimestamp starts at the first chunk whose timestamp is at or after a time.
-	ReadTimestamp
+	// AtFirst starts at the oldest offset any tier holds.
+	AtFirst FromKind = iota + 1
+	// AtLast starts at the last committed chunk.
+	AtLast
+	// AtNext starts at the committed next offset: only chunks committed from now on.
+	AtNext
+	// AtOffset starts at the chunk holding an offset.
+	AtOffset
+	// AtTimestamp starts at the first chunk whose timestamp is at or after a time.
+	AtTimestamp
 )
 
-// ReadFrom is where a reader starts: first, last, next, an offset or a timestamp.
-type ReadFrom struct {
-	Kind      ReadFromKind
-	Offset    uint64 // ReadOffset
-	Timestamp int64  // ReadTimestamp: milliseconds since the Unix epoch
+// From is where a reader starts: first, last, next, an offset or a timestamp.
+type From struct {
+	Kind      FromKind
+	Offset    uint64 // AtOffset
+	Timestamp int64  // AtTimestamp: milliseconds since the Unix epoch
 }
 
-// FromFirst, FromLast, FromNext, FromOffset and FromTimestamp build a ReadFrom.
-func FromFirst() ReadFrom { return ReadFrom{Kind: ReadFirst} }
+// FromFirst, FromLast, FromNext, FromOffset and FromTimestamp build a From.
+func FromFirst() From { return From{Kind: AtFirst} }
 
 // FromLast starts at the last committed chunk.
-func FromLast() ReadFrom { return ReadFrom{Kind: ReadLast} }
+func FromLast() From { return From{Kind: AtLast} }
 
 // FromNext starts at the committed next offset.
-func FromNext() ReadFrom { return ReadFrom{Kind: ReadNext} }
+func FromNext() From { return From{Kind: AtNext} }
 
 // FromOffset starts at the chunk holding offset.
-func FromOffset(offset uint64) ReadFrom { return ReadFrom{Kind: ReadOffset, Offset: offset} }
+func FromOffset(offset uint64) From { return From{Kind: AtOffset, Offset: offset} }
 
 // FromTimestamp starts at the first chunk at or after ms (milliseconds since the epoch).
-func FromTimestamp(ms int64) ReadFrom { return ReadFrom{Kind: ReadTimestamp, Timestamp: ms} }
+func FromTimestamp(ms int64) From { return From{Kind: AtTimestamp, Timestamp: ms} }
 
-// String is the spec as ParseReadFrom reads it.
-func (f ReadFrom) String() string {
+// String is the spec as ParseFrom reads it.
+func (f From) String() string {
 	switch f.Kind {
-	case ReadFirst:
+	case AtFirst:
 		return "first"
-	case ReadLast:
+	case AtLast:
 		return "last"
-	case ReadNext:
+	case AtNext:
 		return "next"
-	case ReadOffset:
+	case AtOffset:
 		return strconv.FormatUint(f.Offset, 10)
-	case ReadTimestamp:
+	case AtTimestamp:
 		return "@" + strconv.FormatInt(f.Timestamp, 10)
 	}
 	return fmt.Sprintf("from(%d)", uint8(f.Kind))
 }
 
-// ErrBadReadFrom marks a start spec that does not parse.
-var ErrBadReadFrom = errors.New("bad read start")
+// ErrBadFrom marks a start spec that does not parse.
+var ErrBadFrom = errors.New("bad read start")
 
-// ParseReadFrom reads first, last, next, a decimal offset, or @TIME where TIME is
+// ParseFrom reads first, last, next, a decimal offset, or @TIME where TIME is
 // milliseconds since the Unix epoch or an RFC 3339 time.
-func ParseReadFrom(s string) (ReadFrom, error) {
+func ParseFrom(s string) (From, error) {
 	switch s {
 	case "first", "":
 		return FromFirst(), nil
@@ -88,30 +88,34 @@ func ParseReadFrom(s string) (ReadFrom, error) {
 		}
 		tm, err := time.Parse(time.RFC3339Nano, t)
 		if err != nil {
-			return ReadFrom{}, fmt.Errorf("%w %q: after @ give milliseconds since the epoch or an RFC 3339 time (2024-05-01T12:00:00Z)", ErrBadReadFrom, s)
+			return From{}, fmt.Errorf("%w %q: after @ give milliseconds since the epoch or an RFC 3339 time (2024-05-01T12:00:00Z)", ErrBadFrom, s)
 		}
 		return FromTimestamp(tm.UnixMilli()), nil
 	}
 	off, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return ReadFrom{}, fmt.Errorf("%w %q: give first, last, next, an offset or @TIME", ErrBadReadFrom, s)
+		return From{}, fmt.Errorf("%w %q: give first, last, next, an offset or @TIME", ErrBadFrom, s)
 	}
 	return FromOffset(off), nil
 }
 
-// ErrReadUnavailable is returned when the node cannot tell yet where a read must start:
+// ErrUnavailable is returned when the node cannot tell yet where a read must start:
 // the stream's manifest is not resolved (starting, resolving, a replica cache not synced).
 // Starting locally then could skip the remote range without a word; retry shortly.
-var ErrReadUnavailable = errors.New("read unavailable: the stream's manifest is not resolved yet")
+var ErrUnavailable = errors.New("read unavailable: the stream's manifest is not resolved yet")
+
+// ErrUnknownStream is returned for a stream the node neither writes nor replicates (the
+// actors package returns the same error for its streams).
+var ErrUnknownStream = errors.New("unknown stream")
 
 // ErrOffsetAhead is returned for a start beyond the committed next offset.
 var ErrOffsetAhead = errors.New("offset beyond the committed next offset")
 
-// routeInput is what routeRead decides on. Offsets of ReadLast and ReadTimestamp are
-// resolved by the shell beforehand into Offset (they need I/O); Kind then says ReadOffset
+// routeInput is what routeRead decides on. Offsets of AtLast and AtTimestamp are
+// resolved by the shell beforehand into Offset (they need I/O); Kind then says AtOffset
 // with Resolved naming the original kind.
 type routeInput struct {
-	From ReadFrom
+	From From
 
 	RemoteKnown bool   // a persisted manifest is at hand (else: unavailable)
 	RemoteFirst uint64 // the manifest's first offset
@@ -124,7 +128,7 @@ type routeInput struct {
 
 // routeDecision is where a reader starts.
 type routeDecision struct {
-	Tier ReadTier
+	Tier Tier
 	From uint64
 	// Attached is set when the offset asked for is held by no tier: the reader starts at
 	// the oldest offset held above it (From).
@@ -137,15 +141,15 @@ type routeDecision struct {
 // routeRead decides where a read starts. Locally when the offset is at or above the local
 // log's first offset (committed data only); remotely when it is below it and inside the
 // manifest's [first, next); below both, at the oldest offset held, Attached. Without a
-// manifest the answer is ErrReadUnavailable, never a local start.
+// manifest the answer is ErrUnavailable, never a local start.
 func routeRead(in routeInput) (routeDecision, error) {
 	if !in.RemoteKnown {
-		return routeDecision{}, ErrReadUnavailable
+		return routeDecision{}, ErrUnavailable
 	}
 	remoteHolds := in.RemoteFirst < in.RemoteNext
 	var off uint64
 	switch in.From.Kind {
-	case ReadFirst:
+	case AtFirst:
 		switch {
 		case remoteHolds && (!in.LocalPresent || in.RemoteFirst < in.LocalFirst):
 			return routeDecision{Tier: TierRemote, From: in.RemoteFirst}, nil
@@ -153,15 +157,15 @@ func routeRead(in routeInput) (routeDecision, error) {
 			return routeDecision{Tier: TierLocal, From: in.LocalFirst}, nil
 		}
 		return routeDecision{Tier: TierRemote, From: in.RemoteNext, End: true}, nil
-	case ReadNext:
+	case AtNext:
 		if in.LocalPresent {
 			return routeDecision{Tier: TierLocal, From: in.LocalNext}, nil
 		}
 		return routeDecision{Tier: TierRemote, From: in.RemoteNext, End: true}, nil
-	case ReadOffset, ReadLast, ReadTimestamp:
+	case AtOffset, AtLast, AtTimestamp:
 		off = in.From.Offset
 	default:
-		return routeDecision{}, fmt.Errorf("%w: kind %d", ErrBadReadFrom, in.From.Kind)
+		return routeDecision{}, fmt.Errorf("%w: kind %d", ErrBadFrom, in.From.Kind)
 	}
 	switch {
 	case in.LocalPresent && off >= in.LocalFirst:

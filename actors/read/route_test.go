@@ -1,4 +1,4 @@
-package actors
+package read
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 func TestParseReadFrom(t *testing.T) {
 	for _, c := range []struct {
 		in   string
-		want ReadFrom
+		want From
 		bad  bool
 	}{
 		{in: "first", want: FromFirst()},
@@ -23,10 +23,10 @@ func TestParseReadFrom(t *testing.T) {
 		{in: "@yesterday", bad: true},
 		{in: "latest", bad: true},
 	} {
-		got, err := ParseReadFrom(c.in)
+		got, err := ParseFrom(c.in)
 		if c.bad {
-			if !errors.Is(err, ErrBadReadFrom) {
-				t.Errorf("%q: got %v, %v; want ErrBadReadFrom", c.in, got, err)
+			if !errors.Is(err, ErrBadFrom) {
+				t.Errorf("%q: got %v, %v; want ErrBadFrom", c.in, got, err)
 			}
 			continue
 		}
@@ -41,15 +41,15 @@ func TestRouteRead(t *testing.T) {
 	base := routeInput{RemoteKnown: true, RemoteFirst: 100, RemoteNext: 500, LocalPresent: true, LocalFirst: 400, LocalNext: 900}
 	offline := routeInput{RemoteKnown: true, RemoteFirst: 100, RemoteNext: 500}
 	with := func(in routeInput, f func(*routeInput)) routeInput { f(&in); return in }
-	at := func(in routeInput, from ReadFrom) routeInput { in.From = from; return in }
+	at := func(in routeInput, from From) routeInput { in.From = from; return in }
 	for _, c := range []struct {
 		name string
 		in   routeInput
 		want routeDecision
 		err  error
 	}{
-		{"no manifest", with(at(base, FromFirst()), func(in *routeInput) { in.RemoteKnown = false }), routeDecision{}, ErrReadUnavailable},
-		{"no manifest, offset local", with(at(base, FromOffset(800)), func(in *routeInput) { in.RemoteKnown = false }), routeDecision{}, ErrReadUnavailable},
+		{"no manifest", with(at(base, FromFirst()), func(in *routeInput) { in.RemoteKnown = false }), routeDecision{}, ErrUnavailable},
+		{"no manifest, offset local", with(at(base, FromOffset(800)), func(in *routeInput) { in.RemoteKnown = false }), routeDecision{}, ErrUnavailable},
 		{"first: remote oldest", at(base, FromFirst()), routeDecision{Tier: TierRemote, From: 100}, nil},
 		{"first: local oldest", with(at(base, FromFirst()), func(in *routeInput) { in.LocalFirst = 50 }), routeDecision{Tier: TierLocal, From: 50}, nil},
 		{"first: nothing remote", with(at(base, FromFirst()), func(in *routeInput) { in.RemoteFirst = 500 }), routeDecision{Tier: TierLocal, From: 400}, nil},

@@ -1,14 +1,16 @@
-package actors
+package read
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"github.com/streamtier/streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/actors/internal/shell"
+	"github.com/streamtier/streamtier/actors/read/fetchcore"
 
 	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/manifest"
@@ -20,16 +22,16 @@ import (
 // walks a stream's remote tier and delivers its chunks in order). Either side can change
 // without the other as long as this contract holds.
 
-// ReadTier says which tier a delivered item came from.
-type ReadTier uint8
+// Tier says which tier a delivered item came from.
+type Tier uint8
 
 // The tiers an item comes from.
 const (
-	TierLocal ReadTier = iota + 1
+	TierLocal Tier = iota + 1
 	TierRemote
 )
 
-func (t ReadTier) String() string {
+func (t Tier) String() string {
 	switch t {
 	case TierLocal:
 		return "local"
@@ -39,13 +41,13 @@ func (t ReadTier) String() string {
 	return fmt.Sprintf("tier(%d)", uint8(t))
 }
 
-// ReadItemKind says what a ReadItem is.
-type ReadItemKind uint8
+// ItemKind says what a Item is.
+type ItemKind uint8
 
 // The kinds of items a reader delivers, in offset order.
 const (
 	// ItemChunk is one whole chunk, its bytes exactly as written, CRC verified.
-	ItemChunk ReadItemKind = iota + 1
+	ItemChunk ItemKind = iota + 1
 	// ItemGap is a declared gap (a manifest gap entry): [Offset, End) is held by no tier
 	// and never will be.
 	ItemGap
@@ -55,7 +57,7 @@ const (
 	ItemSkipped
 )
 
-func (k ReadItemKind) String() string {
+func (k ItemKind) String() string {
 	switch k {
 	case ItemChunk:
 		return "chunk"
@@ -67,16 +69,16 @@ func (k ReadItemKind) String() string {
 	return fmt.Sprintf("item(%d)", uint8(k))
 }
 
-// ReadItem is one thing a reader delivers. Items come in offset order, each starting where
+// Item is one thing a reader delivers. Items come in offset order, each starting where
 // the previous one ended: [Offset, End) of consecutive items tile the offsets read.
 //
 // Chunk is valid until the next call of Next (or Close) on the reader or source that
 // returned it, like bufio.Scanner.Bytes: a remote chunk is a sub-slice of a range buffer
 // the reader reuses for a later range once the consumer moved on. A consumer that keeps
 // the bytes (or Records decoded from them) past the next Next must copy them.
-type ReadItem struct {
-	Kind   ReadItemKind
-	Tier   ReadTier
+type Item struct {
+	Kind   ItemKind
+	Tier   Tier
 	Offset uint64       // the chunk id, or the first offset of the gap or skipped range
 	End    uint64       // one past the last offset covered (a chunk: Header.NextID())
 	Header chunk.Header // ItemChunk only
@@ -117,7 +119,7 @@ var ErrRemoteCorrupt = fetchcore.ErrCorrupt
 // everything the source started and waits for it. An item's Chunk is valid until the next
 // Next or Close: calling Next tells the source the consumer is done with the previous one.
 type remoteSource interface {
-	Next(ctx context.Context) (ReadItem, error)
+	Next(ctx context.Context) (Item, error)
 	Close() error
 }
 
@@ -126,8 +128,8 @@ type remoteSource interface {
 // and its revision.
 type latestManifest func(ctx context.Context) (manifest.Manifest, int64, error)
 
-// remoteEnv is what a remote source needs from its node (or from an offline command).
-type remoteEnv struct {
+// Env is what a remote source needs from its node (or from an offline command).
+type Env struct {
 	Store     *s3io.Store
 	KeyPrefix string
 	Stream    string
@@ -137,15 +139,17 @@ type remoteEnv struct {
 	// What the remote reader (remotereader.go) takes from the node; each may be left zero
 	// (an offline command): a private actor system, a private budget of the default size,
 	// private metrics, the wall clock, the core's default settings.
-	System  *actor.ActorSystem // where the reader's actor runs
-	Budget  *readBudget        // the node's read budget, divided among open readers
-	Metrics *Metrics
-	Clock   clock
-	Fetch   fetchcore.Config // range size and concurrency ceiling; Budget comes from Budget
-	faults  *faultHooks      // the node's (tests): a panic injected into a GET, index or walk task
+	System *actor.ActorSystem // where the reader's actor runs
+	Budget *Budget            // the node's read budget, divided among open readers
+	Stats  *RemoteStats       // the node's remote-read statistics
+	Panics *atomic.Int64      // the node's count of tasks that panicked
+	Clock  shell.Clock
+	Fetch  fetchcore.Config // range size and concurrency ceiling; Budget comes from Budget
+	// AtTask is the node's fault hook (tests): a panic injected into a GET, index or walk task.
+	AtTask func(name string)
 }
 
 // openRemoteSource opens the remote source a reader uses; from is at or above the manifest's
 // first offset (the caller attaches below-first readers at the first offset and says so).
 // It is a variable so that the implementation behind the seam can be swapped in one place.
-var openRemoteSource func(ctx context.Context, env remoteEnv, from uint64) (remoteSource, error)
+var openRemoteSource func(ctx context.Context, env Env, from uint64) (remoteSource, error)

@@ -1,4 +1,4 @@
-package actors
+package shell
 
 import (
 	"context"
@@ -7,19 +7,21 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// zerologHandler routes protoactor's slog output into the node's zerolog logger. Its info
-// chatter (actor lifecycle, dead letters of stale timers) is dropped; warnings and errors stay.
-type zerologHandler struct {
-	log   zerolog.Logger
+// ZerologHandler routes protoactor's slog output into a zerolog logger. Its info chatter
+// (actor lifecycle, dead letters of stale timers) is dropped; warnings and errors stay.
+type ZerologHandler struct {
+	Log   zerolog.Logger
 	attrs []slog.Attr
 }
 
-func (h zerologHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+// Enabled keeps warnings and errors.
+func (h ZerologHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 
-func (h zerologHandler) Handle(_ context.Context, r slog.Record) error {
-	ev := h.log.Warn()
+// Handle writes r to the zerolog logger, its attributes as strings.
+func (h ZerologHandler) Handle(_ context.Context, r slog.Record) error {
+	ev := h.Log.Warn()
 	if r.Level >= slog.LevelError {
-		ev = h.log.Error()
+		ev = h.Log.Error()
 	}
 	for _, a := range h.attrs {
 		ev = ev.Str(a.Key, a.Value.String())
@@ -32,8 +34,10 @@ func (h zerologHandler) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-func (h zerologHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return zerologHandler{log: h.log, attrs: append(append([]slog.Attr(nil), h.attrs...), attrs...)}
+// WithAttrs adds attributes to every record.
+func (h ZerologHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return ZerologHandler{Log: h.Log, attrs: append(append([]slog.Attr(nil), h.attrs...), attrs...)}
 }
 
-func (h zerologHandler) WithGroup(string) slog.Handler { return h }
+// WithGroup ignores groups: the attributes stay flat.
+func (h ZerologHandler) WithGroup(string) slog.Handler { return h }

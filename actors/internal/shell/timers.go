@@ -1,4 +1,4 @@
-package actors
+package shell
 
 import (
 	"sync"
@@ -7,13 +7,14 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// timers owns the timers of one actor incarnation: each fires by sending a message to the
+// Timers owns the timers of one actor incarnation: each fires by sending a message to the
 // actor, and all are cancelled together when the incarnation stops or restarts, so no timer
 // of an old incarnation ever reaches a new one. Every incarnation is a fresh actor value
-// with fresh timers (the producers never hand out an instance twice): stopAll is final for
+// with fresh timers (the producers never hand out an instance twice): StopAll is final for
 // the incarnation only. (ReceiveTimeout is not used: it races in this protoactor version.)
-type timers struct {
-	clock clock // nil: the wall clock
+type Timers struct {
+	// Clock arms the timers; nil: the wall clock.
+	Clock Clock
 
 	mu      sync.Mutex
 	stopped bool
@@ -21,8 +22,8 @@ type timers struct {
 	live    map[uint64]func() bool
 }
 
-// after sends msg to pid once d has passed, unless cancelled first. It returns a handle for cancel.
-func (t *timers) after(root *actor.RootContext, pid *actor.PID, d time.Duration, msg any) uint64 {
+// After sends msg to pid once d has passed, unless cancelled first. It returns a handle for Cancel.
+func (t *Timers) After(root *actor.RootContext, pid *actor.PID, d time.Duration, msg any) uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped {
@@ -33,7 +34,7 @@ func (t *timers) after(root *actor.RootContext, pid *actor.PID, d time.Duration,
 	}
 	t.next++
 	id := t.next
-	t.live[id] = orWall(t.clock).AfterFunc(d, func() {
+	t.live[id] = OrWall(t.Clock).AfterFunc(d, func() {
 		t.mu.Lock()
 		_, ok := t.live[id]
 		delete(t.live, id)
@@ -46,8 +47,8 @@ func (t *timers) after(root *actor.RootContext, pid *actor.PID, d time.Duration,
 	return id
 }
 
-// cancel stops one timer; cancelling a fired or unknown timer does nothing.
-func (t *timers) cancel(id uint64) {
+// Cancel stops one timer; cancelling a fired or unknown timer does nothing.
+func (t *Timers) Cancel(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if stop, ok := t.live[id]; ok {
@@ -56,8 +57,8 @@ func (t *timers) cancel(id uint64) {
 	}
 }
 
-// stopAll cancels every timer and refuses new ones: called on Stopping and Restarting.
-func (t *timers) stopAll() {
+// StopAll cancels every timer and refuses new ones: called on Stopping and Restarting.
+func (t *Timers) StopAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.stopped = true
@@ -67,8 +68,8 @@ func (t *timers) stopAll() {
 	}
 }
 
-// count is the number of timers armed and not yet fired or cancelled.
-func (t *timers) count() int {
+// Count is the number of timers armed and not yet fired or cancelled.
+func (t *Timers) Count() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.live)

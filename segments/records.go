@@ -1,11 +1,11 @@
-package actors
+package segments
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
 
-	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // Record is one record of a chunk, or a compressed sub-batch the reader cannot open
@@ -13,27 +13,23 @@ import (
 type Record struct {
 	Offset      uint64
 	Timestamp   int64 // the chunk's
-	Type        segments.ChunkType
-	Body        []byte // aliases the chunk: valid until the reader's next Next, like the chunk
-	Compression segments.Compression
+	Type        chunk.Type
+	Body        []byte // aliases the chunk's bytes
+	Compression Compression
 	Count       uint32 // offsets it uses: 1, or a compressed batch's records
 }
 
-// ChunkRecords decodes a chunk item's data section into records: simple entries one each,
-// uncompressed sub-batches split into their records, compressed sub-batches as one Record
-// each. The offsets are the chunk id plus the records before. Anything but a chunk item is
-// an error; so is a data section whose records disagree with its header.
-func ChunkRecords(it ReadItem) ([]Record, error) {
-	if it.Kind != ItemChunk {
-		return nil, fmt.Errorf("records of a %s item: only chunks hold records", it.Kind)
-	}
-	h := it.Header
-	lo := int64(segments.HeaderSize) + int64(h.BloomSize)
+// ChunkRecords decodes the data section of raw, a whole chunk whose header is h, into
+// records: simple entries one each, uncompressed sub-batches split into their records,
+// compressed sub-batches as one Record each. The offsets are the chunk id plus the records
+// before. A data section whose records disagree with its header is an error.
+func ChunkRecords(h chunk.Header, raw []byte) ([]Record, error) {
+	lo := int64(chunk.HeaderSize) + int64(h.BloomSize)
 	hi := lo + int64(h.DataLen)
-	if hi > int64(len(it.Chunk)) {
-		return nil, fmt.Errorf("chunk %d: data section [%d, %d) past its %d bytes", h.ChunkID, lo, hi, len(it.Chunk))
+	if hi > int64(len(raw)) {
+		return nil, fmt.Errorf("chunk %d: data section [%d, %d) past its %d bytes", h.ChunkID, lo, hi, len(raw))
 	}
-	entries, n, err := segments.DecodeEntries(it.Chunk[lo:hi])
+	entries, n, err := DecodeEntries(raw[lo:hi])
 	if err != nil {
 		return nil, fmt.Errorf("chunk %d: %w", h.ChunkID, err)
 	}
@@ -50,7 +46,7 @@ func ChunkRecords(it ReadItem) ([]Record, error) {
 			r.Offset, r.Body, r.Count = off, e.Body, 1
 			out = append(out, r)
 			off++
-		case e.Compression != segments.CompressionNone:
+		case e.Compression != CompressionNone:
 			r := base
 			r.Offset, r.Body, r.Compression, r.Count = off, e.Body, e.Compression, uint32(e.Records)
 			out = append(out, r)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/segments"
 )
 
@@ -19,8 +20,8 @@ func TestRestore(t *testing.T) {
 	n, _, ref := tieredStream(t, w, "rs")
 	p, _ := n.Cached("rs")
 	dir := filepath.Join(t.TempDir(), "restored")
-	src := OfflineSource{Store: w.store, Meta: w.meta, Stream: "rs"}
-	rep, err := Restore(context.Background(), RestoreOptions{Source: src, Dir: dir, Segments: segments.Options{MaxSegmentBytes: 64 << 10}})
+	src := read.OfflineSource{Store: w.Store, Meta: w.Meta, Stream: "rs"}
+	rep, err := read.Restore(context.Background(), read.RestoreOptions{Source: src, Dir: dir, Segments: segments.Options{MaxSegmentBytes: 64 << 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func TestRestore(t *testing.T) {
 			t.Fatalf("restored chunk %d differs from the reference", i)
 		}
 	}
-	if _, err := Restore(context.Background(), RestoreOptions{Source: src, Dir: dir}); !errors.Is(err, ErrTargetNotEmpty) {
+	if _, err := read.Restore(context.Background(), read.RestoreOptions{Source: src, Dir: dir}); !errors.Is(err, read.ErrTargetNotEmpty) {
 		t.Fatalf("restore into a non-empty directory: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package actors
+package read
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/streamtier/streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/actors/read/fetchcore"
 	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/manifest"
@@ -202,10 +202,10 @@ func BenchmarkRemoteRead(b *testing.B) {
 	tier := writeBenchTier(b, store, "bench", max(mib<<20/objBytes, 1), objBytes)
 	mb := float64(tier.total) / (1 << 20)
 	b.Logf("tier: %d objects, %.0f MiB, %d chunks", len(tier.keys), mb, tier.m.NextOffset)
-	env := remoteEnv{Store: store, KeyPrefix: manifest.DefaultKeyPrefix, Stream: "bench", Log: zerolog.Nop(),
-		Latest:  func(context.Context) (manifest.Manifest, int64, error) { return tier.m, 1, nil },
-		Budget:  newReadBudget(budget),
-		Metrics: &Metrics{}, Fetch: fetchcore.Config{MaxConcurrency: envInt("STREAMTIER_BENCH_CEILING", 0), FixedConcurrency: envInt("STREAMTIER_BENCH_FIXED", 0)}}
+	env := Env{Store: store, KeyPrefix: manifest.DefaultKeyPrefix, Stream: "bench", Log: zerolog.Nop(),
+		Latest: func(context.Context) (manifest.Manifest, int64, error) { return tier.m, 1, nil },
+		Budget: NewBudget(budget),
+		Stats:  &RemoteStats{}, Fetch: fetchcore.Config{MaxConcurrency: envInt("STREAMTIER_BENCH_CEILING", 0), FixedConcurrency: envInt("STREAMTIER_BENCH_FIXED", 0)}}
 	debug := os.Getenv("STREAMTIER_BENCH_DEBUG") != ""
 	var sweep, paired, control []float64
 	var srcTTFC, rawTTFC []time.Duration
@@ -291,7 +291,7 @@ func BenchmarkRemoteRead(b *testing.B) {
 
 // readSource reads the whole tier through a remote source, dropping the chunks as they
 // come, and returns the time, the time to the first chunk and the concurrency at the end.
-func readSource(env remoteEnv) (time.Duration, time.Duration, int64, error) {
+func readSource(env Env) (time.Duration, time.Duration, int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -307,7 +307,7 @@ func readSource(env remoteEnv) (time.Duration, time.Duration, int64, error) {
 		if errors.Is(err, ErrRemoteEnd) {
 			break
 		}
-		if c := env.Metrics.RemoteRead.Concurrency.Load(); len(trail) == 0 || trail[len(trail)-1] != c {
+		if c := env.Stats.Concurrency.Load(); len(trail) == 0 || trail[len(trail)-1] != c {
 			trail = append(trail, c)
 		}
 		if err != nil {
@@ -320,7 +320,7 @@ func readSource(env remoteEnv) (time.Duration, time.Duration, int64, error) {
 	if os.Getenv("STREAMTIER_BENCH_DEBUG") != "" {
 		fmt.Printf("concurrency levels in order: %v\n", trail)
 	}
-	return time.Since(start), first, env.Metrics.RemoteRead.Concurrency.Load(), nil
+	return time.Since(start), first, env.Stats.Concurrency.Load(), nil
 }
 
 // cpuTime is the CPU time this process used so far (user and system): the client's side
