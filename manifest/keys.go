@@ -65,4 +65,3 @@ func GroupKey(keyPrefix, stream string, kind Kind, firstOffset, epoch, uid uint6
 func RootKey(keyPrefix, stream string, epoch, uid uint64) string {
 	return fmt.Sprintf("%smeta/root-%020d-%016x.manifest", StreamPrefix(keyPrefix, stream), epoch, uid)
 }
-
