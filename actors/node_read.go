@@ -30,7 +30,7 @@ func (n *Node) ReadSide(stream string, log *segments.Log, known func() (manifest
 	return read.Side{
 		Stream: stream, Log: log, Known: known, Metrics: &n.metrics.Read,
 		Env: n.remoteEnvFor(read.Env{
-			Store: n.store, KeyPrefix: n.cfg.KeyPrefix, Stream: stream,
+			Tier: n.store.Tier(n.cfg.KeyPrefix, stream),
 			Log: n.log.With().Str("stream", stream).Str("component", "read").Logger(),
 			Latest: func(context.Context) (manifest.Manifest, int64, error) {
 				m, ok := known()

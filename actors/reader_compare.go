@@ -13,6 +13,7 @@ import (
 	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/segments"
 )
 
@@ -25,10 +26,9 @@ var errLocalMoved = errors.New("the local log moved while it was compared with t
 // single chunk headers, each by a GET of just the bytes needed. Entries carry no epoch, so
 // an object's key is found by a listing, once per object (keys).
 type remoteChunks struct {
-	ctx    context.Context
-	n      *Node
-	stream string
-	keys   map[manifest.Entry]string
+	ctx  context.Context
+	tier s3io.Tier
+	keys map[manifest.Entry]string
 }
 
 // locate finds the key of the object e names, listing only the first time.
@@ -36,7 +36,7 @@ func (r remoteChunks) locate(e manifest.Entry) (string, error) {
 	if k, ok := r.keys[e]; ok {
 		return k, nil
 	}
-	k, err := r.n.store.LocateEntry(r.ctx, r.n.cfg.KeyPrefix, r.stream, e)
+	k, err := r.tier.Locate(r.ctx, e)
 	if err != nil {
 		return "", err
 	}
@@ -49,15 +49,7 @@ func (r remoteChunks) Children(g manifest.Entry) ([]manifest.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	body, err := r.n.store.GetObject(r.ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", key, err)
-	}
-	_, children, err := manifest.DecodeGroup(body)
-	if err != nil {
-		return nil, fmt.Errorf("group %s: %w", key, err)
-	}
-	return children, nil
+	return r.tier.ChildrenAt(r.ctx, key, g)
 }
 
 func (r remoteChunks) Index(f manifest.Entry) ([]divergence.IndexEntry, error) {
@@ -65,21 +57,9 @@ func (r remoteChunks) Index(f manifest.Entry) ([]divergence.IndexEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	info, err := r.n.store.Head(r.ctx, key)
+	recs, err := r.tier.Store.ReadFragmentIndex(r.ctx, key, 0, f.Size)
 	if err != nil {
-		return nil, fmt.Errorf("head %s: %w", key, err)
-	}
-	start := int64(fragment.ObjectHeaderSize) + int64(f.Size)
-	if info.Size <= start {
-		return nil, fmt.Errorf("fragment %s: %d bytes, its entry says the chunks alone take %d", key, info.Size, f.Size)
-	}
-	tail, err := r.n.store.GetRange(r.ctx, key, start, info.Size-start)
-	if err != nil {
-		return nil, fmt.Errorf("get index of %s: %w", key, err)
-	}
-	recs, err := fragment.ParseIndex(tail, info.Size, f.Size)
-	if err != nil {
-		return nil, fmt.Errorf("fragment %s: %w", key, err)
+		return nil, err
 	}
 	out := make([]divergence.IndexEntry, len(recs))
 	for i, rec := range recs {
@@ -93,7 +73,7 @@ func (r remoteChunks) Chunk(f manifest.Entry, pos uint32) (divergence.Chunk, err
 	if err != nil {
 		return divergence.Chunk{}, err
 	}
-	b, err := r.n.store.GetRange(r.ctx, key, int64(pos), chunk.HeaderSize)
+	b, err := r.tier.Store.GetRange(r.ctx, key, int64(pos), chunk.HeaderSize)
 	if err != nil {
 		return divergence.Chunk{}, fmt.Errorf("get chunk header at %d of %s: %w", pos, key, err)
 	}
@@ -131,7 +111,7 @@ func (l localChunks) Chunk(id uint64) (divergence.Chunk, bool, error) {
 // is deleted, in which the log's own retention could take those chunks before they were
 // uploaded again, and they would become a gap below the divergence point.
 func compareWithLocal(ctx context.Context, n *Node, stream string, epoch uint64, lg *segments.Log, m manifest.Manifest, first, next uint64) (divergence.Result, error) {
-	remote := remoteChunks{ctx: ctx, n: n, stream: stream, keys: map[manifest.Entry]string{}}
+	remote := remoteChunks{ctx: ctx, tier: n.store.Tier(n.cfg.KeyPrefix, stream), keys: map[manifest.Entry]string{}}
 	res, err := divergence.Find(m, first, next, remote, localChunks{lg})
 	if err != nil {
 		return res, fmt.Errorf("compare the remote tier [%d,%d) with the local log [%d,%d): %w", m.FirstOffset, m.NextOffset, first, next, err)

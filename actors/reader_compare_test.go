@@ -177,7 +177,7 @@ func newPrefixFixture(t *testing.T) prefixFixture {
 		return tr
 	}
 	remote := func() remoteChunks {
-		return remoteChunks{ctx: ctx, n: n, stream: stream, keys: map[manifest.Entry]string{}}
+		return remoteChunks{ctx: ctx, tier: n.store.Tier(n.cfg.KeyPrefix, stream), keys: map[manifest.Entry]string{}}
 	}
 
 	return prefixFixture{w: w, n: n, put: put, truncation: truncation, remote: remote, desc: desc}

@@ -18,16 +18,7 @@ import (
 // groupChildren downloads the group object e of stream names and returns its entries. It
 // runs in a task: it reads only the node's immutable parts.
 func groupChildren(ctx context.Context, n *Node, stream string, e manifest.Entry) ([]manifest.Entry, error) {
-	key, err := n.store.LocateEntry(ctx, n.cfg.KeyPrefix, stream, e)
-	if err != nil {
-		return nil, err
-	}
-	body, err := n.store.GetObject(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	_, children, err := manifest.DecodeGroup(body)
-	return children, err
+	return n.store.Tier(n.cfg.KeyPrefix, stream).Children(ctx, e)
 }
 
 func (r *reader) fetchGroup(c actor.Context, e readercore.FetchGroupForRetention) {

@@ -133,16 +133,7 @@ func (r *reaper) expand(m *reapRequest) []string {
 	entries := append([]manifest.Entry(nil), m.Objects...)
 	fetch := func(e manifest.Entry) ([]manifest.Entry, error) {
 		r.stats.GroupGets.Add(1)
-		key, err := r.store.LocateEntry(r.ctx, r.keyPrefix, m.Stream, e)
-		if err != nil {
-			return nil, err
-		}
-		body, err := r.store.GetObject(r.ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		_, children, err := manifest.DecodeGroup(body)
-		return children, err
+		return r.store.Tier(r.keyPrefix, m.Stream).Children(r.ctx, e)
 	}
 	for _, g := range m.Groups {
 		es, err := manifest.CollectForDelete(g.Entry, g.From, fetch)

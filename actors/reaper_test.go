@@ -120,8 +120,9 @@ func TestReaperRestartKeepsItsRetries(t *testing.T) {
 	})
 	more := f.put("b", 2)
 	f.sys.Root.Send(f.pid, &reapRequest{Stream: "r", Keys: more})
-	until(t, 10*time.Second, "new keys deleted", func() (bool, string) {
-		return f.left("b") == 0, fmt.Sprintf("%d left", f.left("b"))
+	// The keys leave the bucket before the reaper counts them: wait for both.
+	until(t, 10*time.Second, "new keys deleted and counted", func() (bool, string) {
+		return f.left("b") == 0 && f.stats.Deleted.Load() == 5, fmt.Sprintf("%d left, %d counted", f.left("b"), f.stats.Deleted.Load())
 	})
 	if f.m.ActorRestarts.Load() != 1 || f.stats.Deleted.Load() != 5 {
 		t.Fatalf("%d restarts, %d deleted; want 1 and 5", f.m.ActorRestarts.Load(), f.stats.Deleted.Load())

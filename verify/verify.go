@@ -143,12 +143,13 @@ func Stream(ctx context.Context, o Options) (Report, error) {
 		return r, fmt.Errorf("verify: %w", err)
 	}
 	var s3err error // an S3 failure that is not about the data: stops the check
+	tier := o.Store.Tier(o.KeyPrefix, o.Stream)
 	locate := func(e manifest.Entry) (string, error) {
 		if key, ok := index.Lookup(o.Stream, e); ok {
 			return key, nil
 		}
 		// Not listed: written after the listing (a persist meanwhile), or missing.
-		key, err := o.Store.LocateEntry(ctx, o.KeyPrefix, o.Stream, e)
+		key, err := tier.Locate(ctx, e)
 		if err != nil && !s3io.IsNotFound(err) && s3err == nil {
 			s3err = err
 		}
@@ -164,16 +165,12 @@ func Stream(ctx context.Context, o Options) (Report, error) {
 			return nil, err
 		}
 		r.checkKeyEpoch(key, e.FirstOffset)
-		b, err := o.Store.GetObject(ctx, key)
+		children, err := tier.ChildrenAt(ctx, key, e)
 		if err != nil {
-			if !s3io.IsNotFound(err) && s3err == nil {
+			if !errors.Is(err, manifest.ErrCorrupt) && !s3io.IsNotFound(err) && s3err == nil {
 				s3err = err
 			}
-			return nil, fmt.Errorf("%s: %w", key, err)
-		}
-		_, children, err := manifest.DecodeGroup(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", key, err)
+			return nil, err
 		}
 		groups[e] = children
 		return children, nil

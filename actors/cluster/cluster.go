@@ -597,21 +597,9 @@ func (c *Cluster) ReplicaLookup(ctx context.Context, stream string, offset uint6
 	if !ok {
 		return manifest.FragmentRef{}, fmt.Errorf("lookup %s at %d: no synced replica cache on %s", stream, offset, c.self)
 	}
-	prefix := c.node.Config().KeyPrefix
+	tier := c.node.Store().Tier(c.node.Config().KeyPrefix, stream)
 	return manifest.LookupOffset(p.Manifest, offset, func(e manifest.Entry) ([]manifest.Entry, error) {
-		key, err := c.node.Store().LocateEntry(ctx, prefix, stream, e)
-		if err != nil {
-			return nil, err
-		}
-		body, err := c.node.Store().GetObject(ctx, key)
-		if err != nil {
-			return nil, fmt.Errorf("get %s: %w", key, err)
-		}
-		_, children, err := manifest.DecodeGroup(body)
-		if err != nil {
-			return nil, fmt.Errorf("group %s: %w", key, err)
-		}
-		return children, nil
+		return tier.Children(ctx, e)
 	})
 }
 

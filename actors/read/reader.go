@@ -110,7 +110,7 @@ func OpenOffline(ctx context.Context, o OfflineSource, from From) (*Reader, erro
 	side := Side{
 		Stream: o.Stream, Metrics: o.Metrics,
 		Known: func() (manifest.Manifest, bool) { return cur, true },
-		Env: Env{Store: o.Store, KeyPrefix: o.KeyPrefix, Stream: o.Stream, Log: o.Log,
+		Env: Env{Tier: s3io.Tier{Store: o.Store, KeyPrefix: o.KeyPrefix, Stream: o.Stream}, Log: o.Log,
 			Latest: func(ctx context.Context) (manifest.Manifest, int64, error) {
 				m, rev, err := latest(ctx)
 				if err == nil {
@@ -296,19 +296,11 @@ func (r *Reader) timestampOffset(ctx context.Context, m manifest.Manifest, in ro
 
 // fetchGroup reads and decodes the group object e names.
 func fetchGroup(ctx context.Context, env Env, e manifest.Entry) ([]manifest.Entry, error) {
-	key, err := env.Store.LocateEntry(ctx, env.KeyPrefix, env.Stream, e)
-	if err != nil {
-		return nil, err
+	children, err := env.Tier.Children(ctx, e)
+	if errors.Is(err, manifest.ErrCorrupt) {
+		return nil, fmt.Errorf("%w: %w", ErrRemoteCorrupt, err)
 	}
-	body, err := env.Store.GetObject(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", key, err)
-	}
-	_, children, err := manifest.DecodeGroup(body)
-	if err != nil {
-		return nil, fmt.Errorf("group %s: %w: %w", key, ErrRemoteCorrupt, err)
-	}
-	return children, nil
+	return children, err
 }
 
 func (r *Reader) openLocal(from uint64) error {

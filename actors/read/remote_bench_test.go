@@ -202,7 +202,7 @@ func BenchmarkRemoteRead(b *testing.B) {
 	tier := writeBenchTier(b, store, "bench", max(mib<<20/objBytes, 1), objBytes)
 	mb := float64(tier.total) / (1 << 20)
 	b.Logf("tier: %d objects, %.0f MiB, %d chunks", len(tier.keys), mb, tier.m.NextOffset)
-	env := Env{Store: store, KeyPrefix: manifest.DefaultKeyPrefix, Stream: "bench", Log: zerolog.Nop(),
+	env := Env{Tier: s3io.Tier{Store: store, KeyPrefix: manifest.DefaultKeyPrefix, Stream: "bench"}, Log: zerolog.Nop(),
 		Latest: func(context.Context) (manifest.Manifest, int64, error) { return tier.m, 1, nil },
 		Budget: NewBudget(budget),
 		Stats:  &RemoteStats{}, Fetch: fetchcore.Config{MaxConcurrency: envInt("STREAMTIER_BENCH_CEILING", 0), FixedConcurrency: envInt("STREAMTIER_BENCH_FIXED", 0)}}

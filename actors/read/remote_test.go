@@ -56,7 +56,7 @@ func newRemoteFixtureIn(t *testing.T, chunks int, o actortest.WorldOptions) *rem
 	log, _ := actortest.Logger(t)
 	m := st.Manifest
 	f.env = Env{
-		Store: w.Store, KeyPrefix: manifest.DefaultKeyPrefix, Stream: st.ID, Log: log,
+		Tier: w.Store.Tier(manifest.DefaultKeyPrefix, st.ID), Log: log,
 		Latest: func(context.Context) (manifest.Manifest, int64, error) { return m, st.Revision, nil },
 		System: actortest.NewSystem(t, log),
 		Stats:  &RemoteStats{}, Panics: new(atomic.Int64),

@@ -63,20 +63,9 @@ func (w *leafWalker) fetchGroup(e manifest.Entry) ([]manifest.Entry, error) {
 	if es, ok := w.groups[e]; ok {
 		return es, nil
 	}
-	key, err := w.env.Store.LocateEntry(w.ctx, w.env.KeyPrefix, w.env.Stream, e)
+	es, err := w.env.Tier.Children(w.ctx, e)
 	if err != nil {
 		return nil, err
-	}
-	b, err := w.env.Store.GetObject(w.ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	kind, es, err := manifest.DecodeGroup(b)
-	if err != nil {
-		return nil, fmt.Errorf("group s3://%s/%s: %w", w.env.Store.Bucket(), key, err)
-	}
-	if kind != e.Kind {
-		return nil, fmt.Errorf("%w: group s3://%s/%s is a %s, its entry says %s", manifest.ErrCorrupt, w.env.Store.Bucket(), key, kind, e.Kind)
 	}
 	if len(w.groups) >= groupCacheSize {
 		clear(w.groups)

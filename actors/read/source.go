@@ -130,9 +130,7 @@ type latestManifest func(ctx context.Context) (manifest.Manifest, int64, error)
 
 // Env is what a remote source needs from its node (or from an offline command).
 type Env struct {
-	Store     *s3io.Store
-	KeyPrefix string
-	Stream    string
+	s3io.Tier // the stream's remote tier: Store, KeyPrefix, Stream
 	Latest    latestManifest
 	Log       zerolog.Logger
 
