@@ -158,8 +158,8 @@ type stream3Keys struct {
 
 func streamKeys(prefix, stream string) stream3Keys {
 	return stream3Keys{
-		anchor: manifest.EtcdAnchorKey(prefix, stream), manifest: manifest.EtcdManifestKey(prefix, stream),
-		epoch: manifest.EtcdEpochKey(prefix, stream), tomb: TombstoneKey(prefix, stream),
+		anchor: AnchorKey(prefix, stream), manifest: ManifestKey(prefix, stream),
+		epoch: EpochKey(prefix, stream), tomb: TombstoneKey(prefix, stream),
 		cluster: ClusterKey(prefix), stream: stream,
 	}
 }

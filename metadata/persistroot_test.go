@@ -8,7 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
 )
 
@@ -86,8 +85,8 @@ func TestPersistRootLostMetadata(t *testing.T) {
 		drop func(prefix string) string
 		want metadata.RootOutcome
 	}{
-		{"record", func(p string) string { return manifest.EtcdManifestKey(p, "s1") }, metadata.RootMetadataMissing},
-		{"anchor", func(p string) string { return manifest.EtcdAnchorKey(p, "s1") }, metadata.RootMetadataMissing},
+		{"record", func(p string) string { return metadata.ManifestKey(p, "s1") }, metadata.RootMetadataMissing},
+		{"anchor", func(p string) string { return metadata.AnchorKey(p, "s1") }, metadata.RootMetadataMissing},
 		{"cluster", func(p string) string { return metadata.ClusterKey(p) }, metadata.RootMetadataMissing},
 	} {
 		t.Run(c.name, func(t *testing.T) {
