@@ -33,6 +33,9 @@ type StreamStatus struct {
 	// deleted (then the reason names the stream and when), or its writer was deposed by a
 	// higher epoch ("deposed by epoch N ...").
 	StopReason string
+	// MetadataReason, with phase "metadata_missing", "metadata_behind" or "claim_changed",
+	// says what the resolution found and names the command that repairs it (`node recover`).
+	MetadataReason string
 	// LocalError is why the drain cannot read the local log now (phase "stalled"; it retries
 	// on its timer and the stream recovers by itself once the cause clears). Exhausted names
 	// the resource that ran out (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM), here or in
@@ -143,6 +146,9 @@ func (r *reader) status() StreamStatus {
 			}
 		}
 		st.LagBytes, st.LagSeconds = lag(segs, st.Core.PersistedNext, st.LocalCommitted, r.n.cfg.clock.Now())
+	}
+	if ms := r.h.stall.Load(); ms != nil && !r.running {
+		st.Phase, st.MetadataReason = ms.Phase, ms.Reason
 	}
 	if r.localErr != nil {
 		st.LocalError = r.localErr.Error()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -56,6 +57,12 @@ type persistDeps struct {
 	metrics   *Metrics
 	faults    *faultHooks
 	clock     shell.Clock // stamps the result the core takes; nil: the wall clock
+	claim     *claimState // the cluster record persists compare; a lost claim refuses them
+	stream    string
+	// doubt is the stream's attempt in doubt (streamHandle.doubt), settled first.
+	doubt *atomic.Pointer[inDoubt]
+	// lose records a claim found changed by a persist (Node.loseClaim).
+	lose func(reason string)
 }
 
 // persister is the persist actor: a child of the reader incarnation that needs a persist,
@@ -113,47 +120,119 @@ func persistFailure(stream string, ref readercore.Ref, reason string, now time.T
 		Reason: fmt.Sprintf("persist %s: %s", stream, reason)}
 }
 
-// doPersist runs one persist attempt; deleted is set (the reason) when the stream has a
+// inDoubt is a version 3 persist attempt whose outcome is unknown (its PUT or its etcd
+// transaction timed out or lost its answer): the stream's next persist or resolution
+// settles it first, with the same root (seq, uid, bytes) and the same expected record,
+// before anything new is built (manifest.md, "Persist").
+type inDoubt struct {
+	key  string
+	body []byte
+	rp   metadata.RootPersist
+	// txn says the etcd transaction ran (and may have applied); false: only the PUT may
+	// have landed.
+	txn bool
+}
+
+// doPersist runs one version 3 persist attempt: settle an attempt in doubt, PUT
+// root-<seq20>.manifest if absent (a 412 is a conflict: resolve again), then the etcd
+// transaction (metadata.PersistRoot). deleted is set (the reason) when the stream has a
 // tombstone, and res is then a not-found for the metrics.
 func doPersist(ctx context.Context, d persistDeps, stream string, e readercore.StartPersist) (res readercore.PersistResult, deleted string) {
-	uid := rand.Uint64()
-	key := manifest.RootKey(d.keyPrefix, stream, e.Epoch, uid)
 	failed := func(err error) (readercore.PersistResult, string) {
 		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFailed, Reason: err.Error()}, ""
 	}
-	if err := d.store.PutObject(ctx, key, manifest.EncodeRoot(e.Root)); err != nil {
+	if err := d.claim.err(); err != nil {
+		return failed(fmt.Errorf("persist %s: %w", stream, err))
+	}
+	if p := d.doubt.Load(); p != nil {
+		// An earlier attempt may have applied: decide it before building another root.
+		mr, err := settle(ctx, d, p)
+		if err != nil {
+			return failed(fmt.Errorf("persist %s: settle the attempt in doubt (%s): %w", stream, p.key, err))
+		}
+		d.doubt.CompareAndSwap(p, nil)
+		switch mr.Outcome {
+		case 0, metadata.RootConflict:
+			// It never landed, or the record moved on without it (a stray now).
+		case metadata.RootPersisted:
+			// It did persist, though the core was told it failed: its view is stale.
+			return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistConflict,
+				Reason: fmt.Sprintf("an earlier attempt in doubt persisted %s after all: resolve again", p.key)}, ""
+		default:
+			return rootResult(stream, e, p.rp.Record.RootUID, mr)
+		}
+	}
+	if e.Seq == 0 {
+		return failed(fmt.Errorf("persist %s: no seq for the version 3 root (a core that never resolved)", stream))
+	}
+	uid := rand.Uint64() | 1 // never 0: 0 means "none" in a parent uid
+	lin := manifest.Lineage{Seq: e.Seq, Epoch: e.Epoch, UID: uid, ParentSeq: e.Parent.Seq, ParentUID: e.Parent.UID}
+	key := manifest.SeqRootKey(d.keyPrefix, stream, e.Seq)
+	body := manifest.EncodeRootV3(lin, e.Root)
+	rp := metadata.RootPersist{WriterEpoch: e.Epoch, Expected: e.ExpectedRevision, Cluster: d.claim.opened,
+		Record: metadata.ManifestRecord{Seq: e.Seq, Epoch: e.Epoch, RootUID: uid, FirstOffset: e.Root.FirstOffset,
+			NextOffset: e.Root.NextOffset, TotalSize: e.Root.TotalSize, FirstTimestamp: e.Root.FirstTimestamp}}
+	if err := d.store.PutObjectIfAbsent(ctx, key, body); err != nil {
+		if s3io.IsPreconditionFailed(err) {
+			return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistConflict,
+				Reason: fmt.Sprintf("root %s exists: another writer took seq %d (412 on If-None-Match): resolve again", key, e.Seq)}, ""
+		}
+		if c := s3io.Classify(err); c == s3io.ClassRetriable || c == s3io.ClassCanceled || ctx.Err() != nil {
+			// The PUT may have landed: the next attempt looks for it first.
+			d.doubt.Store(&inDoubt{key: key, body: body, rp: rp})
+		}
 		return failed(fmt.Errorf("persist %s: put root %s: %w", stream, key, err))
 	}
-	rec := metadata.ManifestRecord{
-		Epoch: e.Epoch, RootUID: uid, FirstOffset: e.Root.FirstOffset, NextOffset: e.Root.NextOffset,
-		TotalSize: e.Root.TotalSize, FirstTimestamp: e.Root.FirstTimestamp,
-	}
-	mr, err := d.meta.Persist(ctx, stream, e.Epoch, e.ExpectedRevision, rec)
+	mr, err := d.meta.PersistRoot(ctx, stream, rp)
 	if err != nil {
-		return failed(fmt.Errorf("persist %s: etcd: %w", stream, err))
+		// etcd may have applied it: the next attempt retries this very transaction first.
+		d.doubt.Store(&inDoubt{key: key, body: body, rp: rp, txn: true})
+		return failed(fmt.Errorf("persist %s: etcd (outcome unknown, retried with the same root): %w", stream, err))
 	}
+	if mr.Outcome == metadata.RootClusterChanged && d.lose != nil {
+		d.lose(fmt.Sprintf("a persist of %s found the cluster record changed", stream))
+	}
+	return rootResult(stream, e, uid, mr)
+}
+
+// settle decides an attempt in doubt with the same root and expected record. When only its
+// PUT was in doubt, a root that is not there (or another writer's) never landed: outcome 0.
+// Otherwise the same transaction runs again; it reports RootPersisted when the earlier one
+// applied (the record names this root).
+func settle(ctx context.Context, d persistDeps, p *inDoubt) (metadata.RootResult, error) {
+	if !p.txn {
+		got, err := d.store.GetObject(ctx, p.key)
+		if s3io.IsNotFound(err) {
+			return metadata.RootResult{}, nil
+		}
+		if err != nil {
+			return metadata.RootResult{}, fmt.Errorf("look for the root: %w", err)
+		}
+		if obj, err := manifest.DecodeRootObject(got); err != nil || obj.Lineage.UID != p.rp.Record.RootUID {
+			return metadata.RootResult{}, nil // another writer's root holds the seq
+		}
+	}
+	return d.meta.PersistRoot(ctx, d.stream, p.rp)
+}
+
+// rootResult turns PersistRoot's decision into the core's result.
+func rootResult(stream string, e readercore.StartPersist, uid uint64, mr metadata.RootResult) (readercore.PersistResult, string) {
 	switch mr.Outcome {
-	case metadata.PersistOK:
+	case metadata.RootPersisted:
 		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistOK, Revision: mr.Revision, RootUID: uid}, ""
-	case metadata.PersistConflict:
-		reason := fmt.Sprintf("revision %d at epoch %d is stored, expected %d at epoch %d", mr.Revision, mr.StoredEpoch, e.ExpectedRevision, e.Epoch)
-		if mr.StoredEpoch > e.Epoch {
-			// A higher epoch persisted: deposed, not outrun. Reinitializing would meet the
-			// same fence at every persist.
-			return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFenced, StoredEpoch: mr.StoredEpoch, Reason: reason}, ""
-		}
-		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistConflict, Reason: reason}, ""
-	case metadata.PersistDeleted:
-		why := fmt.Sprintf("stream %s was deleted (its tombstone does not decode)", stream)
-		if mr.Tombstone != nil {
-			why = (&metadata.DeletedError{Tombstone: *mr.Tombstone}).Error()
-		}
+	case metadata.RootFenced:
+		reason := fmt.Sprintf("epoch %d is stored, above this writer's %d", mr.StoredEpoch, e.Epoch)
+		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFenced, StoredEpoch: mr.StoredEpoch, Reason: reason}, ""
+	case metadata.RootDeleted:
+		why := fmt.Sprintf("stream %s was deleted (its etcd tombstone)", stream)
 		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistNotFound, Reason: why}, why + "; " + deletedHint
-	default:
-		reason := fmt.Sprintf("stream %s: no manifest record at revision %d", stream, e.ExpectedRevision)
-		if e.ExpectedRevision == 0 {
-			reason = fmt.Sprintf("stream %s has no anchor", stream)
-		}
+	case metadata.RootMetadataMissing:
+		reason := fmt.Sprintf("stream %s: the anchor, the manifest record at version %d or the cluster record is gone: resolve again", stream, e.ExpectedRevision)
 		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistNotFound, Reason: reason}, ""
+	case metadata.RootClusterChanged:
+		return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistFailed,
+			Reason: fmt.Sprintf("persist %s: %v: the cluster record is not the one this node opened with", stream, ErrClaimChanged)}, ""
 	}
+	reason := fmt.Sprintf("the record is at version %d with stored epoch %d, expected version %d at epoch %d", mr.Revision, mr.StoredEpoch, e.ExpectedRevision, e.Epoch)
+	return readercore.PersistResult{Ref: e.Ref, Outcome: readercore.PersistConflict, Reason: reason}, ""
 }

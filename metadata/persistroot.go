@@ -242,6 +242,9 @@ var ErrRecoveryRace = errors.New("etcd changed since recovery read it")
 // the tokens its write is conditional on.
 type RecoveryRead struct {
 	ManifestMod, EpochMod, TombstoneMod int64
+	// ManifestVersion is the record's etcd Version (0: absent), what a writer's persist
+	// expects after a resolution made from this read.
+	ManifestVersion int64
 }
 
 // ReadForRecovery reads the stream's record, stored epoch, anchor and tombstone in one
@@ -264,7 +267,7 @@ func (s *Store) ReadForRecovery(ctx context.Context, stream string) (rec *Manife
 		if err != nil {
 			return nil, 0, false, false, read, fmt.Errorf("recovery read %s: %w", stream, err)
 		}
-		rec, read.ManifestMod = &r, rb.manifest.ModRevision
+		rec, read.ManifestMod, read.ManifestVersion = &r, rb.manifest.ModRevision, rb.manifest.Version
 	}
 	if rb.epoch != nil {
 		if epoch, err = ParseEpoch(k.epoch, rb.epoch.Value); err != nil {

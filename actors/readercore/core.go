@@ -88,6 +88,7 @@ type persistOp struct {
 	edits    []pendingEdit
 	reset    *pendingReset
 	expected int64
+	seq      uint64 // the version 3 root's seq
 }
 
 // rebalanceOp is the one group upload in flight.
@@ -130,6 +131,7 @@ type Core struct {
 	revision  int64
 	root      RootRef
 	hasRoot   bool
+	nextSeq   uint64 // the seq of the next root persisted (format version 3)
 
 	// The speculative state: in-memory manifest = persisted (or the truncated base) with pending folded.
 	mem       manifest.Manifest

@@ -167,6 +167,10 @@ type StartPersist struct {
 	Epoch            uint64
 	Edits            []manifest.Edit
 	Reset            bool // persists a truncation of the remote tier: replicas get a sync instead of the edits
+	// Seq is the version 3 root's seq and Parent the root the record names now (the one
+	// resolved or last persisted; zero for a stream that never persisted).
+	Seq    uint64
+	Parent RootRef
 }
 
 // ArmPersistTimer asks for PersistTimer{Ref} after After.
@@ -218,6 +222,7 @@ type RemoteRetention struct {
 type UpdateRange struct {
 	Manifest manifest.Manifest
 	Revision int64
+	Root     RootRef // the root object the record names (its seq and uid key the cache)
 }
 
 // Broadcast sends every replica in To the edits of one persist, sequenced by the revision.

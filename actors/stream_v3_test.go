@@ -1,0 +1,265 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/claim"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
+)
+
+// v3Config is a node configuration with small fragments, quick persists and a quick
+// retry of stalled resolutions.
+func v3Config(t *testing.T) Config {
+	log, _ := testLogger(t)
+	return Config{Logger: log, StallRetry: 100 * time.Millisecond,
+		Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond}}
+}
+
+// record reads stream's manifest record and its etcd ModRevision.
+func record(t *testing.T, meta *metadata.Store, stream string) (metadata.ManifestRecord, int64) {
+	t.Helper()
+	resp, err := meta.Client().Get(context.Background(), metadata.ManifestKey(meta.Prefix(), stream))
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("record of %s: %v (%d keys)", stream, err, len(resp.Kvs))
+	}
+	rec, err := metadata.DecodeManifestRecord(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec, resp.Kvs[0].ModRevision
+}
+
+// etcdSnapshot is the keys of some streams as etcd held them at one revision each.
+type etcdSnapshot map[string]map[string][]byte // stream -> key -> value
+
+// snapshotStream copies stream's etcd keys as they were at revision rev (etcd's history
+// before compaction: a snapshot taken then).
+func (s etcdSnapshot) snapshotStream(t *testing.T, meta *metadata.Store, stream string, rev int64) {
+	t.Helper()
+	resp, err := meta.Client().Get(context.Background(), metadata.StreamPrefix(meta.Prefix(), stream), clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		t.Fatalf("snapshot %s at %d: %v", stream, rev, err)
+	}
+	kv := map[string][]byte{}
+	for _, k := range resp.Kvs {
+		kv[string(k.Key)] = k.Value
+	}
+	s[stream] = kv
+}
+
+// restore puts the snapshot's keys back and deletes the streams' keys it did not hold,
+// as an etcd restored from the snapshot would hold them.
+func (s etcdSnapshot) restore(t *testing.T, meta *metadata.Store, streams ...string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, stream := range streams {
+		if _, err := meta.Client().Delete(ctx, metadata.StreamPrefix(meta.Prefix(), stream), clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range s[stream] {
+			if _, err := meta.Client().Put(ctx, k, string(v)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// bucketKeys lists every key in the bucket.
+func bucketKeys(t *testing.T, store *s3io.Store) []string {
+	t.Helper()
+	var keys []string
+	if err := store.List(context.Background(), "", func(o s3io.ObjectInfo) error {
+		keys = append(keys, o.Key)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// TestV3RestoreFromSnapshot (scenario b): etcd is restored from a snapshot after one stream
+// persisted exactly once more, another several times, and a third was created. With the
+// node started again: the first adopts its child by itself and goes on, the second stalls
+// in metadata_behind, the third in metadata_missing (status, gauges), and nothing in the
+// bucket is deleted.
+func TestV3RestoreFromSnapshot(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	ctx := context.Background()
+	cfg := v3Config(t)
+	n1, err := Start(ctx, cfg, w.Store, w.Meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := map[string]*segments.Log{}
+	add := func(n *Node, stream string) {
+		if logs[stream] == nil {
+			logs[stream] = openLog(t, segments.Options{})
+			writeLog(t, logs[stream], 3, loadgen.Limit{Bytes: 48 << 10})
+		}
+		if err := n.AddStream(StreamSpec{ID: stream, Log: logs[stream], Epoch: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(n1, "one")
+	add(n1, "many")
+	persisted(t, n1, "one", logs["one"].NextOffset(), 30*time.Second)
+	persisted(t, n1, "many", logs["many"].NextOffset(), 30*time.Second)
+
+	snap := etcdSnapshot{}
+	manyRec, manyMod := record(t, w.Meta, "many")
+	snap.snapshotStream(t, w.Meta, "many", manyMod)
+	for i := uint64(0); ; i++ { // persist "many" until its record is two seqs or more ahead
+		writeLog(t, logs["many"], 10+i, loadgen.Limit{Bytes: 20 << 10})
+		persisted(t, n1, "many", logs["many"].NextOffset(), 30*time.Second)
+		if rec, _ := record(t, w.Meta, "many"); rec.Seq >= manyRec.Seq+2 {
+			break
+		}
+	}
+	writeLog(t, logs["one"], 20, loadgen.Limit{Bytes: 20 << 10})
+	persisted(t, n1, "one", logs["one"].NextOffset(), 30*time.Second)
+	// The snapshot of "one" is etcd just before its last persist: exactly one behind.
+	oneRec, oneMod := record(t, w.Meta, "one")
+	snap.snapshotStream(t, w.Meta, "one", oneMod-1)
+	add(n1, "new")
+	persisted(t, n1, "new", logs["new"].NextOffset(), 30*time.Second)
+	snap["new"] = nil // created after the snapshot
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := n1.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+
+	snap.restore(t, w.Meta, "one", "many", "new")
+	if rec, _ := record(t, w.Meta, "one"); rec.Seq != oneRec.Seq-1 {
+		t.Fatalf("restored record of one names seq %d, want %d", rec.Seq, oneRec.Seq-1)
+	}
+	before := bucketKeys(t, w.Store)
+
+	log, logBuf := testLogger(t)
+	cfg.Logger = log
+	n2 := startNode(w, cfg)
+	for _, s := range []string{"one", "many", "new"} {
+		add(n2, s)
+	}
+	persisted(t, n2, "one", logs["one"].NextOffset(), 30*time.Second)
+	if rec, _ := record(t, w.Meta, "one"); rec.Seq != oneRec.Seq || rec.RootUID != oneRec.RootUID {
+		t.Fatalf("one: the record names seq %d uid %016x after adoption, want its child seq %d uid %016x", rec.Seq, rec.RootUID, oneRec.Seq, oneRec.RootUID)
+	}
+	phase := func(stream, want string) {
+		until(t, 20*time.Second, stream+" in "+want, func() (bool, string) {
+			st, err := n2.Status(ctx, stream)
+			if err != nil {
+				return false, err.Error()
+			}
+			return st.Phase == want && strings.Contains(st.MetadataReason, "node recover "+stream), st.Phase + ": " + st.MetadataReason
+		})
+	}
+	phase("many", "metadata_behind")
+	phase("new", "metadata_missing")
+	m := n2.Metrics()
+	if m.Adoptions.Load() != 1 || m.StreamsMetadataBehind.Load() != 1 || m.StreamsMetadataMissing.Load() != 1 {
+		t.Fatalf("%d adoptions, %d behind, %d missing", m.Adoptions.Load(), m.StreamsMetadataBehind.Load(), m.StreamsMetadataMissing.Load())
+	}
+	// Several retries later the stall is still logged once per stream.
+	until(t, 10*time.Second, "stalled resolutions retried", func() (bool, string) {
+		return m.StalledResolutions.Load() >= 8, fmt.Sprint(m.StalledResolutions.Load())
+	})
+	phase("many", "metadata_behind")
+	if c := logBuf.Count("the stream stalls"); c != 2 {
+		t.Fatalf("the stalls were logged %d times, want once per stream (2)", c)
+	}
+	after := bucketKeys(t, w.Store)
+	for _, k := range before {
+		if !slices.Contains(after, k) {
+			t.Errorf("%s was deleted", k)
+		}
+	}
+	for _, s := range []string{"many", "new"} {
+		if _, _, found, _ := w.Meta.ReadManifest(ctx, s); found && s == "new" {
+			t.Errorf("a record was written for the stalled stream %s", s)
+		}
+	}
+	if rec, _ := record(t, w.Meta, "many"); rec.Seq != manyRec.Seq {
+		t.Errorf("many: the record names seq %d, want the restored %d (nothing written)", rec.Seq, manyRec.Seq)
+	}
+}
+
+// TestV3TwoWritersRaceForASeq (scenario e): another writer at the same epoch takes the
+// seq the node's next persist needs (its root PUT with If-None-Match: * first): one root
+// per seq; the node's PUT gets a 412, it reinitializes, adopts the other root (a child of
+// the record) and persists on above it.
+func TestV3TwoWritersRaceForASeq(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	ctx := context.Background()
+	n, lg := readerStream(t, w, v3Config(t), "race")
+	rec, _ := record(t, w.Meta, "race")
+	body, err := w.Store.GetObject(ctx, manifest.SeqRootKey(manifest.DefaultKeyPrefix, "race", rec.Seq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := manifest.DecodeRootObject(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other writer's root: the same manifest as a child of the record, at the next seq.
+	other := manifest.Lineage{Seq: rec.Seq + 1, Epoch: 1, UID: 0xabcdef, ParentSeq: rec.Seq, ParentUID: rec.RootUID}
+	key := manifest.SeqRootKey(manifest.DefaultKeyPrefix, "race", other.Seq)
+	if err := w.Store.PutObjectIfAbsent(ctx, key, manifest.EncodeRootV3(other, obj.Manifest)); err != nil {
+		t.Fatal(err)
+	}
+	reinits := n.Metrics().Reinitializations.Load()
+	writeLog(t, lg, 30, loadgen.Limit{Bytes: 20 << 10})
+	persisted(t, n, "race", lg.NextOffset(), 30*time.Second)
+	got, err := w.Store.GetObject(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := manifest.DecodeRootObject(got); err != nil || o.Lineage.UID != other.UID {
+		t.Fatalf("seq %d holds %+v (%v), want the other writer's root: one root per seq", other.Seq, o.Lineage, err)
+	}
+	m := n.Metrics()
+	if m.Reinitializations.Load() <= reinits || m.Adoptions.Load() != 1 || m.PersistConflicts.Load() == 0 {
+		t.Fatalf("%d reinitializations (from %d), %d adoptions, %d conflicts", m.Reinitializations.Load(), reinits, m.Adoptions.Load(), m.PersistConflicts.Load())
+	}
+	if now, _ := record(t, w.Meta, "race"); now.Seq <= other.Seq {
+		t.Fatalf("the record names seq %d, want above the adopted %d", now.Seq, other.Seq)
+	}
+}
+
+// TestV3StartRefusesStoreWithoutConditions (scenario f): a store that ignores If-None-Match
+// is refused at Start, by name.
+func TestV3StartRefusesStoreWithoutConditions(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	w.Inj.Add(s3test.Rule{Method: "PUT", Fault: s3test.FaultIgnoreConditions})
+	_, err := Start(context.Background(), v3Config(t), w.Store, w.Meta)
+	if !errors.Is(err, s3io.ErrNoConditionalCreate) {
+		t.Fatalf("start on a store without conditional creates: %v", err)
+	}
+}
+
+// TestV3StartRefusesSecondCluster (scenario f): a second cluster (another etcd prefix) on
+// the same bucket and key prefix is refused at Start, naming what it found.
+func TestV3StartRefusesSecondCluster(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	readerStream(t, w, v3Config(t), "first")
+	other := metadata.NewStore(w.Meta.Client(), w.Meta.Prefix()+"-other")
+	_, err := Start(context.Background(), v3Config(t), w.Store, other)
+	if !errors.Is(err, claim.ErrRefused) || !strings.Contains(err.Error(), "claim") {
+		t.Fatalf("a second cluster on the same key prefix: %v", err)
+	}
+	t.Log(err)
+}
