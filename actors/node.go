@@ -231,11 +231,11 @@ func (n *Node) DeleteStream(ctx context.Context, id string) error {
 	if err := manifest.ValidateStreamID(id); err != nil {
 		return fmt.Errorf("delete stream: %w", err)
 	}
-	if err := n.RemoveStream(ctx, id); err != nil && !errors.Is(err, ErrUnknownStream) {
-		return err
-	}
 	if err := n.claim.err(); err != nil {
 		return fmt.Errorf("delete stream %s: %w", id, err)
+	}
+	if err := n.RemoveStream(ctx, id); err != nil && !errors.Is(err, ErrUnknownStream) {
+		return err
 	}
 	// The tombstone fences the writers, then the bucket's deletion marker, then the records.
 	marker := func(ctx context.Context) error {

@@ -51,6 +51,10 @@ type Config struct {
 	// ClaimRecheck is how often the node re-reads the cluster record (default
 	// claim.RecheckInterval, 30 s).
 	ClaimRecheck time.Duration
+	// StaleAfter: a writer whose last successful persist or resolution is older than this
+	// resolves again (with the listing) before its next persist (manifest.md, "Persist";
+	// default gc.MinDeleteGrace, 5 min, the shortest grace garbage collection deletes with).
+	StaleAfter time.Duration
 	// StallRetry is how often a stream stalled on lost or stale metadata (metadata_missing,
 	// metadata_behind) resolves again (default 10 s).
 	StallRetry time.Duration
@@ -96,6 +100,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ClaimRecheck == 0 {
 		c.ClaimRecheck = claim.RecheckInterval
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = 5 * time.Minute
 	}
 	if c.StallRetry == 0 {
 		c.StallRetry = 10 * time.Second

@@ -150,6 +150,10 @@ func (r *reader) status() StreamStatus {
 	if ms := r.h.stall.Load(); ms != nil && !r.running {
 		st.Phase, st.MetadataReason = ms.Phase, ms.Reason
 	}
+	if reason := r.n.claim.lostReason(); reason != "" {
+		// Nothing persists or deletes any more: the stream stalls with the node's claim.
+		st.Phase, st.MetadataReason = "claim_changed", reason
+	}
 	if r.localErr != nil {
 		st.LocalError = r.localErr.Error()
 		if c := ExhaustedResource(r.localErr); c != "" {

@@ -250,6 +250,7 @@ func (r *reader) start(c actor.Context) {
 		store: r.n.store, meta: r.n.meta, keyPrefix: r.n.cfg.KeyPrefix, timeout: r.n.cfg.PersistTimeout,
 		log: r.log.With().Str("actor", "persist").Logger(), metrics: r.n.metrics, faults: r.n.cfg.faults, clock: r.n.cfg.clock,
 		claim: &r.n.claim, stream: r.h.spec.ID, doubt: &r.h.doubt, lose: r.n.loseClaim,
+		fresh: &r.h.fresh, staleAfter: r.n.cfg.StaleAfter,
 	}
 	if sink := r.n.cfg.Replicas; sink != nil {
 		blog, metrics := r.log.With().Str("actor", "broadcast").Logger(), r.n.metrics
@@ -293,6 +294,7 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 		return
 	}
 	r.running, r.resolveErr = true, ""
+	r.h.fresh.sureAt(r.n.cfg.clock.Now())
 	r.h.recovered()
 	for _, w := range r.h.outstanding() {
 		r.waiters[w.Waiter] = true

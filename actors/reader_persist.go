@@ -63,6 +63,39 @@ type persistDeps struct {
 	doubt *atomic.Pointer[inDoubt]
 	// lose records a claim found changed by a persist (Node.loseClaim).
 	lose func(reason string)
+	// fresh is when the stream's writer was last sure of its record (streamHandle.fresh);
+	// staleAfter is Config.StaleAfter.
+	fresh      *freshness
+	staleAfter time.Duration
+}
+
+// freshness is when a stream's writer last knew its record was current (a successful
+// persist or resolution) and since when its persists fail, in ms on the node's clock (0:
+// never, not failing).
+type freshness struct {
+	sure, failing atomic.Int64
+}
+
+// sureAt records a successful persist or resolution.
+func (f *freshness) sureAt(now time.Time) {
+	f.sure.Store(now.UnixMilli())
+	f.failing.Store(0)
+}
+
+// failedAt records a failed persist (the first of a run sets failing).
+func (f *freshness) failedAt(now time.Time) { f.failing.CompareAndSwap(0, now.UnixMilli()) }
+
+// stale says why the writer must resolve again before it persists: its last success is
+// older than staleAfter, or its persists have failed for longer than timeout; "" if not.
+func (f *freshness) stale(now time.Time, staleAfter, timeout time.Duration) string {
+	ms := now.UnixMilli()
+	if s := f.sure.Load(); s > 0 && staleAfter > 0 && ms-s > staleAfter.Milliseconds() {
+		return fmt.Sprintf("its last successful persist or resolution was %v ago, more than %v", time.Duration(ms-s)*time.Millisecond, staleAfter)
+	}
+	if s := f.failing.Load(); s > 0 && timeout > 0 && ms-s > timeout.Milliseconds() {
+		return fmt.Sprintf("its persists have failed for %v, longer than the persist timeout %v", time.Duration(ms-s)*time.Millisecond, timeout)
+	}
+	return ""
 }
 
 // persister is the persist actor: a child of the reader incarnation that needs a persist,
@@ -109,7 +142,25 @@ func (p *persister) run(req *persistRequest) (done persistDone) {
 		p.deps.metrics.observePersist(done.Result.Outcome, time.Since(start))
 	}()
 	p.deps.faults.atTask("persist")
+	now := shell.OrWall(p.deps.clock).Now()
+	if f := p.deps.fresh; f != nil {
+		if why := f.stale(now, p.deps.staleAfter, p.deps.timeout); why != "" {
+			// A stale writer lists and reads etcd again before it builds another root.
+			f.sureAt(now) // the resolution this leads to is the next check's start
+			p.deps.log.Warn().Str("stream", req.Stream).Str("reason", why).Msg("stale writer: resolving again before persisting")
+			return persistDone{ID: req.ID, Result: readercore.PersistResult{Ref: req.Persist.Ref, Outcome: readercore.PersistConflict,
+				Reason: fmt.Sprintf("persist %s: stale writer: %s: resolve again before persisting", req.Stream, why)}}
+		}
+	}
 	res, deleted := doPersist(ctx, p.deps, req.Stream, req.Persist)
+	if f := p.deps.fresh; f != nil {
+		switch res.Outcome {
+		case readercore.PersistOK:
+			f.sureAt(shell.OrWall(p.deps.clock).Now())
+		case readercore.PersistFailed:
+			f.failedAt(now)
+		}
+	}
 	return persistDone{ID: req.ID, Result: res, Deleted: deleted}
 }
 

@@ -55,6 +55,9 @@ type streamHandle struct {
 	// doubt is a persist attempt whose outcome is unknown: the next persist or resolution
 	// settles it (same root, same expected record) before anything new is built.
 	doubt atomic.Pointer[inDoubt]
+	// fresh is when a writer of the stream was last sure of its record (stale writers
+	// resolve again before they persist).
+	fresh freshness
 	// stall is the metadata stall the last resolution decided (nil: none), kept across
 	// incarnations so that it is logged and counted once, not at every retry.
 	stall atomic.Pointer[metadataStall]

@@ -112,6 +112,13 @@ func resolveManifest(ctx context.Context, n *Node, h *streamHandle, stream strin
 	}
 	switch d.Action {
 	case resolve.ActionDeleted:
+		if d.RestoreTombstone {
+			// A marker without an etcd tombstone (a deletion etcd rolled back): complete the
+			// deletion in etcd (the tombstone back, the records gone) before stopping.
+			if err := n.meta.DeleteStream(ctx, stream); err != nil {
+				return res, "", nil, fmt.Errorf("resolve %s: write the tombstone back for the deletion marker: %w", stream, err)
+			}
+		}
 		return res, fmt.Sprintf("stream %s: %s; %s", stream, d.Reason, deletedHint), nil, nil
 	case resolve.ActionMetadataMissing, resolve.ActionMetadataBehind:
 		return res, "", &metadataStall{Phase: d.Action.String(), Reason: fmt.Sprintf("stream %s: %s (`node recover %s`)", stream, d.Reason, stream)}, nil

@@ -263,3 +263,131 @@ func TestV3StartRefusesSecondCluster(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestV3ClaimChangeStopsPersistingAndDeleting: the cluster record changes under a running
+// node (a takeover raised the generation): its periodic check sees it, the node stops
+// persisting and deleting, its streams show the claim_changed phase naming what to do, and
+// nothing in the bucket is deleted.
+func TestV3ClaimChangeStopsPersistingAndDeleting(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	ctx := context.Background()
+	cfg := v3Config(t)
+	cfg.ClaimRecheck = 100 * time.Millisecond
+	n, lg := readerStream(t, w, cfg, "taken")
+	rec, modRev, found, err := w.Meta.ReadCluster(ctx)
+	if err != nil || !found {
+		t.Fatalf("cluster record: %v (found %t)", err, found)
+	}
+	rec.Generation++
+	if _, err := w.Meta.UpdateCluster(ctx, modRev, rec); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 10*time.Second, "the claim change seen", func() (bool, string) {
+		return n.Metrics().ClaimLost.Load() == 1, ""
+	})
+	before := bucketKeys(t, w.Store)
+	stored, _ := record(t, w.Meta, "taken")
+	failures := n.Metrics().PersistFailures.Load()
+	writeLog(t, lg, 40, loadgen.Limit{Bytes: 40 << 10})
+	until(t, 20*time.Second, "persists refused", func() (bool, string) {
+		_ = n.ForceCut("taken")
+		st, _ := n.Status(ctx, "taken")
+		return n.Metrics().PersistFailures.Load() >= failures+3 && st.Phase == "claim_changed" &&
+			strings.Contains(st.MetadataReason, "node recover"), st.Phase + ": " + st.MetadataReason
+	})
+	if now, _ := record(t, w.Meta, "taken"); now != stored {
+		t.Fatalf("the record changed after the claim did: %+v, was %+v", now, stored)
+	}
+	if err := n.DeleteStream(ctx, "taken"); !errors.Is(err, ErrClaimChanged) {
+		t.Fatalf("delete after the claim changed: %v", err)
+	}
+	after := bucketKeys(t, w.Store)
+	for _, k := range before {
+		if !slices.Contains(after, k) {
+			t.Errorf("%s was deleted after the claim changed", k)
+		}
+	}
+}
+
+// TestFreshnessStale: when a writer must resolve again before it persists.
+func TestFreshnessStale(t *testing.T) {
+	t0 := time.UnixMilli(1_000_000)
+	for _, c := range []struct {
+		name          string
+		sure, failing time.Duration // offsets from t0; -1: never
+		now           time.Duration
+		want          string
+	}{
+		{"never persisted nor resolved", -1, -1, time.Hour, ""},
+		{"fresh", 0, -1, 4 * time.Minute, ""},
+		{"last success older than StaleAfter", 0, -1, 5*time.Minute + time.Millisecond, "last successful persist or resolution"},
+		{"failing shorter than the persist timeout", 0, time.Second, 20 * time.Second, ""},
+		{"failing longer than the persist timeout", 0, time.Second, 32 * time.Second, "persists have failed for 31s"},
+	} {
+		var f freshness
+		if c.sure >= 0 {
+			f.sureAt(t0.Add(c.sure))
+		}
+		if c.failing >= 0 {
+			f.failedAt(t0.Add(c.failing))
+		}
+		got := f.stale(t0.Add(c.now), 5*time.Minute, 30*time.Second)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestV3StaleWriterResolvesAgain: a writer idle for longer than StaleAfter resolves again
+// (a reinitialize, with the listing) before its next persist, then persists.
+func TestV3StaleWriterResolvesAgain(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	cfg := v3Config(t)
+	clock := newManualClock()
+	cfg.clock, cfg.StaleAfter = clock, time.Minute
+	log, logBuf := testLogger(t)
+	cfg.Logger = log
+	n, lg := readerStream(t, w, cfg, "stale")
+	reinits := n.Metrics().Reinitializations.Load()
+	clock.Advance(2 * time.Minute)
+	writeLog(t, lg, 50, loadgen.Limit{Bytes: 20 << 10})
+	persisted(t, n, "stale", lg.NextOffset(), 30*time.Second)
+	if n.Metrics().Reinitializations.Load() != reinits+1 || logBuf.Count("stale writer") == 0 {
+		t.Fatalf("%d reinitializations (from %d), %d log lines naming a stale writer", n.Metrics().Reinitializations.Load(), reinits, logBuf.Count("stale writer"))
+	}
+}
+
+// TestV3MarkerWithoutTombstone: a deletion etcd rolled back (the bucket's marker is there,
+// etcd holds the stream's records and no tombstone): the writer stops as deleted, writes
+// the tombstone back, and deletes nothing in the bucket.
+func TestV3MarkerWithoutTombstone(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	ctx := context.Background()
+	n, _ := readerStream(t, w, v3Config(t), "undead")
+	if err := n.RemoveStream(ctx, "undead"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Store.CreateMarker(ctx, manifest.DefaultKeyPrefix, s3io.Marker{Stream: "undead", ClusterID: "x", Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	var before []string
+	until(t, 10*time.Second, "the replaced roots reaped", func() (bool, string) {
+		before = bucketKeys(t, w.Store)
+		roots := slices.DeleteFunc(slices.Clone(before), func(k string) bool { return !strings.Contains(k, "/meta/root-") })
+		return len(roots) == 1, fmt.Sprint(roots)
+	})
+	lg := openLog(t, segments.Options{})
+	if err := n.AddStream(StreamSpec{ID: "undead", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 20*time.Second, "stopped as deleted", func() (bool, string) {
+		st, _ := n.Status(ctx, "undead")
+		return st.Phase == "stopped" && strings.Contains(st.StopReason, "deletion marker"), st.Phase + ": " + st.StopReason
+	})
+	if _, found, err := w.Meta.ReadTombstone(ctx, "undead"); err != nil || !found {
+		t.Fatalf("tombstone written back: found %t, %v", found, err)
+	}
+	if after := bucketKeys(t, w.Store); !slices.Equal(before, after) {
+		t.Fatalf("the bucket changed: %v, was %v", after, before)
+	}
+}
