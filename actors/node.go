@@ -65,7 +65,9 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 		return nil, errors.New("start node: an object store and a metadata store are required")
 	}
 	cfg = cfg.withDefaults()
-	opened, err := claim.Open(ctx, claim.Options{Store: store, Meta: meta, KeyPrefix: cfg.KeyPrefix})
+	octx, cancel := context.WithTimeout(ctx, cfg.ResolveTimeout)
+	opened, err := claim.Open(octx, claim.Options{Store: store, Meta: meta, KeyPrefix: cfg.KeyPrefix})
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("start node: %w", err)
 	}

@@ -195,3 +195,32 @@ func TestListDir(t *testing.T) {
 		t.Fatalf("%v %v %v", objs, prefixes, err)
 	}
 }
+
+// TestListAfter: the keys under a prefix that sort after a key, as a resolution lists the
+// roots from a seq on ("" lists them all).
+func TestListAfter(t *testing.T) {
+	srv := s3test.Start(t, s3test.Options{})
+	st := newStore(t, srv.Config())
+	ctx := context.Background()
+	for _, k := range []string{"p/root-1.m", "p/root-2.m", "p/root-3.m", "q/root-9.m"} {
+		if err := st.PutObject(ctx, k, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(after string) string {
+		var keys []string
+		if err := st.ListAfter(ctx, "p/root-", after, func(o s3io.ObjectInfo) error {
+			keys = append(keys, o.Key)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(keys, ",")
+	}
+	if got := list("p/root-2"); got != "p/root-2.m,p/root-3.m" {
+		t.Fatalf("after p/root-2: %s", got)
+	}
+	if got := list(""); got != "p/root-1.m,p/root-2.m,p/root-3.m" {
+		t.Fatalf("all: %s", got)
+	}
+}
