@@ -98,3 +98,16 @@ func (n *Node) watchClaim(interval time.Duration) {
 		}
 	}
 }
+
+// MetadataReady is the node's /readyz check of its metadata: an error while its claim is
+// lost or a stream is stalled in metadata_missing or metadata_behind, naming the repair.
+func (n *Node) MetadataReady(context.Context) error {
+	if r := n.claim.lostReason(); r != "" {
+		return fmt.Errorf("%w: %s", ErrClaimChanged, r)
+	}
+	missing, behind := n.metrics.StreamsMetadataMissing.Load(), n.metrics.StreamsMetadataBehind.Load()
+	if missing+behind > 0 {
+		return fmt.Errorf("%d streams in metadata_missing and %d in metadata_behind (etcd lost or is behind the bucket): nothing is written for them; see `node status` and run `node recover`", missing, behind)
+	}
+	return nil
+}

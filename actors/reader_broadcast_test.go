@@ -225,12 +225,14 @@ func TestReaderReplicasOutliveReinitialize(t *testing.T) {
 	mark := len(sink.snapshot())
 	writeLog(t, lg, 14, loadgen.Limit{Bytes: 48 << 10})
 	persisted(t, n, "rr", lg.NextOffset(), 20*time.Second)
-	if n.Metrics().Reinitializations.Load() != 1 {
-		t.Fatalf("%d reinitializations, want 1", n.Metrics().Reinitializations.Load())
+	if n.Metrics().Reinitializations.Load() != 1 || n.Metrics().Adoptions.Load() != 1 {
+		t.Fatalf("%d reinitializations, %d adoptions, want 1 and 1", n.Metrics().Reinitializations.Load(), n.Metrics().Adoptions.Load())
 	}
+	// Format version 3: the conflicting persist left its root, a child of the record the
+	// other writer wrote (revision rev+1); the resolution adopts it (revision rev+2).
 	until(t, 5*time.Second, "the new incarnation syncs and broadcasts to both replicas", func() (bool, string) {
 		got := strings.Join(callsAfter(sink, mark), "; ")
-		return strings.Contains(got, fmt.Sprintf("sync rr to r1 rev %d next", rev+1)) && strings.Contains(got, fmt.Sprintf("sync rr to r2 rev %d next", rev+1)) &&
+		return strings.Contains(got, fmt.Sprintf("sync rr to r1 rev %d next", rev+2)) && strings.Contains(got, fmt.Sprintf("sync rr to r2 rev %d next", rev+2)) &&
 			strings.Contains(got, "broadcast rr to [r1 r2]"), got
 	})
 	if got := strings.Join(callsAfter(sink, mark), "; "); strings.Contains(got, "broadcast rr to [r1] ") {

@@ -146,10 +146,13 @@ func (p *persister) run(req *persistRequest) (done persistDone) {
 	if f := p.deps.fresh; f != nil {
 		if why := f.stale(now, p.deps.staleAfter, p.deps.timeout); why != "" {
 			// A stale writer lists and reads etcd again before it builds another root.
-			f.sureAt(now) // the resolution this leads to is the next check's start
-			p.deps.log.Warn().Str("stream", req.Stream).Str("reason", why).Msg("stale writer: resolving again before persisting")
-			return persistDone{ID: req.ID, Result: readercore.PersistResult{Ref: req.Persist.Ref, Outcome: readercore.PersistConflict,
-				Reason: fmt.Sprintf("persist %s: stale writer: %s: resolve again before persisting", req.Stream, why)}}
+			if res, stop := recheck(ctx, p.deps, req.Stream, req.Persist, why); stop {
+				if res.Outcome == readercore.PersistFailed {
+					f.failedAt(now)
+				}
+				return persistDone{ID: req.ID, Result: res}
+			}
+			f.sureAt(now)
 		}
 	}
 	res, deleted := doPersist(ctx, p.deps, req.Stream, req.Persist)
@@ -169,6 +172,44 @@ func (p *persister) run(req *persistRequest) (done persistDone) {
 func persistFailure(stream string, ref readercore.Ref, reason string, now time.Time) readercore.PersistResult {
 	return readercore.PersistResult{Ref: ref, Outcome: readercore.PersistFailed, Now: now.UnixMilli(),
 		Reason: fmt.Sprintf("persist %s: %s", stream, reason)}
+}
+
+// recheck is a stale writer's look before it persists: the roots above its parent, the
+// deletion marker, then the record. Anything that moved (a root above, a record that does
+// not name the parent, a marker) answers a conflict, so that the core resolves again; a
+// failed look is a failed persist. stop is false when the writer may persist.
+func recheck(ctx context.Context, d persistDeps, stream string, e readercore.StartPersist, why string) (readercore.PersistResult, bool) {
+	result := func(o readercore.PersistOutcome, reason string) (readercore.PersistResult, bool) {
+		return readercore.PersistResult{Ref: e.Ref, Outcome: o, Reason: fmt.Sprintf("persist %s: stale writer (%s): %s", stream, why, reason)}, true
+	}
+	var above []string
+	err := d.store.ListAfter(ctx, manifest.RootsPrefix(d.keyPrefix, stream), manifest.RootsStartAfter(d.keyPrefix, stream, e.Parent.Seq+1), func(o s3io.ObjectInfo) error {
+		if k, err := manifest.ParseKey(d.keyPrefix, o.Key); err == nil && k.Kind == manifest.ObjectRoot && k.KeyVersion >= 3 {
+			above = append(above, o.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		return result(readercore.PersistFailed, fmt.Sprintf("list roots: %v", err))
+	}
+	marker, err := d.store.HasMarker(ctx, d.keyPrefix, stream)
+	if err != nil {
+		return result(readercore.PersistFailed, fmt.Sprintf("read the deletion marker: %v", err))
+	}
+	rec, _, _, _, _, err := d.meta.ReadForRecovery(ctx, stream)
+	if err != nil {
+		return result(readercore.PersistFailed, fmt.Sprintf("read etcd: %v", err))
+	}
+	switch {
+	case marker:
+		return result(readercore.PersistConflict, "the stream has a deletion marker: resolve again")
+	case len(above) > 0:
+		return result(readercore.PersistConflict, fmt.Sprintf("roots above its parent seq %d: %v: resolve again", e.Parent.Seq, above))
+	case rec == nil && e.Parent != (readercore.RootRef{}), rec != nil && (rec.Seq != e.Parent.Seq || rec.RootUID != e.Parent.UID):
+		return result(readercore.PersistConflict, "the manifest record no longer names its parent: resolve again")
+	}
+	d.log.Info().Str("stream", stream).Str("reason", why).Msg("stale writer: the listing and etcd still name its parent; persisting")
+	return readercore.PersistResult{}, false
 }
 
 // inDoubt is a version 3 persist attempt whose outcome is unknown (its PUT or its etcd

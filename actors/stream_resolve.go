@@ -119,6 +119,11 @@ func resolveManifest(ctx context.Context, n *Node, h *streamHandle, stream strin
 				return res, "", nil, fmt.Errorf("resolve %s: write the tombstone back for the deletion marker: %w", stream, err)
 			}
 		}
+		if tomb {
+			if ts, found, err := n.meta.ReadTombstone(ctx, stream); err == nil && found {
+				return res, fmt.Sprintf("%v; %s", &metadata.DeletedError{Tombstone: ts}, deletedHint), nil, nil
+			}
+		}
 		return res, fmt.Sprintf("stream %s: %s; %s", stream, d.Reason, deletedHint), nil, nil
 	case resolve.ActionMetadataMissing, resolve.ActionMetadataBehind:
 		return res, "", &metadataStall{Phase: d.Action.String(), Reason: fmt.Sprintf("stream %s: %s (`node recover %s`)", stream, d.Reason, stream)}, nil

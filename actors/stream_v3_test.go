@@ -174,6 +174,9 @@ func TestV3RestoreFromSnapshot(t *testing.T) {
 	if m.Adoptions.Load() != 1 || m.StreamsMetadataBehind.Load() != 1 || m.StreamsMetadataMissing.Load() != 1 {
 		t.Fatalf("%d adoptions, %d behind, %d missing", m.Adoptions.Load(), m.StreamsMetadataBehind.Load(), m.StreamsMetadataMissing.Load())
 	}
+	if err := n2.MetadataReady(ctx); err == nil || !strings.Contains(err.Error(), "1 streams in metadata_missing and 1 in metadata_behind") {
+		t.Fatalf("readiness with two stalled streams: %v", err)
+	}
 	// Several retries later the stall is still logged once per stream.
 	until(t, 10*time.Second, "stalled resolutions retried", func() (bool, string) {
 		return m.StalledResolutions.Load() >= 8, fmt.Sprint(m.StalledResolutions.Load())
@@ -298,6 +301,9 @@ func TestV3ClaimChangeStopsPersistingAndDeleting(t *testing.T) {
 	if now, _ := record(t, w.Meta, "taken"); now != stored {
 		t.Fatalf("the record changed after the claim did: %+v, was %+v", now, stored)
 	}
+	if err := n.MetadataReady(ctx); !errors.Is(err, ErrClaimChanged) {
+		t.Fatalf("readiness after the claim changed: %v", err)
+	}
 	if err := n.DeleteStream(ctx, "taken"); !errors.Is(err, ErrClaimChanged) {
 		t.Fatalf("delete after the claim changed: %v", err)
 	}
@@ -338,8 +344,10 @@ func TestFreshnessStale(t *testing.T) {
 	}
 }
 
-// TestV3StaleWriterResolvesAgain: a writer idle for longer than StaleAfter resolves again
-// (a reinitialize, with the listing) before its next persist, then persists.
+// TestV3StaleWriterResolvesAgain: a writer idle for longer than StaleAfter looks again
+// (the listing, the marker, the record) before its next persist: when nothing moved it
+// persists on; when another writer's root appeared above its parent it resolves again
+// (a reinitialize) and adopts it.
 func TestV3StaleWriterResolvesAgain(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	cfg := v3Config(t)
@@ -352,8 +360,30 @@ func TestV3StaleWriterResolvesAgain(t *testing.T) {
 	clock.Advance(2 * time.Minute)
 	writeLog(t, lg, 50, loadgen.Limit{Bytes: 20 << 10})
 	persisted(t, n, "stale", lg.NextOffset(), 30*time.Second)
-	if n.Metrics().Reinitializations.Load() != reinits+1 || logBuf.Count("stale writer") == 0 {
+	if n.Metrics().Reinitializations.Load() != reinits || logBuf.Count("stale writer: the listing and etcd still name its parent") != 1 {
 		t.Fatalf("%d reinitializations (from %d), %d log lines naming a stale writer", n.Metrics().Reinitializations.Load(), reinits, logBuf.Count("stale writer"))
+	}
+
+	// Another writer's root above the record (a child of it, the same manifest).
+	ctx := context.Background()
+	rec, _ := record(t, w.Meta, "stale")
+	body, err := w.Store.GetObject(ctx, manifest.SeqRootKey(manifest.DefaultKeyPrefix, "stale", rec.Seq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := manifest.DecodeRootObject(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := manifest.Lineage{Seq: rec.Seq + 1, Epoch: 1, UID: 0x5eed, ParentSeq: rec.Seq, ParentUID: rec.RootUID}
+	if err := w.Store.PutObjectIfAbsent(ctx, manifest.SeqRootKey(manifest.DefaultKeyPrefix, "stale", other.Seq), manifest.EncodeRootV3(other, obj.Manifest)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	writeLog(t, lg, 51, loadgen.Limit{Bytes: 20 << 10})
+	persisted(t, n, "stale", lg.NextOffset(), 30*time.Second)
+	if n.Metrics().Reinitializations.Load() != reinits+1 || n.Metrics().Adoptions.Load() != 1 {
+		t.Fatalf("%d reinitializations (from %d), %d adoptions", n.Metrics().Reinitializations.Load(), reinits, n.Metrics().Adoptions.Load())
 	}
 }
 

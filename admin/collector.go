@@ -39,6 +39,8 @@ var (
 	descGapOffsets     = desc("gap_offsets_total", "Offsets given up because the local log dropped them before upload.")
 	descReaper         = desc("reaper_total", "Reaper work by kind (deleted, failed, retries, group_gets).", "kind")
 	descStreams        = desc("streams_running", "Streams whose replica reader runs (stalled ones not counted).")
+	descMetaStalls     = desc("streams_metadata_stalled", "Streams stalled because etcd lost their metadata or is behind the bucket, by phase (metadata_missing, metadata_behind): repair with `node recover`.", "phase")
+	descClaimLost      = desc("claim_lost", "1 once the node found its cluster claim changed: it stopped persisting and deleting.")
 	descStalled        = desc("streams_stalled", "Streams whose drain cannot read the local log now, by cause (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM, other).", "cause")
 	descLocalErrors    = desc("local_errors_total", "Local log read failures reported by drains, by cause (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM, other).", "cause")
 	descFaults         = desc("node_faults", "Fatal failures outside the streams (an embedded server that stopped), by server and exhausted resource (empty when another cause).", "server", "exhausted")
@@ -161,6 +163,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descReaper, float64(m.Reaper.GroupGets.Load()), "group_gets")
 
 	gauge(descStreams, float64(m.StreamsRunning.Load()))
+	gauge(descMetaStalls, float64(m.StreamsMetadataMissing.Load()), "metadata_missing")
+	gauge(descMetaStalls, float64(m.StreamsMetadataBehind.Load()), "metadata_behind")
+	gauge(descClaimLost, float64(m.ClaimLost.Load()))
 	for _, f := range in.Faults {
 		gauge(descFaults, 1, f.Server, f.Exhausted)
 	}

@@ -147,7 +147,7 @@ func offlineLatest(o OfflineSource) latestManifest {
 			if have && r == rev {
 				return m, rev, nil
 			}
-			key := manifest.RootKey(o.KeyPrefix, o.Stream, rec.Epoch, rec.RootUID)
+			key := rec.RootKey(o.KeyPrefix, o.Stream)
 			body, err := o.Store.GetObject(ctx, key)
 			if err != nil {
 				// A persist meanwhile replaced the root and the reaper deleted the old one:

@@ -246,7 +246,7 @@ func (p *process) start(ctx context.Context) error {
 	opts := admin.Options{
 		Node: node, NodeID: s.NodeID, Started: p.started, S3: p.b.Store.Metrics(), Etcd: p.etcdMetrics,
 		RebalanceThreshold: s.RebalanceThreshold, Log: p.log, Faults: p.faultList,
-		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}},
+		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}, {Name: "metadata", Check: node.MetadataReady}},
 		Prices: &admin.Prices{PutPer1000: s.CostPutPer1000, ListPer1000: s.CostListPer1000, GetPer1000: s.CostGetPer1000,
 			StoragePerGBMonth: s.CostStoragePerGBMonth},
 	}
@@ -483,7 +483,7 @@ func (p *process) roots(ctx context.Context, stream string) (map[string]bool, er
 	}
 	current := ""
 	if found {
-		current = manifest.RootKey(p.b.KeyPrefix, stream, rec.Epoch, rec.RootUID)
+		current = rec.RootKey(p.b.KeyPrefix, stream)
 	}
 	out := map[string]bool{}
 	err = p.b.Store.List(ctx, manifest.StreamPrefix(p.b.KeyPrefix, stream)+"meta/root-", func(o s3io.ObjectInfo) error {
