@@ -18,6 +18,8 @@ type Metrics struct {
 	// because etcd lost their metadata or is behind the bucket (gauges, one per phase).
 	StreamsMetadataMissing atomic.Int64
 	StreamsMetadataBehind  atomic.Int64
+	// Resolutions counts resolutions that completed (the reader runs on what it resolved).
+	Resolutions atomic.Int64
 	// StalledResolutions counts resolutions that found a stream stalled on its metadata
 	// (each retry counts).
 	StalledResolutions atomic.Int64

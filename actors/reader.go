@@ -295,6 +295,7 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 	}
 	r.running, r.resolveErr = true, ""
 	r.h.fresh.sureAt(r.n.cfg.clock.Now())
+	r.n.metrics.Resolutions.Add(1)
 	r.h.recovered()
 	for _, w := range r.h.outstanding() {
 		r.waiters[w.Waiter] = true
