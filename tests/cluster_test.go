@@ -247,7 +247,7 @@ func (w *clusterWorld) watch() {
 				}
 				p.rec = rec
 				fctx, fcancel := context.WithTimeout(ctx, 5*time.Second)
-				body, err := w.store.GetObject(fctx, manifest.RootKey(manifest.DefaultKeyPrefix, stream, rec.Epoch, rec.RootUID))
+				body, err := w.store.GetObject(fctx, rec.RootKey(manifest.DefaultKeyPrefix, stream))
 				fcancel()
 				if err == nil {
 					if p.m, err = manifest.DecodeRoot(body); err != nil {
