@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/manifest/resolve"
@@ -34,6 +35,16 @@ type Report struct {
 	Plan              resolve.Plan
 	Written           bool // the records (or the tombstone) were written
 	Requests          int  // S3 requests of the inspection
+	// Newest is the LastModified of the prefix's newest root (zero: none).
+	Newest time.Time
+	// Check is why the chosen root failed its check (nil when it passed).
+	Check error
+
+	planned bool
+	read    metadata.RecoveryRead
+	m       manifest.Manifest
+	tomb    bool
+	anchor  bool
 }
 
 // Recover inspects one stream in the bucket, reads its etcd records, plans with
@@ -52,7 +63,7 @@ func Recover(ctx context.Context, o Options, stream string) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	rep := Report{Stream: stream, Outcome: in.Choice.Outcome, Root: in.Choice.Root, Requests: in.Requests}
+	rep := Report{Stream: stream, Outcome: in.Choice.Outcome, Root: in.Choice.Root, Requests: in.Requests, Newest: in.Newest, Check: in.Check}
 	m := in.Root.Manifest
 	rep.First, rep.Next, rep.Size = m.FirstOffset, m.NextOffset, m.TotalSize
 	rec, epoch, anchor, tomb, read, err := o.Meta.ReadForRecovery(ctx, stream)
@@ -64,13 +75,26 @@ func Recover(ctx context.Context, o Options, stream string) (Report, error) {
 		rep.Etcd.Record = &resolve.Record{Seq: rec.Seq, Epoch: rec.Epoch, UID: rec.RootUID}
 	}
 	rep.Plan = resolve.PlanRecovery(in.Choice, in.Check, rep.Etcd)
+	rep.planned, rep.read, rep.m, rep.tomb, rep.anchor = true, read, m, tomb, anchor
 	if !o.Write {
 		return rep, nil
 	}
+	return Apply(ctx, o.Meta, rep)
+}
+
+// Apply writes what a planned report (from Recover without Write) decided, conditional on
+// what that plan read of etcd: a writer or another recovery that wrote meanwhile makes it
+// fail with metadata.ErrRecoveryRace (plan again). `node recover --yes` plans every
+// stream, takes the claim, then applies, so that it inspects the bucket once.
+func Apply(ctx context.Context, meta *metadata.Store, rep Report) (Report, error) {
+	if !rep.planned {
+		return rep, fmt.Errorf("recover %s: apply needs a report planned by Recover", rep.Stream)
+	}
+	stream, m := rep.Stream, rep.m
 	switch rep.Plan.Action {
 	case resolve.RecoverTombstone:
-		if !tomb {
-			if err := o.Meta.DeleteStream(ctx, stream); err != nil {
+		if !rep.tomb {
+			if err := meta.DeleteStream(ctx, stream); err != nil {
 				return rep, fmt.Errorf("recover %s: tombstone: %w", stream, err)
 			}
 			rep.Written = true
@@ -79,17 +103,50 @@ func Recover(ctx context.Context, o Options, stream string) (Report, error) {
 		r := rep.Plan.Root
 		record := metadata.ManifestRecord{Seq: r.Seq, Epoch: r.Epoch, RootUID: r.UID,
 			FirstOffset: m.FirstOffset, NextOffset: m.NextOffset, TotalSize: m.TotalSize, FirstTimestamp: m.FirstTimestamp}
-		if err := o.Meta.RecoverRecords(ctx, stream, read, record, rep.Plan.StoredEpoch); err != nil {
+		if err := meta.RecoverRecords(ctx, stream, rep.read, record, rep.Plan.StoredEpoch); err != nil {
 			return rep, fmt.Errorf("recover %s: %w", stream, err)
 		}
 		rep.Written = true
 	case resolve.RecoverUpToDate:
-		if !anchor {
-			if err := o.Meta.Anchor(ctx, stream); err != nil {
+		if !rep.anchor {
+			if err := meta.Anchor(ctx, stream); err != nil {
 				return rep, fmt.Errorf("recover %s: anchor: %w", stream, err)
 			}
 			rep.Written = true
 		}
 	}
 	return rep, nil
+}
+
+// All recovers every stream the bucket knows under the key prefix (ListStreams), or the
+// streams given, one after the other, and returns a report per stream in order. A stream
+// that fails (an S3 or etcd error, a race with a writer) has its error in errs under its
+// id; the others go on. The caller has checked or taken the claim (Claim).
+func All(ctx context.Context, o Options, streams []string) (reports []Report, errs map[string]error, err error) {
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = manifest.DefaultKeyPrefix
+	}
+	if len(streams) == 0 {
+		if o.Store == nil {
+			return nil, nil, errors.New("recover: an object store is required")
+		}
+		if streams, err = ListStreams(ctx, o.Store, o.KeyPrefix); err != nil {
+			return nil, nil, err
+		}
+	}
+	errs = map[string]error{}
+	for _, s := range streams {
+		rep, err := Recover(ctx, o, s)
+		if err != nil {
+			errs[s] = err
+			if rep.Stream == "" {
+				rep.Stream = s
+			}
+		}
+		reports = append(reports, rep)
+		if ctx.Err() != nil {
+			return reports, errs, ctx.Err()
+		}
+	}
+	return reports, errs, nil
 }

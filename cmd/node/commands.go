@@ -91,9 +91,10 @@ func streamArg(stderr io.Writer, cmd, id string) bool {
 // statusCmd prints a running node's status, or the persisted state of the streams when
 // no node runs.
 func statusCmd(args []string, stdout, stderr io.Writer) int {
-	var asJSON bool
+	var asJSON, fromBucket bool
 	s, pos, code, ok := parseFlags("status", nodeconfig.ModeRun, args, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
+		fs.BoolVar(&fromBucket, "from-bucket", false, "what the bucket alone says of the streams (the roots `node recover` would choose), no etcd")
 	})
 	if !ok {
 		return code
@@ -104,6 +105,9 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
+	if fromBucket {
+		return bucketStatus(ctx, s, stream, asJSON, stdout, stderr)
+	}
 	if c, ok := runningNode(ctx, s); ok {
 		rep, err := c.Status(ctx)
 		if err != nil {
@@ -503,10 +507,11 @@ func sortedStrings(m map[string]string) []string {
 }
 
 func verifyCmd(args []string, stdout, stderr io.Writer) int {
-	var asJSON bool
+	var asJSON, fromBucket bool
 	var logDir string
 	s, pos, code, ok := parseFlags("verify", nodeconfig.ModeRun, args, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
+		fs.BoolVar(&fromBucket, "from-bucket", false, "verify the root the bucket alone names (the one `node recover` would choose), no etcd")
 		fs.StringVar(&logDir, "log-dir", "", "the stream's local log directory to compare with (default: the declared or demo stream's)")
 	})
 	if !ok {
@@ -526,12 +531,12 @@ func verifyCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
-	b, err := backends.ForCommand(ctx, s)
+	b, err := openFor(ctx, s, fromBucket)
 	if err != nil {
 		return fail(stderr, "verify", err)
 	}
 	defer b.Close()
-	rep, err := verify.Stream(ctx, verify.Options{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream, LogDir: logDir})
+	rep, err := verify.Stream(ctx, verify.Options{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream, LogDir: logDir, FromBucket: fromBucket})
 	if err != nil {
 		return fail(stderr, "verify", err)
 	}

@@ -32,6 +32,11 @@ func gcCmd(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	if del && s.GCGracePeriod < gc.MinDeleteGrace {
+		// Refused before anything is read: delete mode never runs below the minimum, even
+		// when nothing would be old enough to delete.
+		return fail(stderr, "gc", fmt.Errorf("--delete with grace period %v: below %v a root could be collected between its PUT and the etcd write that names it; refused, nothing deleted (give --grace 5m or more, or run without --delete)", s.GCGracePeriod, gc.MinDeleteGrace))
+	}
 	ctx, cancel := commandContext()
 	defer cancel()
 	b, err := backends.ForCommand(ctx, s)
