@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/streamtier/streamtier/manifest"
@@ -21,6 +23,8 @@ type Options struct {
 	Write bool
 	// Verify also checks that every live fragment of the chosen root is stored.
 	Verify bool
+	// Concurrency is how many streams All inspects at once (default 16).
+	Concurrency int
 }
 
 // Report is one row of the recovery table: the root the bucket names, what etcd holds and
@@ -121,7 +125,7 @@ func Apply(ctx context.Context, meta *metadata.Store, rep Report) (Report, error
 // All recovers every stream the bucket knows under the key prefix (ListStreams), or the
 // streams given, one after the other, and returns a report per stream in order. A stream
 // that fails (an S3 or etcd error, a race with a writer) has its error in errs under its
-// id; the others go on. The caller has checked or taken the claim (Claim).
+// id; the others go on. Streams are inspected o.Concurrency at a time. The caller has checked or taken the claim (Claim).
 func All(ctx context.Context, o Options, streams []string) (reports []Report, errs map[string]error, err error) {
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = manifest.DefaultKeyPrefix
@@ -134,19 +138,72 @@ func All(ctx context.Context, o Options, streams []string) (reports []Report, er
 			return nil, nil, err
 		}
 	}
-	errs = map[string]error{}
-	for _, s := range streams {
-		rep, err := Recover(ctx, o, s)
-		if err != nil {
-			errs[s] = err
-			if rep.Stream == "" {
-				rep.Stream = s
+	workers := o.Concurrency
+	if workers <= 0 {
+		workers = 16
+	}
+	reports = make([]Report, len(streams))
+	failed := make([]error, len(streams))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < min(workers, len(streams)); w++ {
+		wg.Add(1)
+		go func() { // joined by wg; ends when next is closed
+			defer wg.Done()
+			for i := range next {
+				reports[i], failed[i] = Recover(ctx, o, streams[i])
+				if reports[i].Stream == "" {
+					reports[i].Stream = streams[i]
+				}
 			}
-		}
-		reports = append(reports, rep)
+		}()
+	}
+	for i := range streams {
 		if ctx.Err() != nil {
-			return reports, errs, ctx.Err()
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	errs = map[string]error{}
+	for i, e := range failed {
+		if e != nil {
+			errs[streams[i]] = e
 		}
 	}
-	return reports, errs, nil
+	return reports, errs, ctx.Err()
+}
+
+// ApplyAll applies every planned report (Apply), concurrency at a time (default 16), and
+// returns the reports with the errors of the streams that failed, by id. Reports already
+// holding an error in skip are left as they are.
+func ApplyAll(ctx context.Context, meta *metadata.Store, reps []Report, skip map[string]error, concurrency int) ([]Report, map[string]error) {
+	if concurrency <= 0 {
+		concurrency = 16
+	}
+	out := slices.Clone(reps)
+	failed := make([]error, len(reps))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, concurrency)
+	for i := range out {
+		if skip[out[i].Stream] != nil {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() { // bounded by sem, joined by wg
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i], failed[i] = Apply(ctx, meta, out[i])
+		}()
+	}
+	wg.Wait()
+	errs := map[string]error{}
+	for i, e := range failed {
+		if e != nil {
+			errs[out[i].Stream] = e
+		}
+	}
+	return out, errs
 }

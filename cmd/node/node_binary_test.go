@@ -518,8 +518,10 @@ func TestBinaryKillAndRestart(t *testing.T) {
 	// of aged garbage is gc's package tests' (a frozen store clock), not this one's: no
 	// test hook shifts the binary's clock, and the rule is not weakened for a test.
 	plan, r := gcJSON(t, dir)
-	if r.code != 0 || len(plan.Plan.Orphans) != 0 || len(plan.Plan.Young) < killedAt.Pipeline.UnpersistedEdits {
-		t.Fatalf("gc after a kill: want the %d unpersisted uploads as young garbage, no orphan:\n%s", killedAt.Pipeline.UnpersistedEdits, r)
+	// At least one upload the kill left unpersisted and the stale root (an upload in flight
+	// at the kill may never have reached the bucket).
+	if r.code != 0 || len(plan.Plan.Orphans) != 0 || len(plan.Plan.Young) < 2 {
+		t.Fatalf("gc after a kill: want the unpersisted uploads and the stale root as young garbage, no orphan:\n%s", r)
 	}
 	if !slices.ContainsFunc(plan.Plan.Young, func(o gc.Orphan) bool { return o.Key == staleRoot && strings.Contains(o.Reason, "superseded root") }) {
 		t.Fatalf("gc does not list the stale root %s:\n%s", staleRoot, r)

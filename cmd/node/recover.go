@@ -81,13 +81,10 @@ func recoverCmd(args []string, stdout, stderr io.Writer) int {
 	cp, claimErr := recovery.Claim(ctx, recovery.ClaimOptions{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix,
 		Takeover: takeover, AfterRestore: afterRestore, Create: create, Write: yes, NewestRoot: newest})
 	if yes && claimErr == nil {
-		for i, r := range reps {
-			if errs[r.Stream] != nil {
-				continue
-			}
-			if reps[i], err = recovery.Apply(ctx, b.Meta, r); err != nil {
-				errs[r.Stream] = err
-			}
+		var applied map[string]error
+		reps, applied = recovery.ApplyAll(ctx, b.Meta, reps, errs, 0)
+		for id, e := range applied {
+			errs[id] = e
 		}
 	}
 	out := recoverOutput{Claim: cp, Yes: yes, Streams: []recoverRow{}}
