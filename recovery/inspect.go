@@ -7,9 +7,11 @@ package recovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/manifest/resolve"
@@ -54,6 +56,9 @@ type Inspection struct {
 	Check error
 	// Requests counts the S3 requests the inspection made.
 	Requests int
+	// Newest is the LastModified of the newest root of the prefix (the store's clock; zero
+	// when there is none): recovery's "a live cluster may own it" looks at it.
+	Newest time.Time
 }
 
 // Inspect finds the stream's newest persisted manifest from the bucket alone: one listing
@@ -62,15 +67,64 @@ type Inspection struct {
 // CRC and every group below it (its fragments are checked only when verify is true). An
 // error means the bucket could not be read; a root that fails its check is in Check.
 func Inspect(ctx context.Context, store *s3io.Store, keyPrefix, stream string, verify bool) (Inspection, error) {
-	in := Inspection{Stream: stream}
+	in, obj, err := choose(ctx, store, keyPrefix, stream)
+	if err != nil || !in.Chosen() {
+		return in, err
+	}
+	n, err := checkTree(ctx, store, keyPrefix, stream, obj.Manifest, verify)
+	in.Requests += n
+	in.Check = err
+	return in, nil
+}
+
+// Chosen says the inspection chose a root (Choice.Outcome TopV3 or TopSingleV2) and read it
+// (Root); Check may still report that it failed its check.
+func (in Inspection) Chosen() bool {
+	return (in.Choice.Outcome == resolve.TopV3 || in.Choice.Outcome == resolve.TopSingleV2) && in.Root.Version > 0
+}
+
+// Choose is Inspect without the check of the chosen root's tree: the listing, the
+// lineage and the chosen root, read and decoded. The --from-bucket readers use it (they
+// read the tree anyway); Check is set only when the chosen root cannot be read.
+func Choose(ctx context.Context, store *s3io.Store, keyPrefix, stream string) (Inspection, error) {
+	in, _, err := choose(ctx, store, keyPrefix, stream)
+	return in, err
+}
+
+// ErrNoRoot is returned by Latest for a stream whose prefix names no root to read.
+var ErrNoRoot = errors.New("the bucket names no root to read")
+
+// Latest is the newest persisted manifest of a stream from the bucket alone (the same root
+// choice as `node recover`): the chosen root, or an error wrapping ErrNoRoot that says why
+// there is none (deleted, several version 2 roots, an undecided lineage, nothing stored).
+func Latest(ctx context.Context, store *s3io.Store, keyPrefix, stream string) (manifest.Root, error) {
+	in, err := Choose(ctx, store, keyPrefix, stream)
+	if err != nil {
+		return manifest.Root{}, err
+	}
+	if in.Check != nil {
+		return manifest.Root{}, fmt.Errorf("stream %s: %w", stream, in.Check)
+	}
+	if !in.Chosen() {
+		why := in.Choice.Reason
+		if why == "" {
+			why = in.Choice.Outcome.String()
+		}
+		return manifest.Root{}, fmt.Errorf("stream %s under %s: %w: %s", stream, manifest.StreamPrefix(keyPrefix, stream), ErrNoRoot, why)
+	}
+	return in.Root, nil
+}
+
+func choose(ctx context.Context, store *s3io.Store, keyPrefix, stream string) (Inspection, manifest.Root, error) {
+	in, obj := Inspection{Stream: stream}, manifest.Root{}
 	if err := manifest.ValidateStreamID(stream); err != nil {
-		return in, fmt.Errorf("inspect: %w", err)
+		return in, obj, fmt.Errorf("inspect: %w", err)
 	}
 	sp := manifest.StreamPrefix(keyPrefix, stream)
 	top, dirs, err := store.ListDir(ctx, sp)
 	in.Requests++
 	if err != nil {
-		return in, fmt.Errorf("inspect %s: %w", stream, err)
+		return in, obj, fmt.Errorf("inspect %s: %w", stream, err)
 	}
 	var p resolve.Prefix
 	for _, o := range top {
@@ -80,7 +134,7 @@ func Inspect(ctx context.Context, store *s3io.Store, keyPrefix, stream string, v
 	}
 	if p.Marker {
 		in.Choice = resolve.ChooseTop(p)
-		return in, nil
+		return in, obj, nil
 	}
 	p.Objects = len(dirs) // data/ or meta/ hold something
 	var roots []s3io.ObjectInfo
@@ -90,7 +144,7 @@ func Inspect(ctx context.Context, store *s3io.Store, keyPrefix, stream string, v
 	})
 	in.Requests++
 	if err != nil {
-		return in, fmt.Errorf("inspect %s: %w", stream, err)
+		return in, obj, fmt.Errorf("inspect %s: %w", stream, err)
 	}
 	objects := map[string]manifest.Root{}
 	for _, o := range roots {
@@ -99,17 +153,20 @@ func Inspect(ctx context.Context, store *s3io.Store, keyPrefix, stream string, v
 			continue // not a root key: not ours to judge here
 		}
 		r := resolve.FromKey(o.Key, k, o.LastModified)
+		if o.LastModified.After(in.Newest) {
+			in.Newest = o.LastModified
+		}
 		if r.Version >= 3 {
 			obj, err := readRoot(ctx, store, o.Key)
 			in.Requests++
 			if err != nil {
 				// An unreadable root above the others may be the newest: never skip it.
 				in.Choice = resolve.TopChoice{Outcome: resolve.TopUndecided, Reason: err.Error(), Candidates: []resolve.Root{r}}
-				return in, nil
+				return in, obj, nil
 			}
 			if err := resolve.CheckRootObject(r, obj); err != nil {
 				in.Choice = resolve.TopChoice{Outcome: resolve.TopUndecided, Reason: err.Error(), Candidates: []resolve.Root{r}}
-				return in, nil
+				return in, obj, nil
 			}
 			r = r.WithLineage(obj.Lineage)
 			objects[o.Key] = obj
@@ -118,23 +175,21 @@ func Inspect(ctx context.Context, store *s3io.Store, keyPrefix, stream string, v
 	}
 	in.Choice = resolve.ChooseTop(p)
 	if in.Choice.Outcome != resolve.TopV3 && in.Choice.Outcome != resolve.TopSingleV2 {
-		return in, nil
+		return in, obj, nil
 	}
 	key := in.Choice.Root.Key
 	obj, ok := objects[key]
 	if !ok {
+		var err error
 		obj, err = readRoot(ctx, store, key)
 		in.Requests++
 		if err != nil {
 			in.Check = err
-			return in, nil
+			return in, obj, nil
 		}
 	}
 	in.Root = obj
-	n, err := checkTree(ctx, store, keyPrefix, stream, obj.Manifest, verify)
-	in.Requests += n
-	in.Check = err
-	return in, nil
+	return in, obj, nil
 }
 
 func readRoot(ctx context.Context, store *s3io.Store, key string) (manifest.Root, error) {

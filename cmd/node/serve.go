@@ -18,6 +18,7 @@ import (
 	"github.com/streamtier/streamtier/actors/cluster"
 	"github.com/streamtier/streamtier/admin"
 	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/claim"
 	"github.com/streamtier/streamtier/gc"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/nodeconfig"
@@ -120,7 +121,7 @@ func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 		byID: map[string]*openStream{}}
 	defer p.close()
 	if err := p.start(startCtx); err != nil {
-		fmt.Fprintf(stderr, "node: %v\n", err)
+		printStartError(stderr, err)
 		return exitFailed
 	}
 	cancelStart()
@@ -512,4 +513,15 @@ func exhaustedHint(err error) string {
 		return " (" + actors.ExhaustedResource(err) + ": the disk under the stream's log is full)"
 	}
 	return ""
+}
+
+// printStartError reports why the node did not start; a refused key prefix (the claim, or a
+// store without conditional creates) is said as such, with where to look next.
+func printStartError(stderr io.Writer, err error) {
+	if errors.Is(err, claim.ErrRefused) || errors.Is(err, claim.ErrChanged) || errors.Is(err, s3io.ErrNoConditionalCreate) {
+		fmt.Fprintf(stderr, "node: REFUSED to start, nothing written: %v\n"+
+			"  `node status --from-bucket` shows what the bucket holds without etcd; docs/operations.md, \"Metadata disaster recovery\", says how to recover\n", err)
+		return
+	}
+	fmt.Fprintf(stderr, "node: %v\n", err)
 }
