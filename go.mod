@@ -1,4 +1,4 @@
-module streamtier
+module github.com/streamtier/streamtier
 
 go 1.26.0
 

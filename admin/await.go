@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // POST /streams/{id}/await?offset=N|committed&timeout=D waits until offset N of the stream is

@@ -12,13 +12,13 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/actors"
-	"streamtier/actors/readercore"
-	"streamtier/admin"
-	"streamtier/s3io/s3test"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
-	"streamtier/tiertest"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/admin"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/tiertest"
 )
 
 // postAwait posts an await with the raw query and decodes the answer.

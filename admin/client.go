@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // Client talks to a running node's admin server, for the `node` commands.

@@ -3,7 +3,7 @@ package admin
 import (
 	"time"
 
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // Prices is the price table the cost projection uses, in dollars. The defaults are AWS S3

@@ -18,15 +18,15 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/actors"
-	"streamtier/actors/readercore"
-	"streamtier/admin"
-	"streamtier/manifest"
-	"streamtier/metadata/etcdtest"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/admin"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // countingProxy is a reverse proxy in front of the S3 server that counts every request by

@@ -6,10 +6,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/actors"
-	"streamtier/metadata"
-	"streamtier/s3io"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // startNode starts a node on store and meta, stopped when the test ends.

@@ -10,13 +10,13 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/actors"
-	"streamtier/admin"
-	"streamtier/gc"
-	"streamtier/manifest"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
-	"streamtier/tiertest"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/admin"
+	"github.com/streamtier/streamtier/gc"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/tiertest"
 )
 
 // TestBucketProbeInStatus: with the S3 server answering the bucket listing with 403, the

@@ -17,10 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
-	"streamtier/actors"
-	"streamtier/gc"
-	"streamtier/manifest"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/read"
+	"github.com/streamtier/streamtier/gc"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // Check is a readiness check: a backend the node needs, and how to ask it.
@@ -151,9 +152,9 @@ func writeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, actors.ErrUnknownStream), errors.Is(err, manifest.ErrInvalidStreamID):
 		code = http.StatusNotFound
-	case errors.Is(err, actors.ErrNodeStopped), errors.Is(err, actors.ErrReadUnavailable):
+	case errors.Is(err, actors.ErrNodeStopped), errors.Is(err, read.ErrUnavailable):
 		code = http.StatusServiceUnavailable
-	case errors.Is(err, errBadRequest), errors.Is(err, actors.ErrOffsetAhead):
+	case errors.Is(err, errBadRequest), errors.Is(err, read.ErrOffsetAhead):
 		code = http.StatusBadRequest
 	case errors.Is(err, actors.ErrStreamStarting):
 		code = http.StatusConflict

@@ -18,11 +18,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/nodeconfig"
-	"streamtier/s3io"
-	"streamtier/s3io/embeds3"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/embeds3"
 )
 
 // ErrLocked is returned by Lock when another process holds the data directory.

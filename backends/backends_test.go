@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/backends"
-	"streamtier/metadata/etcdtest"
-	"streamtier/nodeconfig"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 func settings(t *testing.T, flags map[string]string) nodeconfig.Settings {

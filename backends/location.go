@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/nodeconfig"
 )
 
 // LocationFile is where a data directory records the etcd and bucket its streams are

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/nodeconfig"
 )
 
 // TestLocationRecord: the record round-trips, says where the data went and never holds a

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"streamtier/chunk"
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // SegmentHeaderSize is the "OSIL" + version header of a segment file: the first chunk of a

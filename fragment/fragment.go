@@ -2,7 +2,7 @@
 // S3 object. It is pure: the replica reader's core builds descriptions, s3io uploads them.
 package fragment
 
-import "streamtier/chunk"
+import "github.com/streamtier/streamtier/chunk"
 
 // Span is a contiguous byte range [Start, End) of one segment file that belongs to a
 // fragment. A fragment that crosses a segment roll has one span per segment.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"hash/crc32"
 
-	"streamtier/chunk"
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // RegionWalker checks a chunk region as it streams past, in pieces of any size, without

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // BenchmarkDecide decides over a listing of 100,000 fragments of 10 streams (and their

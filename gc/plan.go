@@ -14,9 +14,9 @@ import (
 	"sort"
 	"time"
 
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // StreamState is what etcd and the persisted manifest say about one stream: whether it is

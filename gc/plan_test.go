@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/s3io"
-	"streamtier/tiertest"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/tiertest"
 )
 
 // TestDecide covers every rule of remote-format.md "Garbage: what may be collected" (below

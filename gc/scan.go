@@ -7,9 +7,9 @@ import (
 	"sort"
 	"time"
 
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // Options say where and what to collect.

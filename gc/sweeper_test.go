@@ -13,10 +13,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/gc"
-	"streamtier/manifest"
-	"streamtier/s3io/s3test"
-	"streamtier/tiertest"
+	"github.com/streamtier/streamtier/gc"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/tiertest"
 )
 
 // TestSweepersTakeTurns runs automatic garbage collection in delete mode on two nodes that

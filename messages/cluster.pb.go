@@ -582,7 +582,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x18\n" +
 	"\areplica\x18\x02 \x01(\tR\areplica\x12\x16\n" +
 	"\x06resync\x18\x03 \x01(\bR\x06resync\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reasonB\x1eZ\x1cstreamtier/messages;messagesb\x06proto3"
+	"\x06reason\x18\x04 \x01(\tR\x06reasonB4Z2github.com/streamtier/streamtier/messages;messagesb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // ErrBadMessage marks a message whose content cannot be a manifest value: a missing part, an

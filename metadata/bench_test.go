@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
 )
 
 func benchPersist(b *testing.B, e *metadata.Embedded) {

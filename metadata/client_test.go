@@ -22,8 +22,8 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 
-	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
 )
 
 func TestClientConfigValidate(t *testing.T) {

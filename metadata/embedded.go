@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"streamtier/netport"
+	"github.com/streamtier/streamtier/netport"
 )
 
 // EmbeddedConfig describes a single-member etcd server run inside this process. The zero value

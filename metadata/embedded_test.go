@@ -14,8 +14,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/goleak"
 
-	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
 )
 
 func TestEmbeddedRestartKeepsDataAndPorts(t *testing.T) {

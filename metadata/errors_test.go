@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"streamtier/manifest"
-	"streamtier/metadata"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
 )
 
 func TestIsRetriable(t *testing.T) {

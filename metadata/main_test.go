@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
 )
 
 // TestMain fails the package's tests if any goroutine outlives them: every watcher,

@@ -8,7 +8,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // PersistOutcome is what a persist transaction decided, when it reached a decision.
@@ -84,9 +84,9 @@ func (s *Store) Persist(ctx context.Context, stream string, epoch uint64, expect
 	if err != nil {
 		return PersistResult{}, fmt.Errorf("persist %s: encode: %w", stream, err)
 	}
-	anchorKey := manifest.EtcdAnchorKey(s.prefix, stream)
-	manifestKey := manifest.EtcdManifestKey(s.prefix, stream)
-	epochKey := manifest.EtcdEpochKey(s.prefix, stream)
+	anchorKey := AnchorKey(s.prefix, stream)
+	manifestKey := ManifestKey(s.prefix, stream)
+	epochKey := EpochKey(s.prefix, stream)
 	tombKey := TombstoneKey(s.prefix, stream)
 	cmps := []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(anchorKey), ">", 0),

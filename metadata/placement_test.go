@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
 )
 
 func nextPlacement(t *testing.T, ctx context.Context, ch <-chan metadata.PlacementEvent) metadata.PlacementEvent {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata"
 )
 
 func TestManifestRecordRoundTrip(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
 )
 
 // TestPersistAcrossEtcdRestart keeps one writer persisting as fast as it can while etcd is

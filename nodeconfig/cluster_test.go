@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors"
+	"github.com/streamtier/streamtier/actors"
 )
 
 // TestClusterDefaults: cluster mode is off by default, with a loopback listen address, a

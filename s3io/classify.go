@@ -12,8 +12,8 @@ import (
 	smithy "github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
-	"streamtier/fragment"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // Class is what the caller should do about an error from this package. Classify is the only

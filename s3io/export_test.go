@@ -10,7 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"streamtier/fragment"
+	"github.com/streamtier/streamtier/fragment"
 )
 
 // PutFragmentPaused is PutFragment with a hook between its two phases: after the segment

@@ -9,8 +9,8 @@ import (
 
 	smithy "github.com/aws/smithy-go"
 
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // TestFaults injects every fault class between a store and a real server and checks the

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"testing"
 
-	"streamtier/fragment"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // recorded is one request as the SDK signed and sent it.

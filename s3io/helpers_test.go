@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"testing"
 
-	"streamtier/fragment"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // newStore builds a store for cfg or fails the test.

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/manifest"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // v1Key is the version 1 key earlier writers gave the object e names: <off20>-<uid16>.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // TestBucketProbe: the probe reports the bucket reachable, then access denied with the

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"streamtier/fragment"
+	"github.com/streamtier/streamtier/fragment"
 )
 
 // FragmentObject is a whole fragment object read back and verified.

@@ -29,7 +29,7 @@ import (
 	"github.com/aws/smithy-go/logging"
 	"github.com/aws/smithy-go/middleware"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // ErrInvalidArgument marks a call this package refuses before (or instead of) a request: an

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 func TestConfigValidate(t *testing.T) {

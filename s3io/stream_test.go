@@ -8,8 +8,8 @@ import (
 	"io"
 	"testing"
 
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // TestStreams: a streamed PUT with the object's CRC-32 stores it; one whose CRC does not

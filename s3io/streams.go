@@ -9,7 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // Kind is an S3 request kind as S3 bills it: PUT, GET, HEAD, LIST and DELETE requests are

@@ -11,8 +11,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"streamtier/fragment"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // PutInfo reports a fragment upload.

@@ -14,14 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/actors/readercore"
-	"streamtier/metadata"
-	"streamtier/metadata/etcdtest"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/chunk"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // crashChildEnv carries the child's configuration; when set, the test binary runs as a
@@ -147,7 +148,7 @@ func skipTo(g *loadgen.Generator, next uint64) (int64, error) {
 	for id < next {
 		spec := g.Next()
 		recs := uint32(1) // a tracking chunk uses one offset
-		if spec.Type == segments.ChunkUser {
+		if spec.Type == chunk.TypeUser {
 			recs = 0
 			for _, en := range spec.Entries {
 				recs += en.RecordCount()

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // persistAttempts counts every persist a node attempted, whatever its outcome.

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/gc"
-	"streamtier/s3io/s3test"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/gc"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // TestGCDuringStallKeepsPending stalls a stream behind a 403 on one fragment while the ones

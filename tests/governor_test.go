@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/actors/governorcore"
-	"streamtier/actors/readercore"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/governorcore"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // TestGovernorRate measures the upload rate over 10 s with a configured rate: it must be

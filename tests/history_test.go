@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/manifest"
-	"streamtier/s3io/s3test"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
-	"streamtier/tiertest"
-	"streamtier/verify"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/tiertest"
+	"github.com/streamtier/streamtier/verify"
 )
 
 // durableChunks reads every fragment of stream's persisted manifest and returns its chunks'

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/actors/readercore"
-	"streamtier/s3io/s3test"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // steadyWriter appends the generator's chunks to a log at a steady rate (a few chunks every

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // TestAwaitInGapSealedInGroupAfterRestart declares a gap (local retention outran the upload

@@ -4,11 +4,11 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/actors/readercore"
-	"streamtier/manifest"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // TestTierGeneratedStream tiers a generated stream of 1 GiB with small fragments (so many

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // Env is where a stream is written: a bucket, etcd, and the key prefix.

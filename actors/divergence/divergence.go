@@ -16,7 +16,7 @@ import (
 	"fmt"
 	"sort"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // Chunk is what identifies one chunk across the two tiers: read from its header.

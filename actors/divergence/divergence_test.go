@@ -8,7 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // history is one timeline of chunks: ids and ends in offset order, with the epoch and CRC

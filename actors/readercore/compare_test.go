@@ -7,8 +7,8 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
-	"streamtier/actors/divergence"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // chunkModel is the in-memory remote tier and local log a resolve-compare scenario compares:

@@ -14,9 +14,9 @@ import (
 	"slices"
 	"time"
 
-	"streamtier/actors/divergence"
-	"streamtier/fragment"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // phase is where the core is in its life.
@@ -211,6 +211,9 @@ type Counters struct {
 // defaults; an invalid setting is refused with an error naming it.
 func New(cfg Config) (*Core, error) {
 	cfg = cfg.withDefaults()
+	if err := manifest.ValidateStreamID(cfg.StreamID); err != nil {
+		return nil, fmt.Errorf("replica reader config: stream id: %w", err)
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

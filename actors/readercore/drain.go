@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // onChunk feeds one drained chunk to the assembly and cuts when it says so. At the bound on

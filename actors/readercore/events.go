@@ -3,9 +3,9 @@ package readercore
 import (
 	"time"
 
-	"streamtier/actors/divergence"
-	"streamtier/chunk"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/chunk"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // Event is one input to the core: something the shell observed (a drained chunk, a result,

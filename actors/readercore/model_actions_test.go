@@ -2,13 +2,13 @@ package readercore
 
 import (
 	"fmt"
+	"github.com/streamtier/streamtier/actors/divergence"
 	"sort"
-	"streamtier/actors/divergence"
 	"time"
 
 	"pgregory.net/rapid"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // The model's actions: what can happen next in the world, drawn at random by TestModel.

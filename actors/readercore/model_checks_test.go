@@ -3,11 +3,11 @@ package readercore
 import (
 	"slices"
 
+	"github.com/streamtier/streamtier/actors/divergence"
 	"pgregory.net/rapid"
-	"streamtier/actors/divergence"
 
-	"streamtier/fragment"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // The model's invariant checks (spec/invariants.md, where they concern the core): some on

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"streamtier/actors/divergence"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // step feeds one event the core must take and executes its effects as the shell would,

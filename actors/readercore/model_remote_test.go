@@ -3,9 +3,9 @@ package readercore
 import (
 	"fmt"
 
-	"streamtier/actors/divergence"
-	"streamtier/fragment"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // The model's remote tier: S3 objects, what reads them, and the shell's resolution, which

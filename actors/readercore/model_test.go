@@ -5,7 +5,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // TestModel drives a core with random event sequences and executes its effects the way the

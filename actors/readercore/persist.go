@@ -3,7 +3,7 @@ package readercore
 import (
 	"fmt"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // uncaptured counts the pending edits the in-flight persist (if any) does not carry.

@@ -3,7 +3,7 @@ package readercore
 import (
 	"fmt"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // maybeRebalance starts a group upload when the head of the in-memory manifest has a run of

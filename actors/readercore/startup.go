@@ -3,8 +3,8 @@ package readercore
 import (
 	"fmt"
 
-	"streamtier/actors/divergence"
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 func (c *Core) onResolved(e Resolved) error {

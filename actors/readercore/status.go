@@ -2,10 +2,10 @@ package readercore
 
 import (
 	"fmt"
-	"streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/actors/divergence"
 	"strings"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // Status is a snapshot of the core for the status command and metrics.

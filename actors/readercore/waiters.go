@@ -5,7 +5,7 @@ import (
 	"slices"
 	"sort"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // onAwait answers at once when the offset is already persisted, and parks the waiter

@@ -16,10 +16,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/actors"
-	"streamtier/backends"
-	"streamtier/manifest"
-	"streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/nodeconfig"
 )
 
 // commonFlags are the flags every subcommand takes: node settings, an external S3

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // idleFlags are the flags of idle.

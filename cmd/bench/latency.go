@@ -11,12 +11,12 @@ import (
 	"sync"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/manifest"
-	"streamtier/nodeconfig"
-	"streamtier/s3io"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // latencyFlags are the flags of latency.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // runRequests runs the upload rounds and reports the S3 requests the node made per GiB of

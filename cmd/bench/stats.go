@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // summary is a figure's minimum, median and maximum over rounds (or samples).

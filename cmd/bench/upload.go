@@ -11,12 +11,12 @@ import (
 	"sync"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/fragment"
-	"streamtier/nodeconfig"
-	"streamtier/s3io"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // uploadFlags are the flags of upload and requests.

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"streamtier/admin"
-	"streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/admin"
+	"github.com/streamtier/streamtier/nodeconfig"
 )
 
 // Exit codes of `node await` besides exitOK (persisted), exitFailed (an unknown or stopped

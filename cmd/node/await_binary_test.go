@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/admin"
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/admin"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // TestBinaryAwait runs `node run` on a declared log and checks `node await`'s exit codes:

@@ -16,13 +16,13 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/actors"
-	"streamtier/admin"
-	"streamtier/backends"
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/nodeconfig"
-	"streamtier/verify"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/admin"
+	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/verify"
 )
 
 // commandTimeout bounds a whole operator command.

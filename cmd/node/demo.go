@@ -8,8 +8,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // demoLoad writes the deterministic load generator's chunks into a stream's log at a

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
-	"streamtier/verify"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/verify"
 )
 
 // writeSeededLog writes chunks of the load generator with seed into a new log in dir.

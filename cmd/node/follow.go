@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/nodeconfig"
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // restartTimeout bounds removing a followed stream from the node, and looking up a stream's

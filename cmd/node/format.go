@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/nodeconfig"
 )
 
 // table writes aligned columns.

@@ -6,10 +6,10 @@ import (
 	"io"
 	"time"
 
-	"streamtier/backends"
-	"streamtier/gc"
-	"streamtier/manifest"
-	"streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/gc"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/nodeconfig"
 )
 
 // gcOutput is `node gc --json`.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/backends"
-	"streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/nodeconfig"
 )
 
 func main() {

@@ -21,12 +21,12 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"streamtier/admin"
-	"streamtier/backends"
-	"streamtier/gc"
-	"streamtier/manifest"
-	"streamtier/s3io"
-	"streamtier/verify"
+	"github.com/streamtier/streamtier/admin"
+	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/gc"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/verify"
 )
 
 // These tests build the node binary and run it as a user would, in a temporary directory:

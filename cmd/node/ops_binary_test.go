@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/backends"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // TestBinaryUsageErrors: an unknown flag or a wrong argument prints the problem, the

@@ -7,10 +7,10 @@ import (
 	"io"
 	"strings"
 
-	"streamtier/backends"
-	"streamtier/manifest"
-	"streamtier/metadata"
-	"streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/nodeconfig"
 )
 
 // placeCmd writes a stream's placement record: which node writes it at which epoch and

@@ -11,8 +11,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"streamtier/actors"
-	"streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/nodeconfig"
 )
 
 // display is the live progress block on a terminal: it redraws a few lines in place and

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/actors"
-	"streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/readercore"
 )
 
 func TestQuiet(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"streamtier/actors"
+	"github.com/streamtier/streamtier/actors"
 )
 
 // quiesce waits until every stream has persisted all it committed, with nothing in flight,

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // dumpChunk is one line of `segments dump`: scripts read these keys, keep them stable.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/admin"
+	"github.com/streamtier/streamtier/admin"
 )
 
 // streamStatus is stream id's part of the running node's status.

@@ -7,9 +7,9 @@ import (
 	"sort"
 	"time"
 
-	"streamtier/backends"
-	"streamtier/nodeconfig"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // summary is what the process prints when it stops.

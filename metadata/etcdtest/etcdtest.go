@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	"go.uber.org/zap"
 
-	"streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata"
 )
 
 // LogEnv names the environment variable that turns etcd's logs on in tests

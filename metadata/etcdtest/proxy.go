@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/metadata"
+	"github.com/streamtier/streamtier/metadata"
 )
 
 // Proxy is a TCP proxy in front of an etcd member that can partition it from its clients:

@@ -27,8 +27,8 @@ import (
 	"github.com/versity/versitygw/backend/posix"
 	"github.com/versity/versitygw/embedgw"
 
-	"streamtier/netport"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/netport"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // DefaultRegion is the region the embedded endpoint signs for unless told otherwise.

@@ -13,9 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	smithy "github.com/aws/smithy-go"
 
-	"streamtier/s3io"
-	"streamtier/s3io/embeds3"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/embeds3"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // TestEmbedded runs the in-process endpoint (one per process, so one test does it all):

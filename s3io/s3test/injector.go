@@ -21,7 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // Fault is what the injector does to a matching request.

@@ -6,9 +6,9 @@ import (
 
 	"pgregory.net/rapid"
 
-	"streamtier/fragment"
-	"streamtier/s3io"
-	"streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/fragment"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
 // TestLogRoundTrip: a generated log walks back to the chunks written, and Describe cuts it

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/netport"
-	"streamtier/s3io"
+	"github.com/streamtier/streamtier/netport"
+	"github.com/streamtier/streamtier/s3io"
 )
 
 // Region is the region the test servers sign for.

@@ -3,7 +3,7 @@ package loadgen
 import (
 	"fmt"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // Records is the number of offsets a chunk spec uses once appended (what the log adds to

@@ -5,7 +5,7 @@ import (
 	"context"
 	"testing"
 
-	"streamtier/segments"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // encode renders a spec as the bytes the log would store (id 0), to compare specs.

@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"streamtier/tests/chaos/harness"
+	"github.com/streamtier/streamtier/tests/chaos/harness"
 )
 
 func main() {
@@ -38,7 +38,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	streams := fs.Int("streams", 3, "streams tiered at once")
 	dir := fs.String("dir", "", "work directory (kept); default a temporary one, removed after a clean run")
 	keep := fs.Bool("keep", false, "keep the work directory after a clean run")
-	nodeBin := fs.String("node-bin", "", "a built node binary (default: build streamtier/cmd/node)")
+	nodeBin := fs.String("node-bin", "", "a built node binary (default: build github.com/streamtier/streamtier/cmd/node)")
 	verbose := fs.Bool("v", false, "print the history (faults, starts, checks) as it happens")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	lag := fs.Duration("lag-bound", 90*time.Second, "after the faults stop, every stream must have persisted its whole log within this")

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"streamtier/tests/chaos/check"
-	"streamtier/tests/chaos/harness"
+	"github.com/streamtier/streamtier/tests/chaos/check"
+	"github.com/streamtier/streamtier/tests/chaos/harness"
 )
 
 // soakSeed is the CI soak's fixed seed: the same fault schedule on every run. Its first

@@ -3,7 +3,7 @@ package check
 import (
 	"testing"
 
-	"streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest"
 )
 
 // An await answered persisted for an offset no manifest record covers is a violation,

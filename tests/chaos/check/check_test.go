@@ -11,10 +11,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/manifest"
-	"streamtier/metadata/etcdtest"
-	"streamtier/s3io/s3test"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata/etcdtest"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // The checker's own tests build remote tiers by hand on a real S3 server and a real etcd:

@@ -10,8 +10,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"streamtier/segments/loadgen"
-	"streamtier/tests/chaos/history"
+	"github.com/streamtier/streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/tests/chaos/history"
 )
 
 // Policy is a remote retention policy (0: no limit).

@@ -3,7 +3,7 @@ package check
 import (
 	"fmt"
 
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // Lineage is the expected content of a stream across its timelines: the load written from

@@ -5,8 +5,8 @@ import (
 	"sort"
 	"sync"
 
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // ckptEvery is how many chunks lie between two saved generator states.

@@ -19,7 +19,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"streamtier/netport"
+	"github.com/streamtier/streamtier/netport"
 )
 
 // Options configure the cluster.

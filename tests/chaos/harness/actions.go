@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"streamtier/tests/chaos/check"
-	"streamtier/tests/chaos/faults"
+	"github.com/streamtier/streamtier/tests/chaos/check"
+	"github.com/streamtier/streamtier/tests/chaos/faults"
 )
 
 // commandTimeout bounds one operator command.

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"streamtier/s3io/s3test"
-	"streamtier/tests/chaos/check"
-	"streamtier/tests/chaos/faults"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/tests/chaos/check"
+	"github.com/streamtier/streamtier/tests/chaos/faults"
 )
 
 // nodeStartTimeout bounds a node start (retries included).

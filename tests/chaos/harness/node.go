@@ -12,15 +12,15 @@ import (
 	"syscall"
 	"time"
 
-	"streamtier/admin"
-	"streamtier/backends"
+	"github.com/streamtier/streamtier/admin"
+	"github.com/streamtier/streamtier/backends"
 )
 
 // BuildNode builds the node binary (without the race detector: the soak wants the node
 // fast) into dir and returns its path; ctx bounds the build.
 func BuildNode(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "node")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "streamtier/cmd/node")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/streamtier/streamtier/cmd/node")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build the node binary: %v\n%s", err, out)
 	}

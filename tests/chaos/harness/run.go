@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"streamtier/s3io/s3test"
-	"streamtier/tests/chaos/check"
-	"streamtier/tests/chaos/faults"
-	"streamtier/tests/chaos/history"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/tests/chaos/check"
+	"github.com/streamtier/streamtier/tests/chaos/faults"
+	"github.com/streamtier/streamtier/tests/chaos/history"
 )
 
 // Report is the outcome of a soak.

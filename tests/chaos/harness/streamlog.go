@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"sort"
 
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
-	"streamtier/tests/chaos/check"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/tests/chaos/check"
 )
 
 // streamLog is one stream's local log as the broker (this harness) writes it: appended

@@ -20,12 +20,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"streamtier/s3io/s3test"
-	"streamtier/segments/loadgen"
-	"streamtier/tests/chaos/check"
-	"streamtier/tests/chaos/etcdcluster"
-	"streamtier/tests/chaos/faults"
-	"streamtier/tests/chaos/history"
+	"github.com/streamtier/streamtier/s3io/s3test"
+	"github.com/streamtier/streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/tests/chaos/check"
+	"github.com/streamtier/streamtier/tests/chaos/etcdcluster"
+	"github.com/streamtier/streamtier/tests/chaos/faults"
+	"github.com/streamtier/streamtier/tests/chaos/history"
 )
 
 // Config is what a soak runs.

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
 // writerTick is how often a live writer appends what its pace says is due.

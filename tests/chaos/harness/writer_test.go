@@ -12,9 +12,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"streamtier/segments"
-	"streamtier/segments/loadgen"
-	"streamtier/tests/chaos/check"
+	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/segments/loadgen"
+	"github.com/streamtier/streamtier/tests/chaos/check"
 )
 
 // TestLiveWriterUnderFollowerAndRetention runs a live writer while a follower (the node's

@@ -1,0 +1,248 @@
+package actors
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/manifest"
+)
+
+// ReplicaSender carries a writer's persisted edits and syncs to its replica nodes. It must
+// not block: a send to a dead node is dropped, and the next persist's gap check repairs it.
+type ReplicaSender interface {
+	Broadcast(stream string, to []string, edits []manifest.Edit, seq int64, epoch uint64)
+	Sync(stream, replica string, m manifest.Manifest, revision int64, epoch uint64)
+}
+
+// Persisted is a stream's manifest cache entry: the last manifest etcd accepted.
+type Persisted struct {
+	Manifest manifest.Manifest
+	Revision int64
+}
+
+// streamHandle is the part of a stream that outlives its reader actor's restarts: the spec,
+// the await_offset waiters, the replicas registered at run time, the manifest cache, the
+// highest manifest revision seen, the incarnation count (which keeps the references of each
+// incarnation's core apart), whether a missing anchor already made a reader reinitialize,
+// and why the stream stopped for good.
+type streamHandle struct {
+	spec       StreamSpec
+	supervisor *actor.PID
+	done       chan struct{} // closed when the stream's actors have stopped for good
+
+	incarnations atomic.Uint64
+	cache        atomic.Pointer[Persisted]
+	restarts     atomic.Uint64
+	// seenRevision is the highest manifest revision any incarnation saw in etcd (resolved or
+	// persisted): above 0, the stream has persisted, so finding no record later means it was
+	// deleted, never that it is new.
+	seenRevision atomic.Int64
+	// anchorReinit is set once an incarnation reinitialized because its first persist found
+	// no anchor: later cores get readercore.Config.AnchorReinitialized, so that a recurrence
+	// is retried and reported instead of reinitializing again and again.
+	anchorReinit atomic.Bool
+
+	mu sync.Mutex
+	// registered are the replicas registered at run time (Node.ReplicaRegistered); every
+	// incarnation replays them with the spec's once it resolved.
+	registered map[string]bool
+	lastPark   time.Time // since when the stream was parked, while a retry is running
+	nextID     readercore.WaiterID
+	waiters    map[readercore.WaiterID]waiterEntry
+	stopped    error  // set once the reader stopped: later waiters fail at once
+	reason     string // why the reader stopped for good (deleted, deposed); "" if it did not
+	reader     *actor.PID
+	stopOnce   sync.Once
+	// parked is set while the supervisor has parked the stream (its reader keeps failing)
+	// and waits to retry it.
+	parked *parkState
+}
+
+// parkState is why and since when a stream is parked.
+type parkState struct {
+	since    time.Time // when it was parked (the first park of a run of retries)
+	reason   string    // the last failure
+	failures int       // reader failures within the last minute when it was parked
+	retryAt  time.Time // the next retry
+}
+
+// park records the stream as parked; it reports whether it was not already (a retry that
+// failed keeps the first park's time).
+func (h *streamHandle) park(p parkState) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	first := h.parked == nil && h.lastPark.IsZero()
+	if h.parked != nil {
+		p.since = h.parked.since
+	} else if !h.lastPark.IsZero() {
+		p.since = h.lastPark
+	}
+	h.parked = &p
+	return first
+}
+
+// unpark clears the parked state while the reader is retried; the park's time is kept
+// for a retry that fails again, until the reader runs (running clears it).
+func (h *streamHandle) unpark() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.parked != nil {
+		h.lastPark = h.parked.since
+	}
+	h.parked = nil
+}
+
+// recovered forgets a past park: the reader resolved and runs.
+func (h *streamHandle) recovered() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lastPark = time.Time{}
+}
+
+// retrying reports a parked stream whose reader is being retried and has not run yet.
+func (h *streamHandle) retrying() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.parked == nil && !h.lastPark.IsZero()
+}
+
+// parkedState is a copy of the park, ok false when the stream is not parked.
+func (h *streamHandle) parkedState() (parkState, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.parked == nil {
+		return parkState{}, false
+	}
+	return *h.parked, true
+}
+
+type waiterEntry struct {
+	offset uint64
+	reply  chan error
+}
+
+func newStreamHandle(spec StreamSpec) *streamHandle {
+	return &streamHandle{spec: spec, done: make(chan struct{}), waiters: make(map[readercore.WaiterID]waiterEntry)}
+}
+
+// addWaiter registers an await_offset caller; the reader learns of it by message (and every
+// new incarnation re-reads them all).
+func (h *streamHandle) addWaiter(offset uint64) (readercore.WaiterID, chan error, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped != nil {
+		return 0, nil, h.stopped
+	}
+	h.nextID++
+	ch := make(chan error, 1)
+	h.waiters[h.nextID] = waiterEntry{offset: offset, reply: ch}
+	return h.nextID, ch, nil
+}
+
+func (h *streamHandle) removeWaiter(id readercore.WaiterID) {
+	h.mu.Lock()
+	delete(h.waiters, id)
+	h.mu.Unlock()
+}
+
+// reply answers waiters; err nil means their offset is persisted.
+func (h *streamHandle) reply(ids []readercore.WaiterID, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		if w, ok := h.waiters[id]; ok {
+			w.reply <- err
+			delete(h.waiters, id)
+		}
+	}
+}
+
+// outstanding lists the waiters a new reader incarnation must know about.
+func (h *streamHandle) outstanding() []readercore.AwaitOffset {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]readercore.AwaitOffset, 0, len(h.waiters))
+	for id, w := range h.waiters {
+		out = append(out, readercore.AwaitOffset{Offset: w.offset, Waiter: id})
+	}
+	return out
+}
+
+// stop fails every waiter with err and refuses new ones.
+func (h *streamHandle) stop(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped == nil {
+		h.stopped = err
+	}
+	for id, w := range h.waiters {
+		w.reply <- err
+		delete(h.waiters, id)
+	}
+}
+
+// gone records that the reader stopped for good and why, and fails every waiter with err.
+func (h *streamHandle) gone(reason string, err error) {
+	h.mu.Lock()
+	if h.reason == "" {
+		h.reason = reason
+	}
+	h.mu.Unlock()
+	h.stop(err)
+}
+
+// stopReason is why the reader stopped for good, "" while it has not.
+func (h *streamHandle) stopReason() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reason
+}
+
+// noteRevision remembers that the stream's manifest record was seen at rev.
+func (h *streamHandle) noteRevision(rev int64) {
+	for {
+		cur := h.seenRevision.Load()
+		if rev <= cur || h.seenRevision.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
+}
+
+// addReplica remembers a replica registered at run time, for the next incarnations.
+func (h *streamHandle) addReplica(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.registered == nil {
+		h.registered = make(map[string]bool)
+	}
+	h.registered[name] = true
+}
+
+// replicas lists the stream's replicas, sorted: the spec's and those registered at run time.
+func (h *streamHandle) replicas() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := slices.Clone(h.spec.Replicas)
+	for name := range h.registered {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func (h *streamHandle) setReader(pid *actor.PID) {
+	h.mu.Lock()
+	h.reader = pid
+	h.mu.Unlock()
+}
+
+func (h *streamHandle) readerPID() *actor.PID {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reader
+}
