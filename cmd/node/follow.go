@@ -185,7 +185,12 @@ func (p *process) readdFollowed(ctx context.Context, st *openStream) {
 		p.logFollowFailure(st, err, "cannot list the roots of the restarted followed stream (retried every follow_interval)")
 		return
 	}
-	if err := p.node.AddStream(p.streamSpec(st.cfg, st.log)); err != nil {
+	spec, err := p.openSpec(rctx, st.cfg, st.log) // never below the epoch etcd stores
+	if err != nil {
+		p.logFollowFailure(st, err, "cannot read the restarted followed stream's stored epoch (retried every follow_interval)")
+		return
+	}
+	if err := p.node.AddStream(spec); err != nil {
 		p.logFollowFailure(st, err, "cannot add the restarted followed stream to the node (retried every follow_interval)")
 		return
 	}
