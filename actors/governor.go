@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors/governorcore"
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/s3io"
@@ -147,7 +148,7 @@ type governorDeps struct {
 	keyPrefix string
 	log       zerolog.Logger
 	metrics   *Metrics
-	clock     clock
+	clock     shell.Clock
 	memo      *governorMemo
 	readers   func() []*actor.PID // the node's current readers, told of a restart
 	faults    *faultHooks
@@ -168,7 +169,7 @@ type governor struct {
 	running map[uint64]runningTransfer
 	// abandoned are the tasks the core abandoned whose transferDone has not come (hung).
 	abandoned map[uint64]runningTransfer
-	timers    timers
+	timers    shell.Timers
 	wakeAt    time.Time
 }
 
@@ -184,7 +185,7 @@ func newGovernor(d governorDeps, incarnation uint64) *governor {
 	return &governor{
 		governorDeps: d, incarnation: incarnation,
 		queued: make(map[uint64]*submitTransfer), running: make(map[uint64]runningTransfer),
-		abandoned: make(map[uint64]runningTransfer), timers: timers{clock: d.clock},
+		abandoned: make(map[uint64]runningTransfer), timers: shell.Timers{Clock: d.clock},
 	}
 }
 
@@ -194,7 +195,7 @@ func (g *governor) Receive(c actor.Context) {
 		g.start(c)
 		return
 	case *actor.Stopping, *actor.Restarting:
-		g.timers.stopAll()
+		g.timers.StopAll()
 		for _, r := range g.running {
 			r.cancel(errGovernorRestart) // a restart must not wait minutes for uploads: they report retriable
 		}
@@ -294,7 +295,7 @@ func (g *governor) execute(c actor.Context, d governorcore.Decision) {
 		at := now.Add(d.Wake)
 		if g.wakeAt.IsZero() || at.Before(g.wakeAt) {
 			g.wakeAt = at
-			g.timers.after(c.ActorSystem().Root, c.Self(), d.Wake, governorTick{})
+			g.timers.After(c.ActorSystem().Root, c.Self(), d.Wake, governorTick{})
 		}
 	}
 }

@@ -52,8 +52,8 @@ func newGovFixture(t *testing.T, cfg governorcore.Config, faults *faultHooks) *g
 	f.ctx = ctx
 	g := newGuardian(log, f.clock, f.metrics)
 	t.Cleanup(g.stop)
-	deps := governorDeps{cfg: cfg, store: f.w.store, keyPrefix: "streams", log: log, metrics: f.metrics, clock: f.clock,
-		memo: &governorMemo{}, readers: func() []*actor.PID { return []*actor.PID{f.reader.pid} }, faults: faults,
+	deps := governorDeps{cfg: cfg, store: f.w.Store, keyPrefix: "streams", log: log, metrics: f.metrics, clock: f.clock,
+		memo: &governorMemo{}, readers: func() []*actor.PID { return []*actor.PID{f.reader.PID} }, faults: faults,
 		uploads: &sync.WaitGroup{}, nodeCtx: context.Background()}
 	var inc incarnations
 	f.pid = f.sys.Root.Spawn(inc.props(g, func(i uint64) actor.Actor { return newGovernor(deps, i) }))
@@ -64,7 +64,7 @@ func newGovFixture(t *testing.T, cfg governorcore.Config, faults *faultHooks) *g
 func (f *govFixture) submit(owner uint64, ref readercore.Ref, attempt, i int) {
 	d := f.frags[i]
 	f.sys.Root.Send(f.pid, &submitTransfer{Ctx: f.ctx, Owner: owner, Stream: "g", Dir: f.dir, Ref: ref, Attempt: attempt,
-		Fragment: &d, Size: d.ObjectSize(), ReplyTo: f.reader.pid})
+		Fragment: &d, Size: d.ObjectSize(), ReplyTo: f.reader.PID})
 }
 
 func (f *govFixture) status() GovernorStatus {
@@ -93,7 +93,7 @@ func (f *govFixture) admitted(ref readercore.Ref, attempt int) readercore.Transf
 // tick advances the clock to the governor's next wake-up.
 func (f *govFixture) tick() {
 	f.t.Helper()
-	f.clock.Advance(f.clock.awaitTimer(f.t, time.Hour, "governor wake-up"))
+	f.clock.Advance(f.clock.AwaitTimer(f.t, time.Hour, "governor wake-up"))
 }
 
 // TestGovernorAdmitsOnceAndSupersedes: a paced governor admits in FIFO order as the clock
@@ -181,7 +181,7 @@ func TestGovernorRestartComesBackWorking(t *testing.T) {
 	}}
 	f := newGovFixture(t, governorcore.Config{RateBytesPerSec: 1 << 20, BurstBytes: 64 << 10}, faults)
 	hit := make(chan string, 4)
-	f.w.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `\.fragment$`, Fault: s3test.FaultDelay, Delay: time.Minute, Count: 1, Hit: hit})
+	f.w.Inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `\.fragment$`, Fault: s3test.FaultDelay, Delay: time.Minute, Count: 1, Hit: hit})
 	f.submit(1, 1, 1, 0)
 	<-hit // the upload of ref 1 is held in the injector
 	if _, skipped := expect[transferAdmitted](t, f.reader, 10*time.Second); len(skipped) != 0 {
@@ -207,7 +207,7 @@ func TestGovernorRestartComesBackWorking(t *testing.T) {
 	if st.Incarnation != 2 || st.Queued != 0 || st.Tokens > before.Tokens+1 {
 		t.Fatalf("after the restart: %+v, want incarnation 2, an empty queue and the bucket resumed at %d", st, before.Tokens)
 	}
-	if f.metrics.ActorRestarts.Load() != 1 || f.logs.count("governor restarted") != 1 || f.logs.count("actor failed", "injected governor fault") != 1 {
+	if f.metrics.ActorRestarts.Load() != 1 || f.logs.Count("governor restarted") != 1 || f.logs.Count("actor failed", "injected governor fault") != 1 {
 		t.Fatalf("restart not counted or logged: %d restarts", f.metrics.ActorRestarts.Load())
 	}
 	// The reader resubmits what it had queued (refs 2 and 3) and retries ref 1: all go up.
@@ -216,13 +216,13 @@ func TestGovernorRestartComesBackWorking(t *testing.T) {
 	f.submit(1, 3, 1, 2)
 	done := map[readercore.Ref]bool{}
 	for len(done) < 3 {
-		armed := f.clock.armed()
-		if n, _ := f.clock.pending(); n > 0 {
+		armed := f.clock.Armed()
+		if n, _ := f.clock.Pending(); n > 0 {
 			f.tick()
 		}
 		select {
 		case <-armed:
-		case m := <-f.reader.ch:
+		case m := <-f.reader.C():
 			if r, ok := m.(readercore.TransferResult); ok {
 				if r.Outcome != readercore.OK {
 					t.Fatalf("after the restart: %+v", r)
@@ -304,7 +304,7 @@ func TestGovernorFreesTheSlotOfAnEndedReader(t *testing.T) {
 	cancel()
 	d := f.frags[0]
 	f.sys.Root.Send(f.pid, &submitTransfer{Ctx: ended, Owner: 9, Stream: "g", Dir: f.dir, Ref: 1, Attempt: 1,
-		Fragment: &d, Size: d.ObjectSize(), ReplyTo: f.reader.pid})
+		Fragment: &d, Size: d.ObjectSize(), ReplyTo: f.reader.PID})
 	f.submit(1, 2, 1, 1)
 	a, _ := expect[transferAdmitted](t, f.reader, 10*time.Second)
 	if a.Ref != 2 {
@@ -330,7 +330,7 @@ func TestGovernorEndedReaderAdmittedUncharged(t *testing.T) {
 	cancel()
 	d := f.frags[0]
 	f.sys.Root.Send(f.pid, &submitTransfer{Ctx: ended, Owner: 9, Stream: "g", Dir: f.dir, Ref: 1, Attempt: 1,
-		Fragment: &d, Size: d.ObjectSize(), ReplyTo: f.reader.pid})
+		Fragment: &d, Size: d.ObjectSize(), ReplyTo: f.reader.PID})
 	st := f.status()
 	if st.Admitted != 1 || st.Queued != 0 || st.InFlight != 0 {
 		t.Fatalf("after the ended reader's submission: %+v", st.Status)
@@ -390,13 +390,13 @@ func TestRestartedGovernorCountsItsPredecessorsUploads(t *testing.T) {
 	if st.Incarnation != 2 || st.InFlight != 1 || st.Queued != 1 || st.Running != 0 {
 		t.Fatalf("after the restart: %+v, want incarnation 2 with the predecessor's upload in flight and ref 5 queued", st)
 	}
-	if f.logs.count("governor restarted", `"transfers_ending":1`) != 1 {
+	if f.logs.Count("governor restarted", `"transfers_ending":1`) != 1 {
 		t.Fatalf("the restart did not log the upload it carries")
 	}
 
 	close(release) // the old task ends (its context was cancelled: a retriable result)
 	for got := map[readercore.Ref]bool{}; !got[1] || !got[5]; {
-		m := <-f.reader.ch
+		m := <-f.reader.C()
 		if r, ok := m.(readercore.TransferResult); ok {
 			got[r.Ref] = true
 			if r.Ref == 5 && r.Outcome != readercore.OK {

@@ -12,10 +12,13 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // Node is one streamtier node: the actor system, the governor, the reaper and a supervised
@@ -40,7 +43,7 @@ type Node struct {
 	uploads sync.WaitGroup
 	// readBudget is the node's read budget (read_budget_bytes), divided among the open
 	// remote readers (readbudget.go).
-	readBudget *readBudget
+	readBudget *read.Budget
 	owners     atomic.Uint64 // numbers reader incarnations node-wide, for the governor
 
 	mu      sync.Mutex
@@ -65,13 +68,13 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 	}
 	n := &Node{
 		cfg: cfg, store: store, meta: meta, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
-		metrics: &Metrics{}, streams: make(map[string]*streamHandle), readBudget: newReadBudget(cfg.ReadBudgetBytes),
+		metrics: &Metrics{}, streams: make(map[string]*streamHandle), readBudget: read.NewBudget(cfg.ReadBudgetBytes),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	n.system = cfg.System
 	if n.system == nil {
 		n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return slog.New(zerologHandler{log: n.log.With().Str("component", "protoactor").Logger()})
+			return slog.New(shell.ZerologHandler{Log: n.log.With().Str("component", "protoactor").Logger()})
 		}))
 	}
 	n.root = n.system.Root
@@ -104,9 +107,10 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 // remoteEnvFor completes env with what a remote reader takes from the node: its actor
 // system, its read budget, its metrics, its clock and the read settings. Node.OpenReader
 // calls it (through readSide) before openRemoteSource.
-func (n *Node) remoteEnvFor(env remoteEnv) remoteEnv {
-	env.System, env.Budget, env.Metrics, env.Clock = n.system, n.readBudget, n.metrics, n.cfg.clock
-	env.Fetch, env.faults = n.cfg.Read, n.cfg.faults
+func (n *Node) remoteEnvFor(env read.Env) read.Env {
+	env.System, env.Budget, env.Clock = n.system, n.readBudget, n.cfg.clock
+	env.Stats, env.Panics = &n.metrics.RemoteRead, &n.metrics.TaskPanics
+	env.Fetch, env.AtTask = n.cfg.Read, n.cfg.faults.atTask
 	if env.KeyPrefix == "" {
 		env.KeyPrefix = n.cfg.KeyPrefix
 	}
@@ -144,7 +148,7 @@ func (n *Node) AddStream(spec StreamSpec) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
-	if _, err := readercore.New(n.cfg.coreConfig(spec)); err != nil {
+	if err := n.cfg.coreConfig(spec).Validate(); err != nil {
 		return fmt.Errorf("add stream %s: %w", spec.ID, err)
 	}
 	n.mu.Lock()
@@ -467,4 +471,21 @@ func (n *Node) awaitUploads(ctx context.Context) error {
 		n.log.Error().Int64("uploads", running).Msg("stopping with uploads still running (hung outside their context)")
 		return fmt.Errorf("stop: %d uploads still running: %w", running, ctx.Err())
 	}
+}
+
+// Config is the node's configuration with its defaults applied: what it runs with.
+func (n *Node) Config() Config { return n.cfg }
+
+// Store is the object store the node tiers to; a cluster layer reads replicas' objects
+// through it.
+func (n *Node) Store() *s3io.Store { return n.store }
+
+// StreamLog is the local log of a stream this node writes (ErrUnknownStream for another):
+// what a cluster layer reads a written stream's local tier from.
+func (n *Node) StreamLog(id string) (*segments.Log, error) {
+	h, err := n.handle(id)
+	if err != nil {
+		return nil, err
+	}
+	return h.spec.Log, nil
 }

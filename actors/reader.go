@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/manifest"
@@ -61,7 +62,7 @@ type reader struct {
 	ctx    context.Context // this incarnation's: cancelled on stop and restart
 	cancel context.CancelFunc
 	core   *readercore.Core
-	timers timers
+	timers shell.Timers
 	// persistTimers maps an armed persist timer's ref to its timer, for CancelPersistTimer.
 	persistTimers map[readercore.Ref]uint64
 
@@ -91,7 +92,7 @@ func (r *reader) Receive(c actor.Context) {
 		r.start(c)
 	case *actor.Stopping, *actor.Restarting:
 		r.retLog.flush(r.log, r.n.cfg.clock.Now())
-		r.timers.stopAll()
+		r.timers.StopAll()
 		if r.cancel == nil { // it failed before it started: nothing to cancel
 			return
 		}
@@ -110,10 +111,10 @@ func (r *reader) Receive(c actor.Context) {
 		r.onResolved(c, m)
 	case *chunksDrained:
 		r.onChunks(c, m)
-	case taskDone, taskOverdue, transferAdmitted, governorRestarted, restartDrain:
+	case shell.TaskDone, shell.TaskOverdue, transferAdmitted, governorRestarted, restartDrain:
 		r.onShellMsg(c, m)
 	case persistDone:
-		if r.shell.tasks.settle(&r.timers, m.ID) {
+		if r.shell.tasks.Settle(&r.timers, m.ID) {
 			r.deliver(c, m)
 		}
 	case readercore.TransferResult:
@@ -149,12 +150,12 @@ func (r *reader) Receive(c actor.Context) {
 	case forceCutMsg:
 		r.step(c, readercore.ForceCut{})
 	case evaluateRetMsg:
-		r.step(c, readercore.EvaluateRetention{Now: time.Now().UnixMilli()})
+		r.step(c, readercore.EvaluateRetention{Now: r.n.cfg.clock.Now().UnixMilli()})
 	case retentionTickMsg:
-		r.step(c, readercore.EvaluateRetention{Now: time.Now().UnixMilli()})
-		r.timers.after(c.ActorSystem().Root, c.Self(), r.n.cfg.RetentionInterval, retentionTickMsg{})
+		r.step(c, readercore.EvaluateRetention{Now: r.n.cfg.clock.Now().UnixMilli()})
+		r.timers.After(c.ActorSystem().Root, c.Self(), r.n.cfg.RetentionInterval, retentionTickMsg{})
 	case setRetentionMsg:
-		r.step(c, readercore.RetentionPolicyChanged{Policy: m.Policy, Now: time.Now().UnixMilli()})
+		r.step(c, readercore.RetentionPolicyChanged{Policy: m.Policy, Now: r.n.cfg.clock.Now().UnixMilli()})
 	case replicaMsg:
 		r.onReplica(c, m)
 	case logGrowthCheckMsg:
@@ -244,7 +245,7 @@ func (r *reader) start(c actor.Context) {
 	}))
 	r.persistDeps = persistDeps{
 		store: r.n.store, meta: r.n.meta, keyPrefix: r.n.cfg.KeyPrefix, timeout: r.n.cfg.PersistTimeout,
-		log: r.log.With().Str("actor", "persist").Logger(), metrics: r.n.metrics, faults: r.n.cfg.faults,
+		log: r.log.With().Str("actor", "persist").Logger(), metrics: r.n.metrics, faults: r.n.cfg.faults, clock: r.n.cfg.clock,
 	}
 	if sink := r.n.cfg.Replicas; sink != nil {
 		blog, metrics := r.log.With().Str("actor", "broadcast").Logger(), r.n.metrics
@@ -290,15 +291,15 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 		r.step(c, readercore.ReplicaRegistered{Replica: rep})
 	}
 	// Remote retention also runs now (max-age of an idle stream) and then periodically.
-	r.step(c, readercore.EvaluateRetention{Now: time.Now().UnixMilli()})
-	r.timers.after(c.ActorSystem().Root, c.Self(), r.n.cfg.RetentionInterval, retentionTickMsg{})
+	r.step(c, readercore.EvaluateRetention{Now: r.n.cfg.clock.Now().UnixMilli()})
+	r.timers.After(c.ActorSystem().Root, c.Self(), r.n.cfg.RetentionInterval, retentionTickMsg{})
 	r.log.Info().Int64("revision", m.Resolved.Revision).Uint64("next_offset", m.Resolved.Manifest.NextOffset).Msg("manifest resolved")
 	if l := m.Log; l.First == l.Next && l.Next < m.Resolved.Manifest.NextOffset {
 		// Nothing to compare yet. Data the broker writes below the remote next offset would
 		// never be drained (and local retention would take it): compare again once it comes.
 		r.log.Warn().Uint64("local_next", l.Next).Uint64("remote_next", m.Resolved.Manifest.NextOffset).
 			Msg("the local log is empty and ends below the remote tier: it is compared again when data arrives")
-		r.timers.after(c.ActorSystem().Root, c.Self(), logRecheck, logGrowthCheckMsg{first: l.First, next: l.Next})
+		r.timers.After(c.ActorSystem().Root, c.Self(), logRecheck, logGrowthCheckMsg{first: l.First, next: l.Next})
 	}
 }
 
@@ -318,7 +319,7 @@ type logGrowthCheckMsg struct{ first, next uint64 }
 func (r *reader) checkLogGrowth(c actor.Context, m logGrowthCheckMsg) {
 	lg := r.h.spec.Log
 	if lg.FirstOffset() == m.first && lg.NextOffset() == m.next {
-		r.timers.after(c.ActorSystem().Root, c.Self(), logRecheck, m)
+		r.timers.After(c.ActorSystem().Root, c.Self(), logRecheck, m)
 		return
 	}
 	reason := fmt.Sprintf("the local log, [%d,%d) when compared, now holds [%d,%d): comparing it with the remote tier again", m.first, m.next, lg.FirstOffset(), lg.NextOffset())
@@ -334,7 +335,7 @@ func (r *reader) retryResolve(c actor.Context, err error) {
 	delay := min(100*time.Millisecond<<min(r.resolveTries-1, 10), r.n.cfg.ResolveBackoffMax)
 	r.n.metrics.ResolveFailures.Add(1)
 	r.log.Warn().Err(err).Int("attempt", r.resolveTries).Dur("retry_in", delay).Msg("cannot resolve the manifest; retrying")
-	r.timers.after(c.ActorSystem().Root, c.Self(), delay, resolveRetryMsg{})
+	r.timers.After(c.ActorSystem().Root, c.Self(), delay, resolveRetryMsg{})
 }
 
 // step feeds one event to the core and executes the effects it returns. An event the core
@@ -379,7 +380,7 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.log.Warn().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
 			Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).
 			Msg("the local log is a prefix of the remote tier: nothing is uploaded or deleted until it reaches the remote next offset or writes chunks of its own")
-		r.timers.after(c.ActorSystem().Root, c.Self(), logRecheck, logGrowthCheckMsg{first: e.LocalFirst, next: e.LocalNext})
+		r.timers.After(c.ActorSystem().Root, c.Self(), logRecheck, logGrowthCheckMsg{first: e.LocalFirst, next: e.LocalNext})
 	case readercore.StalledDiverged:
 		r.n.metrics.DivergedStalls.Add(1)
 		r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
@@ -394,7 +395,7 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 	case readercore.ArmTransferDeadline:
 		r.armTransferDeadline(c, e) // held until the governor admits the attempt
 	case readercore.RetryGroupUploadAfter:
-		r.timers.after(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref, Attempt: e.Attempt})
+		r.timers.After(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref, Attempt: e.Attempt})
 	case readercore.Stalled:
 		r.n.metrics.Stalls.Add(1)
 		r.log.Error().Uint64("offset", e.Offset).Int("failures", e.Failures).Str("reason", e.Reason).Msg("upload pipeline stalled")
@@ -403,9 +404,9 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 	case readercore.StartPersist:
 		r.persist(c, e)
 	case readercore.ArmPersistTimer:
-		r.persistTimers[e.Ref] = r.timers.after(root, c.Self(), e.After, readercore.PersistTimer{Ref: e.Ref})
+		r.persistTimers[e.Ref] = r.timers.After(root, c.Self(), e.After, readercore.PersistTimer{Ref: e.Ref})
 	case readercore.CancelPersistTimer:
-		r.timers.cancel(r.persistTimers[e.Ref])
+		r.timers.Cancel(r.persistTimers[e.Ref])
 		delete(r.persistTimers, e.Ref)
 	case readercore.UploadGroup:
 		r.uploadGroup(c, e)
@@ -459,6 +460,9 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 	case readercore.Problem:
 		r.n.metrics.CoreErrors.Add(1)
 		r.log.Error().Str("op", e.Op).Err(e.Err).Msg("core gave up an operation")
+	default:
+		r.n.metrics.StrayMessages.Add(1)
+		r.log.Error().Str("effect", fmt.Sprintf("%T", e)).Msg("reader got an effect it does not execute: dropped")
 	}
 }
 
@@ -475,9 +479,9 @@ func (r *reader) submit(c actor.Context, ref readercore.Ref, attempt int, f *fra
 // like a task: its answer, or the failure its overdue timer gives, comes back once.
 func (r *reader) persist(c actor.Context, e readercore.StartPersist) {
 	stream, metrics := r.h.spec.ID, r.n.metrics
-	id := r.shell.tasks.track(c, &r.timers, "persist", r.persistDeps.timeout, func(reason string) any {
+	id := r.shell.tasks.Track(c, &r.timers, "persist", r.persistDeps.timeout, func(reason string) any {
 		metrics.observePersist(readercore.PersistFailed, 0)
-		return persistDone{Result: persistFailure(stream, e.Ref, reason)}
+		return persistDone{Result: persistFailure(stream, e.Ref, reason, r.n.cfg.clock.Now())}
 	})
 	ctx, deps := r.ctx, r.persistDeps
 	pid := c.Spawn(actor.PropsFromProducer(func() actor.Actor { return newPersister(ctx, deps) }))
@@ -486,7 +490,7 @@ func (r *reader) persist(c actor.Context, e readercore.StartPersist) {
 
 func (r *reader) uploadGroup(c actor.Context, e readercore.UploadGroup) {
 	n, stream := r.n, r.h.spec.ID
-	r.spawnTask(c, taskSpec{name: "group upload", timeout: n.cfg.GroupUploadTimeout, run: func(ctx context.Context) any {
+	r.spawnTask(c, shell.TaskSpec{Name: "group upload", Timeout: n.cfg.GroupUploadTimeout, Run: func(ctx context.Context) any {
 		uid := rand.Uint64()
 		key := manifest.GroupKey(n.cfg.KeyPrefix, stream, e.Kind, e.Children[0].FirstOffset, e.Epoch, uid)
 		err := n.store.PutObject(ctx, key, manifest.EncodeGroup(e.Kind, e.Children))
@@ -500,7 +504,7 @@ func (r *reader) uploadGroup(c actor.Context, e readercore.UploadGroup) {
 			res.Outcome, res.Reason = readercore.NonTransient, err.Error()
 		}
 		return res
-	}, failed: func(reason string) any {
+	}, Failed: func(reason string) any {
 		return readercore.GroupUploadResult{Ref: e.Ref, Attempt: e.Attempt, Outcome: readercore.NonTransient, Jitter: rand.Float64(),
 			Reason: fmt.Sprintf("upload group of %s: %s", stream, reason)}
 	}})
@@ -513,43 +517,17 @@ func (r *reader) localRetention(persistedNext uint64) {
 	if lg.ReadOnly() {
 		return // a followed log's files are its writer's: the broker's retention trims them
 	}
-	deletable := localDeletable(lg.Segments(), persistedNext, r.n.cfg.LocalHotWindowBytes, r.n.cfg.LocalHotWindowAge, time.Now())
+	deletable := segments.DurableDeletable(lg.Segments(), persistedNext, r.n.cfg.LocalHotWindowBytes, r.n.cfg.LocalHotWindowAge, r.n.cfg.clock.Now())
 	if len(deletable) == 0 {
 		return
 	}
 	deleted, err := lg.ApplyRetention(segments.RetentionPolicy{
 		MayDelete: func(s segments.SegmentInfo) bool { return deletable[s.Name] },
-	}, time.Now())
+	}, r.n.cfg.clock.Now())
 	r.n.metrics.LocalSegmentsDeleted.Add(int64(len(deleted)))
 	if err != nil {
 		r.log.Error().Err(err).Msg("local retention failed")
 	}
-}
-
-// localDeletable names the segments local retention may delete: durable remotely (every
-// chunk below persistedNext), not active, oldest first, beyond the hot window.
-func localDeletable(segs []segments.SegmentInfo, persistedNext uint64, windowBytes int64, windowAge time.Duration, now time.Time) map[string]bool {
-	var durable []segments.SegmentInfo
-	var durableBytes int64
-	for _, s := range segs {
-		if s.Active || s.NextOffset > persistedNext {
-			break
-		}
-		durable = append(durable, s)
-		durableBytes += s.Size
-	}
-	out := make(map[string]bool)
-	for _, s := range durable {
-		if durableBytes <= windowBytes && windowBytes > 0 {
-			break
-		}
-		if windowAge > 0 && s.LastTimestamp > now.Add(-windowAge).UnixMilli() {
-			break
-		}
-		out[s.Name] = true
-		durableBytes -= s.Size
-	}
-	return out
 }
 
 func (r *reader) reap(c actor.Context, e readercore.DeleteObjects) {

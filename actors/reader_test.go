@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/streamtier/streamtier/actors/readercore"
-	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/s3io/s3test"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
@@ -25,7 +25,7 @@ func readerStream(t *testing.T, w *world, cfg Config, stream string) (*Node, *se
 	if cfg.Stream.FragmentTargetSize == 0 {
 		cfg.Stream = readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond}
 	}
-	n := w.startNode(cfg)
+	n := startNode(w, cfg)
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 7, loadgen.Limit{Bytes: 48 << 10})
 	if err := n.AddStream(StreamSpec{ID: stream, Log: lg, Epoch: 1}); err != nil {
@@ -52,7 +52,7 @@ func TestReaderPersistFailureRetriedAndReported(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	log, _ := testLogger(t)
 	n, lg := readerStream(t, w, Config{Logger: log}, "pf")
-	w.inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `/meta/root-`, Fault: s3test.FaultForbidden})
+	w.Inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `/meta/root-`, Fault: s3test.FaultForbidden})
 	failures := n.Metrics().PersistFailures.Load()
 	writeLog(t, lg, 8, loadgen.Limit{Bytes: 48 << 10})
 	_ = n.ForceCut("pf")
@@ -60,15 +60,15 @@ func TestReaderPersistFailureRetriedAndReported(t *testing.T) {
 		st := status(t, n, "pf")
 		return n.Metrics().PersistFailures.Load() >= failures+3 && strings.Contains(st.Core.LastPersistError, "put root"), st.Core.LastPersistError
 	})
-	hits := w.inj.Hits()
+	hits := w.Inj.Hits()
 	time.Sleep(time.Second)
-	if d := w.inj.Hits() - hits; d < 5 || d > 14 { // the persist interval is 100 ms
+	if d := w.Inj.Hits() - hits; d < 5 || d > 14 { // the persist interval is 100 ms
 		t.Fatalf("%d refused root PUTs in a second, want about 10", d)
 	}
 	if st := status(t, n, "pf"); st.Core.PersistState != "backoff" && st.Core.PersistState != "in-flight" {
 		t.Fatalf("persist state %q while failing", st.Core.PersistState)
 	}
-	w.inj.Clear()
+	w.Inj.Clear()
 	persisted(t, n, "pf", lg.NextOffset(), 10*time.Second)
 	if st := status(t, n, "pf"); st.Core.LastPersistError != "" || n.Metrics().Reinitializations.Load() != 0 {
 		t.Fatalf("after recovery: last error %q, %d reinitializations", st.Core.LastPersistError, n.Metrics().Reinitializations.Load())
@@ -82,11 +82,11 @@ func TestReaderConflictReinitializes(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	log, _ := testLogger(t)
 	n, lg := readerStream(t, w, Config{Logger: log}, "cf")
-	rec, rev, _, err := w.meta.ReadManifest(context.Background(), "cf")
+	rec, rev, _, err := w.Meta.ReadManifest(context.Background(), "cf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := otherWriter(t, w.meta, "cf", 1, rev, rec) // the same root, one revision up
+	other := otherWriter(t, w.Meta, "cf", 1, rev, rec) // the same root, one revision up
 	writeLog(t, lg, 9, loadgen.Limit{Bytes: 48 << 10})
 	persisted(t, n, "cf", lg.NextOffset(), 30*time.Second)
 	h, _ := n.handle("cf")
@@ -107,8 +107,8 @@ func TestReaderNotFoundStops(t *testing.T) {
 	log, _ := testLogger(t)
 	n, lg := readerStream(t, w, Config{Logger: log}, "nf")
 	ctx := context.Background()
-	streamKeys := manifest.EtcdStreamPrefix(w.meta.Prefix(), "nf")
-	if _, err := w.meta.Client().Delete(ctx, streamKeys, clientv3.WithPrefix()); err != nil {
+	streamKeys := metadata.StreamPrefix(w.Meta.Prefix(), "nf")
+	if _, err := w.Meta.Client().Delete(ctx, streamKeys, clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
 	writeLog(t, lg, 10, loadgen.Limit{Bytes: 48 << 10})
@@ -125,7 +125,7 @@ func TestReaderNotFoundStops(t *testing.T) {
 	if err := n.AwaitOffset(actx, "nf", lg.NextOffset()-1); !errors.Is(err, ErrStreamStopped) {
 		t.Fatalf("await after the stop: %v", err)
 	}
-	resp, err := w.meta.Client().Get(ctx, streamKeys, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := w.Meta.Client().Get(ctx, streamKeys, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || resp.Count != 0 {
 		t.Fatalf("records written after the stop: %d (%v)", resp.Count, err)
 	}
@@ -145,17 +145,17 @@ func TestReaderMissingAnchorReinitializesOnce(t *testing.T) {
 	log, _ := testLogger(t)
 	var removing atomic.Bool
 	removing.Store(true)
-	anchor := manifest.EtcdAnchorKey(w.meta.Prefix(), "na")
+	anchor := metadata.AnchorKey(w.Meta.Prefix(), "na")
 	faults := &faultHooks{task: func(name string) {
 		if name == "persist" && removing.Load() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if _, err := w.meta.Client().Delete(ctx, anchor); err != nil {
+			if _, err := w.Meta.Client().Delete(ctx, anchor); err != nil {
 				panic(err)
 			}
 		}
 	}}
-	n := w.startNode(Config{Logger: log, faults: faults,
+	n := startNode(w, Config{Logger: log, faults: faults,
 		Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 200 * time.Millisecond}})
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 11, loadgen.Limit{Bytes: 48 << 10})
@@ -177,7 +177,7 @@ func TestReaderMissingAnchorReinitializesOnce(t *testing.T) {
 		t.Fatalf("%d reinitializations, %d incarnations", m.Reinitializations.Load(), h.incarnations.Load())
 	}
 	removing.Store(false)
-	if err := w.meta.Anchor(context.Background(), "na"); err != nil {
+	if err := w.Meta.Anchor(context.Background(), "na"); err != nil {
 		t.Fatal(err)
 	}
 	persisted(t, n, "na", lg.NextOffset(), 10*time.Second)
@@ -215,7 +215,7 @@ func TestReaderStrayMessagesNotFed(t *testing.T) {
 	if n.Metrics().CoreErrors.Load() != 0 || after.IgnoredResults != before.IgnoredResults {
 		t.Fatalf("strays reached the core: %d core errors, ignored results %d -> %d", n.Metrics().CoreErrors.Load(), before.IgnoredResults, after.IgnoredResults)
 	}
-	if got := logs.count("reader got a message it does not handle"); got != len(strays) {
+	if got := logs.Count("reader got a message it does not handle"); got != len(strays) {
 		t.Fatalf("%d strays logged, want %d", got, len(strays))
 	}
 }
@@ -231,7 +231,7 @@ func TestReaderQuietStreamFullyPersisted(t *testing.T) {
 	const maxAge, margin = 300 * time.Millisecond, 10 * time.Second
 	w := newWorld(t, worldOptions{})
 	log, _ := testLogger(t)
-	n := w.startNode(Config{Logger: log, Stream: readercore.Config{
+	n := startNode(w, Config{Logger: log, Stream: readercore.Config{
 		FragmentTargetSize: 8 << 20, PersistThreshold: 100, PersistInterval: time.Minute, FragmentMaxAge: maxAge,
 	}})
 	lg := openLog(t, segments.Options{})

@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/s3io"
 )
@@ -65,7 +66,7 @@ type reaperDeps struct {
 	keyPrefix string
 	log       zerolog.Logger
 	stats     *ReaperStats
-	clock     clock
+	clock     shell.Clock
 	ledger    *reaperLedger
 	faults    *faultHooks
 }
@@ -78,12 +79,12 @@ type reaper struct {
 	reaperDeps
 	incarnation uint64
 
-	timers timers
+	timers shell.Timers
 	armed  bool
 }
 
 func newReaper(d reaperDeps, incarnation uint64) *reaper {
-	return &reaper{reaperDeps: d, incarnation: incarnation, timers: timers{clock: d.clock}}
+	return &reaper{reaperDeps: d, incarnation: incarnation, timers: shell.Timers{Clock: d.clock}}
 }
 
 func (r *reaper) Receive(c actor.Context) {
@@ -101,7 +102,7 @@ func (r *reaper) Receive(c actor.Context) {
 		}
 		return
 	case *actor.Stopping, *actor.Restarting:
-		r.timers.stopAll()
+		r.timers.StopAll()
 		return
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 		return
@@ -132,16 +133,7 @@ func (r *reaper) expand(m *reapRequest) []string {
 	entries := append([]manifest.Entry(nil), m.Objects...)
 	fetch := func(e manifest.Entry) ([]manifest.Entry, error) {
 		r.stats.GroupGets.Add(1)
-		key, err := r.store.LocateEntry(r.ctx, r.keyPrefix, m.Stream, e)
-		if err != nil {
-			return nil, err
-		}
-		body, err := r.store.GetObject(r.ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		_, children, err := manifest.DecodeGroup(body)
-		return children, err
+		return r.store.Tier(r.keyPrefix, m.Stream).Children(r.ctx, e)
 	}
 	for _, g := range m.Groups {
 		es, err := manifest.CollectForDelete(g.Entry, g.From, fetch)
@@ -222,5 +214,5 @@ func (r *reaper) arm(c actor.Context) {
 	for _, k := range r.ledger.retry {
 		delay = max(delay, min(reaperFirstRetry<<max(r.ledger.attempts[k]-1, 0), reaperMaxRetry))
 	}
-	r.timers.after(c.ActorSystem().Root, c.Self(), delay, reapRetry{})
+	r.timers.After(c.ActorSystem().Root, c.Self(), delay, reapRetry{})
 }

@@ -36,7 +36,7 @@ func newReaperFixture(t *testing.T, faults *faultHooks) *reaperFixture {
 	t.Cleanup(g.stop)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	deps := reaperDeps{ctx: ctx, store: f.w.store, keyPrefix: "streams", log: log, stats: f.stats, clock: f.clock,
+	deps := reaperDeps{ctx: ctx, store: f.w.Store, keyPrefix: "streams", log: log, stats: f.stats, clock: f.clock,
 		ledger: &reaperLedger{attempts: map[string]int{}}, faults: faults}
 	var inc incarnations
 	f.pid = f.sys.Root.Spawn(inc.props(g, func(i uint64) actor.Actor { return newReaper(deps, i) }))
@@ -49,7 +49,7 @@ func (f *reaperFixture) put(prefix string, n int) []string {
 	var keys []string
 	for i := range n {
 		k := fmt.Sprintf("streams/r/%s/%03d", prefix, i)
-		if err := f.w.store.PutObject(context.Background(), k, []byte(k)); err != nil {
+		if err := f.w.Store.PutObject(context.Background(), k, []byte(k)); err != nil {
 			f.t.Fatal(err)
 		}
 		keys = append(keys, k)
@@ -61,7 +61,7 @@ func (f *reaperFixture) put(prefix string, n int) []string {
 func (f *reaperFixture) left(prefix string) int {
 	f.t.Helper()
 	n := 0
-	if err := f.w.store.List(context.Background(), "streams/r/"+prefix+"/", func(s3io.ObjectInfo) error { n++; return nil }); err != nil {
+	if err := f.w.Store.List(context.Background(), "streams/r/"+prefix+"/", func(s3io.ObjectInfo) error { n++; return nil }); err != nil {
 		f.t.Fatal(err)
 	}
 	return n
@@ -72,20 +72,20 @@ func (f *reaperFixture) left(prefix string) int {
 func TestReaperRetriesOnTheClock(t *testing.T) {
 	f := newReaperFixture(t, nil)
 	keys := f.put("a", 3)
-	f.w.inj.Add(s3test.Rule{Method: "POST", Fault: s3test.FaultInternalError, Count: 2})
+	f.w.Inj.Add(s3test.Rule{Method: "POST", Fault: s3test.FaultInternalError, Count: 2})
 	f.sys.Root.Send(f.pid, &reapRequest{Stream: "r", Keys: keys})
-	if d := f.clock.awaitTimer(t, time.Hour, "first retry"); d != time.Second {
+	if d := f.clock.AwaitTimer(t, time.Hour, "first retry"); d != time.Second {
 		t.Fatalf("first retry in %v, want 1s", d)
 	}
 	if f.stats.Queued.Load() != 3 || f.left("a") != 3 {
 		t.Fatalf("after the first failure: %d queued, %d left", f.stats.Queued.Load(), f.left("a"))
 	}
 	f.clock.Advance(time.Second)
-	if d := f.clock.awaitTimer(t, time.Hour, "second retry"); d != 2*time.Second {
+	if d := f.clock.AwaitTimer(t, time.Hour, "second retry"); d != 2*time.Second {
 		t.Fatalf("second retry in %v, want 2s", d)
 	}
 	f.clock.Advance(time.Second)
-	if n, _ := f.clock.pending(); n != 1 || f.stats.Deleted.Load() != 0 {
+	if n, _ := f.clock.Pending(); n != 1 || f.stats.Deleted.Load() != 0 {
 		t.Fatalf("retried before its delay: %d timers, %d deleted", n, f.stats.Deleted.Load())
 	}
 	f.clock.Advance(time.Second)
@@ -107,21 +107,22 @@ func TestReaperRestartKeepsItsRetries(t *testing.T) {
 		}
 	}})
 	keys := f.put("a", 3)
-	f.w.inj.Add(s3test.Rule{Method: "POST", Fault: s3test.FaultInternalError, Count: 1})
+	f.w.Inj.Add(s3test.Rule{Method: "POST", Fault: s3test.FaultInternalError, Count: 1})
 	f.sys.Root.Send(f.pid, &reapRequest{Stream: "r", Keys: keys})
-	f.clock.awaitTimer(t, time.Hour, "retry of the failed keys")
+	f.clock.AwaitTimer(t, time.Hour, "retry of the failed keys")
 	f.sys.Root.Send(f.pid, &reapRequest{Stream: "poison", Keys: []string{"streams/r/poison"}})
 	until(t, 10*time.Second, "reaper restarted", func() (bool, string) {
-		return f.logs.count("reaper restarted", `"keys_due":3`) == 1, ""
+		return f.logs.Count("reaper restarted", `"keys_due":3`) == 1, ""
 	})
-	f.clock.Advance(f.clock.awaitTimer(t, time.Hour, "retry re-armed by the new incarnation"))
+	f.clock.Advance(f.clock.AwaitTimer(t, time.Hour, "retry re-armed by the new incarnation"))
 	until(t, 10*time.Second, "failed keys deleted after the restart", func() (bool, string) {
 		return f.left("a") == 0, fmt.Sprintf("%d left", f.left("a"))
 	})
 	more := f.put("b", 2)
 	f.sys.Root.Send(f.pid, &reapRequest{Stream: "r", Keys: more})
-	until(t, 10*time.Second, "new keys deleted", func() (bool, string) {
-		return f.left("b") == 0, fmt.Sprintf("%d left", f.left("b"))
+	// The keys leave the bucket before the reaper counts them: wait for both.
+	until(t, 10*time.Second, "new keys deleted and counted", func() (bool, string) {
+		return f.left("b") == 0 && f.stats.Deleted.Load() == 5, fmt.Sprintf("%d left, %d counted", f.left("b"), f.stats.Deleted.Load())
 	})
 	if f.m.ActorRestarts.Load() != 1 || f.stats.Deleted.Load() != 5 {
 		t.Fatalf("%d restarts, %d deleted; want 1 and 5", f.m.ActorRestarts.Load(), f.stats.Deleted.Load())

@@ -3,15 +3,15 @@ package admin
 import (
 	"sort"
 
-	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/cluster"
 	"github.com/streamtier/streamtier/metadata"
 )
 
 // ClusterSource is what /status reads of a node running as a cluster member;
-// *actors.Cluster implements it.
+// *cluster.Cluster implements it.
 type ClusterSource interface {
-	Status() actors.ClusterStatus
-	Stats() *actors.TransportStats
+	Status() cluster.Status
+	Stats() *cluster.TransportStats
 }
 
 // ClusterReport is the cluster part of /status: membership, the roles this node runs, the
@@ -24,7 +24,7 @@ type ClusterReport struct {
 	Fenced     map[string]uint64        `json:"fenced"`     // stream -> epoch that fenced this node's writer
 	Placements []metadata.Placement     `json:"placements"` // every placement record, by stream
 	Replicas   map[string]ReplicaReport `json:"replicas"`   // streams this node replicates
-	Roles      actors.ClusterStats      `json:"roles"`
+	Roles      cluster.Stats            `json:"roles"`
 	Transport  TransportReport          `json:"transport"`
 }
 
@@ -69,7 +69,7 @@ type TransportReport struct {
 
 // BuildClusterReport turns the cluster's status and transport counters into the report
 // (pure; the replica history is left out, it is long and only tests need it).
-func BuildClusterReport(st actors.ClusterStatus, t *actors.TransportStats) ClusterReport {
+func BuildClusterReport(st cluster.Status, t *cluster.TransportStats) ClusterReport {
 	r := ClusterReport{
 		Node: st.Node, Address: st.Address, Members: st.Members, Writers: st.Writers, Fenced: st.Fenced,
 		Placements: []metadata.Placement{}, Replicas: map[string]ReplicaReport{}, Roles: st.Roles,

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/streamtier/streamtier/actors"
-	"github.com/streamtier/streamtier/actors/replicacore"
+	"github.com/streamtier/streamtier/actors/cluster"
+	"github.com/streamtier/streamtier/actors/cluster/replicacore"
 	"github.com/streamtier/streamtier/metadata"
 )
 
@@ -14,20 +14,20 @@ import (
 // stream order, the replica held (revision, epoch, digest, counters) and the transport
 // counters, and leaves out the replica's long history.
 func TestBuildClusterReport(t *testing.T) {
-	st := actors.ClusterStatus{
+	st := cluster.Status{
 		Node: "b", Address: "127.0.0.1:7000", Members: map[string]string{"a": "127.0.0.1:7001", "b": "127.0.0.1:7000"},
 		Writers: map[string]uint64{"s2": 3}, Fenced: map[string]uint64{},
 		Placements: map[string]metadata.Placement{
 			"s2": {Stream: "s2", Writer: "b", Epoch: 3},
 			"s1": {Stream: "s1", Writer: "a", Epoch: 1, Replicas: []string{"b"}},
 		},
-		Replicas: map[string]actors.ReplicaStatus{"s1": {
+		Replicas: map[string]cluster.ReplicaStatus{"s1": {
 			Status: replicacore.Status{Stream: "s1", Writer: "a", WriterEpoch: 1, Synced: true, Seq: 42, Epoch: 1, NextOffset: 900,
 				Counters: replicacore.Counters{Applied: 5, Gaps: 1}},
-			Digest: 0xfeed, History: make([]actors.ReplicaHeld, 300), LocalNext: 1000,
+			Digest: 0xfeed, History: make([]cluster.ReplicaHeld, 300), LocalNext: 1000,
 		}},
 	}
-	var tr actors.TransportStats
+	var tr cluster.TransportStats
 	tr.Sent.Add(7)
 	tr.Received.Add(9)
 	r := BuildClusterReport(st, &tr)

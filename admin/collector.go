@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/s3io"
 )
 
@@ -120,7 +121,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descReadEvents, float64(rm.Gaps.Load()), "gap")
 	counter(descReadEvents, float64(rm.Skipped.Load()), "skipped")
 	counter(descReadEvents, float64(rm.Handoffs.Load()), "handoff")
-	for _, cl := range actors.ReadErrorClasses() {
+	for _, cl := range read.ErrorClasses() {
 		counter(descReadErrors, float64(rm.Errors[cl].Load()), cl.String())
 	}
 	p50, p99 := rm.FirstChunkQuantiles()

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/segments"
 )
@@ -21,7 +21,7 @@ import (
 // ReadOpener opens cross-tier readers: a node (writer streams) or a cluster node (writer
 // and replica streams).
 type ReadOpener interface {
-	OpenReader(ctx context.Context, stream string, from actors.ReadFrom) (*actors.Reader, error)
+	OpenReader(ctx context.Context, stream string, from read.From) (*read.Reader, error)
 }
 
 // GET /streams/{id}/read?from=SPEC&to=OFFSET&follow=1 streams a reader's items as frames
@@ -40,11 +40,11 @@ const frameHeaderSize = 1 + 1 + 8 + 8 + 4
 
 // ReadInfo is the first frame of a read: where it started and where it stops.
 type ReadInfo struct {
-	Stream     string           `json:"stream"`
-	Start      uint64           `json:"start"`
-	Attached   *actors.Attached `json:"attached,omitempty"`
-	NextAtOpen uint64           `json:"next_at_open"`
-	Stop       uint64           `json:"stop,omitempty"` // 0: follows until the client goes away
+	Stream     string         `json:"stream"`
+	Start      uint64         `json:"start"`
+	Attached   *read.Attached `json:"attached,omitempty"`
+	NextAtOpen uint64         `json:"next_at_open"`
+	Stop       uint64         `json:"stop,omitempty"` // 0: follows until the client goes away
 }
 
 func writeFrame(w io.Writer, kind, tier byte, off, end uint64, body []byte) error {
@@ -82,7 +82,7 @@ func serveRead(w http.ResponseWriter, r *http.Request, o ReadOpener) {
 		return
 	}
 	q := r.URL.Query()
-	from, err := actors.ParseReadFrom(q.Get("from"))
+	from, err := read.ParseFrom(q.Get("from"))
 	if err != nil {
 		writeError(w, fmt.Errorf("%w: %w", errBadRequest, err))
 		return
@@ -153,7 +153,7 @@ var ErrReadTruncated = errors.New("read stream ended early")
 // Read streams a reader's items from a running node, calling info once and then item for
 // every item, in order; each chunk is verified (CRC) before it is handed on. It returns when
 // the read ends (nil), fn fails, ctx ends or the node reports an error.
-func (c Client) Read(ctx context.Context, id string, q ReadQuery, info func(ReadInfo) error, item func(actors.ReadItem) error) error {
+func (c Client) Read(ctx context.Context, id string, q ReadQuery, info func(ReadInfo) error, item func(read.Item) error) error {
 	v := url.Values{}
 	if q.From != "" {
 		v.Set("from", q.From)
@@ -218,8 +218,8 @@ func (c Client) Read(ctx context.Context, id string, q ReadQuery, info func(Read
 			}
 			continue
 		}
-		it := actors.ReadItem{Kind: actors.ReadItemKind(kind), Tier: actors.ReadTier(tier), Offset: off, End: end}
-		if it.Kind == actors.ItemChunk {
+		it := read.Item{Kind: read.ItemKind(kind), Tier: read.Tier(tier), Offset: off, End: end}
+		if it.Kind == read.ItemChunk {
 			hd, err := segments.VerifyChunk(body)
 			if err != nil {
 				return fmt.Errorf("read %s: chunk at %d: %w", id, off, err)

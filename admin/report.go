@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/gc"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/s3io"
@@ -567,14 +568,14 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 	return r
 }
 
-func readReport(m *actors.ReadMetrics) ReadReport {
+func readReport(m *read.Metrics) ReadReport {
 	p50, p99 := m.FirstChunkQuantiles()
 	r := ReadReport{
 		Open: m.ReadersOpen.Load(), Opened: m.ReadersOpened.Load(), BytesLocal: m.BytesLocal.Load(), BytesRemote: m.BytesRemote.Load(),
 		Gaps: m.Gaps.Load(), Skipped: m.Skipped.Load(), Handoffs: m.Handoffs.Load(), ErrorsByClass: map[string]int64{},
 		FirstChunkP50Sec: p50.Seconds(), FirstChunkP99Sec: p99.Seconds(),
 	}
-	for _, c := range actors.ReadErrorClasses() {
+	for _, c := range read.ErrorClasses() {
 		r.ErrorsByClass[c.String()] = m.Errors[c].Load()
 	}
 	return r

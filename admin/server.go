@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/gc"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/s3io"
@@ -151,9 +152,9 @@ func writeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, actors.ErrUnknownStream), errors.Is(err, manifest.ErrInvalidStreamID):
 		code = http.StatusNotFound
-	case errors.Is(err, actors.ErrNodeStopped), errors.Is(err, actors.ErrReadUnavailable):
+	case errors.Is(err, actors.ErrNodeStopped), errors.Is(err, read.ErrUnavailable):
 		code = http.StatusServiceUnavailable
-	case errors.Is(err, errBadRequest), errors.Is(err, actors.ErrOffsetAhead):
+	case errors.Is(err, errBadRequest), errors.Is(err, read.ErrOffsetAhead):
 		code = http.StatusBadRequest
 	case errors.Is(err, actors.ErrStreamStarting):
 		code = http.StatusConflict

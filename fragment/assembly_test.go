@@ -14,13 +14,14 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/segments"
 )
 
 // chunkAt builds a header of total on-disk size size (>= 48) and its location.
-func chunkAt(id uint64, records uint32, size int64, ts int64, seg string, pos int64) (segments.Header, segments.Location) {
-	h := segments.Header{Records: records, Timestamp: ts, ChunkID: id, DataLen: uint32(size - segments.HeaderSize)}
-	return h, segments.Location{Segment: seg, Position: pos, Size: h.Size()}
+func chunkAt(id uint64, records uint32, size int64, ts int64, seg string, pos int64) (chunk.Header, chunk.Location) {
+	h := chunk.Header{Records: records, Timestamp: ts, ChunkID: id, DataLen: uint32(size - chunk.HeaderSize)}
+	return h, chunk.Location{Segment: seg, Position: pos, Size: h.Size()}
 }
 
 func mustAssembly(t *testing.T, target uint64) *Assembly {
@@ -132,22 +133,22 @@ func TestAssemblyRefusesBadChunks(t *testing.T) {
 	cases := []struct {
 		name string
 		prep func(a *Assembly)
-		h    segments.Header
-		loc  segments.Location
+		h    chunk.Header
+		loc  chunk.Location
 		want string
 	}{
-		{"zero records", nil, segments.Header{ChunkID: 1}, segments.Location{Segment: "s", Position: 8, Size: 48}, "uses no offset"},
-		{"no segment", nil, segments.Header{ChunkID: 1, Records: 1}, segments.Location{Position: 8, Size: 48}, "no segment file"},
-		{"size mismatch", nil, segments.Header{ChunkID: 1, Records: 1, DataLen: 10}, segments.Location{Segment: "s", Position: 8, Size: 48}, "location size 48, header says 58"},
-		{"inside segment header", nil, segments.Header{ChunkID: 1, Records: 1}, segments.Location{Segment: "s", Position: 4, Size: 48}, "inside the segment header"},
-		{"offset overflow", nil, segments.Header{ChunkID: ^uint64(0), Records: 1}, segments.Location{Segment: "s", Position: 8, Size: 48}, "overflows"},
-		{"object beyond 32 bits", nil, segments.Header{ChunkID: 1, Records: 1, DataLen: 1<<32 - 40}, segments.Location{Segment: "s", Position: 8, Size: 1<<32 + 8}, "32-bit index positions"},
+		{"zero records", nil, chunk.Header{ChunkID: 1}, chunk.Location{Segment: "s", Position: 8, Size: 48}, "uses no offset"},
+		{"no segment", nil, chunk.Header{ChunkID: 1, Records: 1}, chunk.Location{Position: 8, Size: 48}, "no segment file"},
+		{"size mismatch", nil, chunk.Header{ChunkID: 1, Records: 1, DataLen: 10}, chunk.Location{Segment: "s", Position: 8, Size: 48}, "location size 48, header says 58"},
+		{"inside segment header", nil, chunk.Header{ChunkID: 1, Records: 1}, chunk.Location{Segment: "s", Position: 4, Size: 48}, "inside the segment header"},
+		{"offset overflow", nil, chunk.Header{ChunkID: ^uint64(0), Records: 1}, chunk.Location{Segment: "s", Position: 8, Size: 48}, "overflows"},
+		{"object beyond 32 bits", nil, chunk.Header{ChunkID: 1, Records: 1, DataLen: 1<<32 - 40}, chunk.Location{Segment: "s", Position: 8, Size: 1<<32 + 8}, "32-bit index positions"},
 		{"gap in offsets", func(a *Assembly) { h, l := chunkAt(0, 5, 100, 0, "s", 8); a.Add(h, l) },
-			segments.Header{ChunkID: 6, Records: 1}, segments.Location{Segment: "s", Position: 108, Size: 48}, "chunk 6 does not follow offset 5"},
+			chunk.Header{ChunkID: 6, Records: 1}, chunk.Location{Segment: "s", Position: 108, Size: 48}, "chunk 6 does not follow offset 5"},
 		{"gap in segment", func(a *Assembly) { h, l := chunkAt(0, 5, 100, 0, "s", 8); a.Add(h, l) },
-			segments.Header{ChunkID: 5, Records: 1}, segments.Location{Segment: "s", Position: 200, Size: 48}, "expected 108"},
+			chunk.Header{ChunkID: 5, Records: 1}, chunk.Location{Segment: "s", Position: 200, Size: 48}, "expected 108"},
 		{"roll not at start", func(a *Assembly) { h, l := chunkAt(0, 5, 100, 0, "s", 8); a.Add(h, l) },
-			segments.Header{ChunkID: 5, Records: 1}, segments.Location{Segment: "t", Position: 60, Size: 48}, "a rolled segment starts at 8"},
+			chunk.Header{ChunkID: 5, Records: 1}, chunk.Location{Segment: "t", Position: 60, Size: 48}, "a rolled segment starts at 8"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -307,11 +308,11 @@ func TestAssemblyOverRealRabbitMQLog(t *testing.T) {
 		}
 		name := filepath.Base(path)
 		for pos := int64(8); pos < int64(len(data)); {
-			h, err := segments.ParseHeader(data[pos:])
+			h, err := chunk.ParseHeader(data[pos:])
 			if err != nil {
 				t.Fatalf("%s at %d: %v", name, pos, err)
 			}
-			cut, err := a.Add(h, segments.Location{Segment: name, Position: pos, Size: h.Size()})
+			cut, err := a.Add(h, chunk.Location{Segment: name, Position: pos, Size: h.Size()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -358,11 +359,11 @@ func TestAssemblyOverRealRabbitMQLog(t *testing.T) {
 		b := region.Bytes()
 		for _, c := range d.Chunks {
 			at := int64(c.Position) - ObjectHeaderSize
-			h, err := segments.ParseHeader(b[at:])
+			h, err := chunk.ParseHeader(b[at:])
 			if err != nil || h != c.Header {
 				t.Fatalf("chunk %d at object position %d: %v", c.Header.ChunkID, c.Position, err)
 			}
-			body := b[at+segments.HeaderSize+int64(h.BloomSize) : at+segments.HeaderSize+int64(h.BloomSize)+int64(h.DataLen)]
+			body := b[at+chunk.HeaderSize+int64(h.BloomSize) : at+chunk.HeaderSize+int64(h.BloomSize)+int64(h.DataLen)]
 			if crc32.ChecksumIEEE(body) != h.DataCRC {
 				t.Fatalf("chunk %d: data CRC mismatch", h.ChunkID)
 			}

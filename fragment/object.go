@@ -11,7 +11,7 @@ import (
 	"hash/crc32"
 	"math"
 	"math/bits"
-	"path/filepath"
+	"path"
 	"sync"
 
 	"github.com/streamtier/streamtier/chunk"
@@ -105,7 +105,7 @@ func CheckDescription(d Description) error {
 	}
 	var spanTotal uint64
 	for i, s := range d.Spans {
-		if s.Segment == "" || s.Segment != filepath.Base(s.Segment) {
+		if s.Segment == "" || s.Segment != path.Base(s.Segment) {
 			return bad("span %d: segment %q is not a plain file name", i, s.Segment)
 		}
 		if s.Start < segmentHeaderSize || s.End <= s.Start {

@@ -10,9 +10,8 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/streamtier/streamtier/chunk"
 	"pgregory.net/rapid"
-
-	"github.com/streamtier/streamtier/segments"
 )
 
 // memLog is an osiris log held in memory: segment name -> file bytes.
@@ -58,8 +57,8 @@ type fataler interface {
 
 // logChunk is a chunk and where it lives.
 type logChunk struct {
-	h   segments.Header
-	loc segments.Location
+	h   chunk.Header
+	loc chunk.Location
 }
 
 // walk reads the chunk headers of every segment of l, in name order, from byte 8.
@@ -73,11 +72,11 @@ func (l memLog) walk(t fataler) []logChunk {
 	for _, n := range names {
 		b := l[n]
 		for pos := int64(8); pos < int64(len(b)); {
-			h, err := segments.ParseHeader(b[pos:])
+			h, err := chunk.ParseHeader(b[pos:])
 			if err != nil {
 				t.Fatalf("%s at %d: %v", n, pos, err)
 			}
-			out = append(out, logChunk{h, segments.Location{Segment: n, Position: pos, Size: h.Size()}})
+			out = append(out, logChunk{h, chunk.Location{Segment: n, Position: pos, Size: h.Size()}})
 			pos += h.Size()
 		}
 	}
@@ -113,8 +112,8 @@ func genLog(t *rapid.T) memLog {
 			data := rapid.SliceOfN(rapid.Byte(), 0, 300).Draw(t, "data")
 			trailer := rapid.SliceOfN(rapid.Byte(), 0, 40).Draw(t, "trailer")
 			bloom := rapid.SliceOfN(rapid.Byte(), 0, 16).Draw(t, "bloom")
-			h := segments.Header{
-				Type:       segments.ChunkType(rapid.IntRange(0, 2).Draw(t, "type")),
+			h := chunk.Header{
+				Type:       chunk.Type(rapid.IntRange(0, 2).Draw(t, "type")),
 				Records:    rapid.Uint32Range(1, 100).Draw(t, "records"),
 				Timestamp:  rapid.Int64().Draw(t, "ts"),
 				Epoch:      rapid.Uint64Range(1, 9).Draw(t, "epoch"),
@@ -124,7 +123,7 @@ func genLog(t *rapid.T) memLog {
 				TrailerLen: uint32(len(trailer)),
 				BloomSize:  uint8(len(bloom)),
 			}
-			b = segments.AppendHeader(b, h)
+			b = chunk.AppendHeader(b, h)
 			b = append(append(append(b, bloom...), data...), trailer...)
 			id = h.NextID()
 		}
@@ -320,15 +319,15 @@ func classify(d Description, at int64) (string, bool) {
 		}
 		h := c.Header
 		switch {
-		case off < segments.HeaderSize:
+		case off < chunk.HeaderSize:
 			// Type (0 and 1 are both valid), entries and epoch are not cross-checked; the
 			// record count only through the next chunk's id.
 			last := i == len(d.Chunks)-1
 			free := off >= 1 && off < 4 || off >= 16 && off < 24 || last && off >= 4 && off < 8
 			return "chunk header", !free
-		case off < segments.HeaderSize+int64(h.BloomSize):
+		case off < chunk.HeaderSize+int64(h.BloomSize):
 			return "bloom", false
-		case off < segments.HeaderSize+int64(h.BloomSize)+int64(h.DataLen):
+		case off < chunk.HeaderSize+int64(h.BloomSize)+int64(h.DataLen):
 			return "data", true
 		default:
 			return "trailer", false
@@ -340,12 +339,12 @@ func classify(d Description, at int64) (string, bool) {
 func TestParseObjectRejects(t *testing.T) {
 	l := memLog{}
 	data := []byte("0123456789")
-	h := segments.Header{Records: 3, ChunkID: 100, DataCRC: crc32.ChecksumIEEE(data), DataLen: uint32(len(data)), Timestamp: 5, Epoch: 1}
-	seg := segments.AppendHeader([]byte("OSIL\x00\x00\x00\x01"), h)
+	h := chunk.Header{Records: 3, ChunkID: 100, DataCRC: crc32.ChecksumIEEE(data), DataLen: uint32(len(data)), Timestamp: 5, Epoch: 1}
+	seg := chunk.AppendHeader([]byte("OSIL\x00\x00\x00\x01"), h)
 	seg = append(seg, data...)
 	h2 := h
 	h2.ChunkID = 103
-	seg = append(segments.AppendHeader(seg, h2), data...)
+	seg = append(chunk.AppendHeader(seg, h2), data...)
 	l["00000000000000000100.segment"] = seg
 	d := describe(l.walk(t))
 	obj := l.object(d)
@@ -464,8 +463,8 @@ func genLogFixed() memLog {
 		b := []byte("OSIL\x00\x00\x00\x01")
 		for c := 0; c < 3; c++ {
 			data := bytes.Repeat([]byte{byte(c)}, 20+c)
-			h := segments.Header{Records: 2, ChunkID: id, Timestamp: int64(id), Epoch: 1, DataCRC: crc32.ChecksumIEEE(data), DataLen: uint32(len(data)), TrailerLen: 3}
-			b = append(append(segments.AppendHeader(b, h), data...), 'a', 'b', 'c')
+			h := chunk.Header{Records: 2, ChunkID: id, Timestamp: int64(id), Epoch: 1, DataCRC: crc32.ChecksumIEEE(data), DataLen: uint32(len(data)), TrailerLen: 3}
+			b = append(append(chunk.AppendHeader(b, h), data...), 'a', 'b', 'c')
 			id = h.NextID()
 		}
 		l[name] = b

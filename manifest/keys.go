@@ -14,9 +14,6 @@ const MaxStreamIDLen = 200
 // DefaultKeyPrefix is the S3 key prefix under which every stream lives by default.
 const DefaultKeyPrefix = "streams"
 
-// DefaultEtcdPrefix is the etcd key prefix under which every stream's records live by default.
-const DefaultEtcdPrefix = "/streamtier"
-
 // ErrInvalidStreamID marks a stream id that would be unsafe or ambiguous in a key.
 var ErrInvalidStreamID = errors.New("invalid stream id")
 
@@ -67,24 +64,4 @@ func GroupKey(keyPrefix, stream string, kind Kind, firstOffset, epoch, uid uint6
 // RootKey is the S3 key of a root manifest object written by a writer at epoch.
 func RootKey(keyPrefix, stream string, epoch, uid uint64) string {
 	return fmt.Sprintf("%smeta/root-%020d-%016x.manifest", StreamPrefix(keyPrefix, stream), epoch, uid)
-}
-
-// EtcdStreamPrefix is the etcd prefix (ending in "/") of one stream's records.
-func EtcdStreamPrefix(etcdPrefix, stream string) string {
-	return etcdPrefix + "/streams/" + stream + "/"
-}
-
-// EtcdAnchorKey is written before the first object under the stream's S3 prefix.
-func EtcdAnchorKey(etcdPrefix, stream string) string {
-	return EtcdStreamPrefix(etcdPrefix, stream) + "anchor"
-}
-
-// EtcdManifestKey holds the persisted manifest pointer; its Version is the revision.
-func EtcdManifestKey(etcdPrefix, stream string) string {
-	return EtcdStreamPrefix(etcdPrefix, stream) + "manifest"
-}
-
-// EtcdEpochKey holds the highest epoch that persisted, 20-digit zero-padded decimal.
-func EtcdEpochKey(etcdPrefix, stream string) string {
-	return EtcdStreamPrefix(etcdPrefix, stream) + "epoch"
 }

@@ -55,9 +55,6 @@ func TestKeys(t *testing.T) {
 		EntryListPrefix("streams", "orders", Entry{FirstOffset: 42, UID: 0xabc}):                           prefix + "data/00000000000000000042-",
 		EntryListPrefix("streams", "orders", Entry{FirstOffset: 3, UID: 4, Kind: KindKiloGroup}):           prefix + "meta/00000000000000000003-",
 		RootKey("streams", "orders", 7, 0xff):                                                              prefix + "meta/root-00000000000000000007-00000000000000ff.manifest",
-		EtcdAnchorKey(DefaultEtcdPrefix, "orders"):                                                         "/streamtier/streams/orders/anchor",
-		EtcdManifestKey(DefaultEtcdPrefix, "orders"):                                                       "/streamtier/streams/orders/manifest",
-		EtcdEpochKey(DefaultEtcdPrefix, "orders"):                                                          "/streamtier/streams/orders/epoch",
 	}
 	for got, want := range cases {
 		if got != want {

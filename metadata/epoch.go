@@ -1,8 +1,11 @@
 package metadata
 
 import (
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/streamtier/streamtier/manifest"
 )
@@ -15,7 +18,7 @@ func (s *Store) ReadEpoch(ctx context.Context, stream string) (epoch uint64, fou
 	if err := manifest.ValidateStreamID(stream); err != nil {
 		return 0, false, fmt.Errorf("read epoch: %w", err)
 	}
-	key := manifest.EtcdEpochKey(s.prefix, stream)
+	key := EpochKey(s.prefix, stream)
 	resp, err := s.cli.Get(ctx, key)
 	if err != nil {
 		return 0, false, fmt.Errorf("read epoch %s: %w", stream, err)
@@ -28,4 +31,57 @@ func (s *Store) ReadEpoch(ctx context.Context, stream string) (epoch uint64, fou
 		return 0, false, fmt.Errorf("read epoch %s: %w", stream, err)
 	}
 	return epoch, true, nil
+}
+
+// WatchEpoch blocks until the stream's stored epoch is above epoch and returns it: how a
+// writer learns that a higher epoch persisted (it is fenced) without polling. etcd faults
+// and lost watches are retried with backoff until ctx ends (then ctx's error); a stored
+// value that does not parse is handed to unreadable (nil: ignored) and waited past.
+func (s *Store) WatchEpoch(ctx context.Context, stream string, epoch uint64, unreadable func(error)) (uint64, error) {
+	key := EpochKey(s.prefix, stream)
+	above := func(value []byte) (uint64, bool) {
+		stored, err := ParseEpoch(key, value)
+		if err != nil {
+			if unreadable != nil {
+				unreadable(err)
+			}
+			return 0, false
+		}
+		return stored, stored > epoch
+	}
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		resp, err := s.cli.Get(ctx, key)
+		if err != nil {
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return 0, ctx.Err()
+			case <-t.C:
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if len(resp.Kvs) > 0 {
+			if stored, ok := above(resp.Kvs[0].Value); ok {
+				return stored, nil
+			}
+		}
+		for wr := range s.cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+			if wr.Err() != nil {
+				break // compacted or lost: read again
+			}
+			for _, ev := range wr.Events {
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				if stored, ok := above(ev.Kv.Value); ok {
+					return stored, nil
+				}
+			}
+		}
+	}
+	return 0, ctx.Err()
 }

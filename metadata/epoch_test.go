@@ -38,7 +38,7 @@ func TestReadEpoch(t *testing.T) {
 	if _, found, err := s.ReadEpoch(ctx, "s1"); err != nil || found {
 		t.Fatalf("after delete: %t %v", found, err)
 	}
-	key := manifest.EtcdEpochKey(s.Prefix(), "s2")
+	key := metadata.EpochKey(s.Prefix(), "s2")
 	if _, err := e.Client().Put(ctx, key, "7"); err != nil {
 		t.Fatal(err)
 	}

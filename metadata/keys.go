@@ -6,8 +6,30 @@ import (
 	"strings"
 )
 
-// The stream records' keys (anchor, manifest, epoch) are defined in package manifest; the
-// cluster's own records live beside them under the same etcd prefix.
+// DefaultPrefix is the etcd key prefix under which every record lives by default.
+const DefaultPrefix = "/streamtier"
+
+// StreamPrefix is the etcd prefix (ending in "/") of one stream's records.
+func StreamPrefix(etcdPrefix, stream string) string {
+	return etcdPrefix + "/streams/" + stream + "/"
+}
+
+// AnchorKey is written before the first object under the stream's S3 prefix.
+func AnchorKey(etcdPrefix, stream string) string {
+	return StreamPrefix(etcdPrefix, stream) + "anchor"
+}
+
+// ManifestKey holds the persisted manifest pointer; its Version is the revision.
+func ManifestKey(etcdPrefix, stream string) string {
+	return StreamPrefix(etcdPrefix, stream) + "manifest"
+}
+
+// EpochKey holds the highest epoch that persisted, 20-digit zero-padded decimal.
+func EpochKey(etcdPrefix, stream string) string {
+	return StreamPrefix(etcdPrefix, stream) + "epoch"
+}
+
+// The cluster's own records live beside the streams' under the same etcd prefix.
 
 // MembersPrefix is the etcd prefix (ending in "/") under which every live node has one key.
 func MembersPrefix(etcdPrefix string) string { return etcdPrefix + "/members/" }

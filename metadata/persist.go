@@ -84,9 +84,9 @@ func (s *Store) Persist(ctx context.Context, stream string, epoch uint64, expect
 	if err != nil {
 		return PersistResult{}, fmt.Errorf("persist %s: encode: %w", stream, err)
 	}
-	anchorKey := manifest.EtcdAnchorKey(s.prefix, stream)
-	manifestKey := manifest.EtcdManifestKey(s.prefix, stream)
-	epochKey := manifest.EtcdEpochKey(s.prefix, stream)
+	anchorKey := AnchorKey(s.prefix, stream)
+	manifestKey := ManifestKey(s.prefix, stream)
+	epochKey := EpochKey(s.prefix, stream)
 	tombKey := TombstoneKey(s.prefix, stream)
 	cmps := []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(anchorKey), ">", 0),

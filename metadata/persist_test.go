@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"pgregory.net/rapid"
 
-	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/metadata/etcdtest"
 )
@@ -60,7 +59,7 @@ func TestPersistCreateAndAgain(t *testing.T) {
 			t.Fatalf("stored version %d epoch %d", v, ep)
 		}
 	}
-	resp, err := e.Client().Get(ctx, manifest.EtcdEpochKey(s.Prefix(), "s1"))
+	resp, err := e.Client().Get(ctx, metadata.EpochKey(s.Prefix(), "s1"))
 	if err != nil || string(resp.Kvs[0].Value) != "00000000000000000003" {
 		t.Fatalf("epoch key holds %q (%v), want 20 zero-padded digits", resp.Kvs[0].Value, err)
 	}
@@ -135,7 +134,7 @@ func TestPersistNotFoundAfterDelete(t *testing.T) {
 		t.Fatalf("deleted persist's tombstone: %+v", res.Tombstone)
 	}
 	mustPersist(t, ctx, s, "s1", 0, record(3, 20), metadata.PersistDeleted)
-	resp, err := e.Client().Get(ctx, manifest.EtcdStreamPrefix(s.Prefix(), "s1"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := e.Client().Get(ctx, metadata.StreamPrefix(s.Prefix(), "s1"), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || resp.Count != 0 {
 		t.Fatalf("%d records left under the deleted stream (%v)", resp.Count, err)
 	}
@@ -265,7 +264,7 @@ func TestPersistBadInput(t *testing.T) {
 func TestPersistGarbageEpoch(t *testing.T) {
 	e, s, ctx := anchored(t, 10*time.Second)
 	mustPersist(t, ctx, s, "s1", 0, record(3, 10), metadata.PersistOK)
-	key := manifest.EtcdEpochKey(s.Prefix(), "s1")
+	key := metadata.EpochKey(s.Prefix(), "s1")
 	if _, err := e.Client().Put(ctx, key, "three"); err != nil {
 		t.Fatal(err)
 	}

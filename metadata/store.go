@@ -18,11 +18,11 @@ type Store struct {
 }
 
 // NewStore wraps cli; prefix is the etcd prefix every record lives under ("" means
-// manifest.DefaultEtcdPrefix; a trailing "/" is dropped). The caller keeps owning cli.
+// DefaultPrefix; a trailing "/" is dropped). The caller keeps owning cli.
 func NewStore(cli *clientv3.Client, prefix string) *Store {
 	prefix = strings.TrimRight(prefix, "/")
 	if prefix == "" {
-		prefix = manifest.DefaultEtcdPrefix
+		prefix = DefaultPrefix
 	}
 	return &Store{cli: cli, prefix: prefix}
 }
@@ -40,7 +40,7 @@ func (s *Store) Anchor(ctx context.Context, stream string) error {
 	if err := manifest.ValidateStreamID(stream); err != nil {
 		return fmt.Errorf("anchor: %w", err)
 	}
-	key, tKey := manifest.EtcdAnchorKey(s.prefix, stream), TombstoneKey(s.prefix, stream)
+	key, tKey := AnchorKey(s.prefix, stream), TombstoneKey(s.prefix, stream)
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), clientv3.Compare(clientv3.CreateRevision(tKey), "=", 0)).
 		Then(clientv3.OpPut(key, stream)).
@@ -68,7 +68,7 @@ func (s *Store) HasAnchor(ctx context.Context, stream string, linearizable bool)
 	if !linearizable {
 		opts = append(opts, clientv3.WithSerializable())
 	}
-	resp, err := s.cli.Get(ctx, manifest.EtcdAnchorKey(s.prefix, stream), opts...)
+	resp, err := s.cli.Get(ctx, AnchorKey(s.prefix, stream), opts...)
 	if err != nil {
 		return false, fmt.Errorf("has anchor %s: %w", stream, err)
 	}
@@ -81,7 +81,7 @@ func (s *Store) ReadManifest(ctx context.Context, stream string) (rec ManifestRe
 	if err := manifest.ValidateStreamID(stream); err != nil {
 		return ManifestRecord{}, 0, false, fmt.Errorf("read manifest: %w", err)
 	}
-	key := manifest.EtcdManifestKey(s.prefix, stream)
+	key := ManifestKey(s.prefix, stream)
 	resp, err := s.cli.Get(ctx, key)
 	if err != nil {
 		return ManifestRecord{}, 0, false, fmt.Errorf("read manifest %s: %w", stream, err)

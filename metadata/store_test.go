@@ -33,7 +33,7 @@ func TestAnchorIsIdempotent(t *testing.T) {
 			t.Fatalf("HasAnchor(linearizable=%v) after anchoring = %v, %v", lin, ok, err)
 		}
 	}
-	resp, err := e.Client().Get(ctx, manifest.EtcdAnchorKey(s.Prefix(), "s1"))
+	resp, err := e.Client().Get(ctx, metadata.AnchorKey(s.Prefix(), "s1"))
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("anchor key: %v, %v", resp, err)
 	}
@@ -87,7 +87,7 @@ func TestReadManifestGarbage(t *testing.T) {
 	e := etcdtest.Start(t)
 	s := etcdtest.Store(t, e)
 	ctx := testCtx(t, 10*time.Second)
-	key := manifest.EtcdManifestKey(s.Prefix(), "s1")
+	key := metadata.ManifestKey(s.Prefix(), "s1")
 	if _, err := e.Client().Put(ctx, key, "this is not a manifest record"); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestStorePrefixesAreDisjoint(t *testing.T) {
 	a := metadata.NewStore(e.Client(), "/a/")
 	b := metadata.NewStore(e.Client(), "/a/b")
 	def := metadata.NewStore(e.Client(), "")
-	if a.Prefix() != "/a" || def.Prefix() != manifest.DefaultEtcdPrefix {
+	if a.Prefix() != "/a" || def.Prefix() != metadata.DefaultPrefix {
 		t.Fatalf("prefixes %q %q", a.Prefix(), def.Prefix())
 	}
 	if err := b.Anchor(ctx, "s"); err != nil {
@@ -134,7 +134,7 @@ func TestStorePrefixesAreDisjoint(t *testing.T) {
 // they were written together: same mod revision, and the record's epoch is the stored epoch.
 func readBoth(t *testing.T, ctx context.Context, cli *clientv3.Client, s *metadata.Store, stream string) (rec metadata.ManifestRecord, version int64, epoch uint64, found bool) {
 	t.Helper()
-	resp, err := cli.Get(ctx, manifest.EtcdStreamPrefix(s.Prefix(), stream), clientv3.WithPrefix())
+	resp, err := cli.Get(ctx, metadata.StreamPrefix(s.Prefix(), stream), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatalf("read records: %v", err)
 	}
@@ -148,9 +148,9 @@ func readBoth(t *testing.T, ctx context.Context, cli *clientv3.Client, s *metada
 			val      []byte
 		}{kv.ModRevision, kv.Version, kv.Value}
 		switch string(kv.Key) {
-		case manifest.EtcdManifestKey(s.Prefix(), stream):
+		case metadata.ManifestKey(s.Prefix(), stream):
 			m = v
-		case manifest.EtcdEpochKey(s.Prefix(), stream):
+		case metadata.EpochKey(s.Prefix(), stream):
 			ep = v
 		}
 	}

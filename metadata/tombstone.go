@@ -150,7 +150,7 @@ func (s *Store) ReadForResolution(ctx context.Context, stream string) (rec Manif
 	if err := manifest.ValidateStreamID(stream); err != nil {
 		return ManifestRecord{}, 0, false, fmt.Errorf("read for resolution: %w", err)
 	}
-	mKey, tKey := manifest.EtcdManifestKey(s.prefix, stream), TombstoneKey(s.prefix, stream)
+	mKey, tKey := ManifestKey(s.prefix, stream), TombstoneKey(s.prefix, stream)
 	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(mKey), clientv3.OpGet(tKey)).Commit()
 	if err != nil {
 		return ManifestRecord{}, 0, false, fmt.Errorf("read for resolution %s: %w", stream, err)
@@ -211,7 +211,7 @@ func (s *Store) DeleteStream(ctx context.Context, stream string) error {
 // is still pending, completes it with what the records said; done is false when a record or
 // the tombstone changed between the read and the write.
 func (s *Store) completeDeletion(ctx context.Context, stream string) (done bool, err error) {
-	mKey, eKey := manifest.EtcdManifestKey(s.prefix, stream), manifest.EtcdEpochKey(s.prefix, stream)
+	mKey, eKey := ManifestKey(s.prefix, stream), EpochKey(s.prefix, stream)
 	tKey := TombstoneKey(s.prefix, stream)
 	read, err := s.cli.Txn(ctx).Then(clientv3.OpGet(mKey), clientv3.OpGet(eKey), clientv3.OpGet(tKey)).Commit()
 	if err != nil {
@@ -242,7 +242,7 @@ func (s *Store) completeDeletion(ctx context.Context, stream string) (done bool,
 		clientv3.Compare(clientv3.ModRevision(tKey), "=", ts.ModRevision),
 	}
 	ops := []clientv3.Op{
-		clientv3.OpDelete(manifest.EtcdStreamPrefix(s.prefix, stream), clientv3.WithPrefix()),
+		clientv3.OpDelete(StreamPrefix(s.prefix, stream), clientv3.WithPrefix()),
 		clientv3.OpDelete(PlacementKey(s.prefix, stream)),
 	}
 	// A tombstone that does not decode still fences the stream; it is kept as it is.

@@ -9,7 +9,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/metadata/etcdtest"
 )
@@ -57,8 +56,8 @@ func TestDeleteStreamWritesTombstone(t *testing.T) {
 	if resp.Kvs[0].CreateRevision != rev-1 {
 		t.Fatalf("tombstone created at %d, completed at %d: want the fence one revision before its completion", resp.Kvs[0].CreateRevision, rev)
 	}
-	keys := []string{manifest.EtcdAnchorKey(s.Prefix(), "s1"), manifest.EtcdManifestKey(s.Prefix(), "s1"),
-		manifest.EtcdEpochKey(s.Prefix(), "s1"), metadata.PlacementKey(s.Prefix(), "s1")}
+	keys := []string{metadata.AnchorKey(s.Prefix(), "s1"), metadata.ManifestKey(s.Prefix(), "s1"),
+		metadata.EpochKey(s.Prefix(), "s1"), metadata.PlacementKey(s.Prefix(), "s1")}
 	for _, k := range keys {
 		for _, at := range []struct {
 			rev  int64
@@ -91,7 +90,7 @@ func TestDeleteStreamWritesTombstone(t *testing.T) {
 	if _, _, found, err := s.ReadForResolution(ctx, "s1"); !errors.As(err, &de) || found || de.Tombstone != ts {
 		t.Fatalf("resolution of a deleted stream: found %v, %v", found, err)
 	}
-	r, err := cli.Get(ctx, manifest.EtcdStreamPrefix(s.Prefix(), "s1"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	r, err := cli.Get(ctx, metadata.StreamPrefix(s.Prefix(), "s1"), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || r.Count != 0 {
 		t.Fatalf("%d records under the deleted stream (%v)", r.Count, err)
 	}
@@ -224,7 +223,7 @@ func TestInterruptedDeletionFencesAndCompletes(t *testing.T) {
 	if err != nil || ts != want || ts.DeletedAt.Format(time.RFC3339) != "2026-12-01T18:00:00Z" {
 		t.Fatalf("completed tombstone %+v (%v), want %+v deleted at the fence's time", ts, err, want)
 	}
-	resp, err := e.Client().Get(ctx, manifest.EtcdStreamPrefix(s.Prefix(), "s1"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := e.Client().Get(ctx, metadata.StreamPrefix(s.Prefix(), "s1"), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || resp.Count != 0 {
 		t.Fatalf("records left after completing the deletion: %v %v", resp.Count, err)
 	}

@@ -11,8 +11,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors"
-	"github.com/streamtier/streamtier/actors/fetchcore"
+	"github.com/streamtier/streamtier/actors/cluster"
 	"github.com/streamtier/streamtier/actors/governorcore"
+	"github.com/streamtier/streamtier/actors/read/fetchcore"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/gc"
 	"github.com/streamtier/streamtier/manifest"
@@ -394,6 +395,6 @@ func (s Settings) ClusterStream(id string) (StreamSettings, error) {
 
 // ClusterConfig is the actors cluster configuration of these settings; open maps a stream
 // id to its local log (see ClusterStream).
-func (s Settings) ClusterConfig(open func(stream string) (actors.StreamSpec, error)) actors.ClusterConfig {
-	return actors.ClusterConfig{MemberTTL: s.ClusterMemberTTL, ResyncRetry: s.ClusterResyncRetry, OpenStream: open}
+func (s Settings) ClusterConfig(open func(stream string) (actors.StreamSpec, error)) cluster.Config {
+	return cluster.Config{MemberTTL: s.ClusterMemberTTL, ResyncRetry: s.ClusterResyncRetry, OpenStream: open}
 }

@@ -11,6 +11,7 @@ import (
 
 	smithy "github.com/aws/smithy-go"
 
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/s3io/s3test"
@@ -193,7 +194,7 @@ func TestCorruptionAfterCRC(t *testing.T) {
 		c := d.Chunks[len(d.Chunks)*2/3]
 		key := keyFor("corrupt-data", 0)
 		_, err := s3io.PutFragmentPaused(st, context.Background(), key, dir, d, func() {
-			flipByte(t, filepath.Join(dir, c.Location.Segment), c.Location.Position+segments.HeaderSize+int64(c.Header.DataLen)/2)
+			flipByte(t, filepath.Join(dir, c.Location.Segment), c.Location.Position+chunk.HeaderSize+int64(c.Header.DataLen)/2)
 		})
 		wantClass(t, err, s3io.ClassNonTransient)
 		var ce *fragment.ChunkCheckError
@@ -228,7 +229,7 @@ func TestCorruptionAfterCRC(t *testing.T) {
 		dir, frags := genLog(t, spec, 1<<40)
 		d := frags[0]
 		c := d.Chunks[0]
-		flipByte(t, filepath.Join(dir, c.Location.Segment), c.Location.Position+segments.HeaderSize)
+		flipByte(t, filepath.Join(dir, c.Location.Segment), c.Location.Position+chunk.HeaderSize)
 		key := keyFor("corrupt-early", 0)
 		_, err := st.PutFragment(context.Background(), key, dir, d)
 		wantClass(t, err, s3io.ClassNonTransient)

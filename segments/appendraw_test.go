@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // TestAppendRawRealDirectory copies every chunk of the RabbitMQ directory with AppendRaw
@@ -13,7 +15,7 @@ import (
 // byte for byte, with the same ids, epochs, timestamps and types in its index.
 func TestAppendRawRealDirectory(t *testing.T) {
 	type raw struct {
-		h Header
+		h chunk.Header
 		b []byte
 	}
 	var chunks []raw
@@ -70,7 +72,7 @@ func TestAppendRawRefuses(t *testing.T) {
 			t.Fatal(err)
 		}
 		for pos := int64(FileHeaderSize); pos < int64(len(b)); {
-			h, err := ParseHeader(b[pos:])
+			h, err := chunk.ParseHeader(b[pos:])
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // BenchmarkReaderNext measures the drain: headers read per second by the data reader over
@@ -12,7 +14,7 @@ func BenchmarkReaderNext(b *testing.B) {
 	const chunks = 200_000
 	l := mustOpen(b, b.TempDir(), Options{MaxSegmentBytes: 4 << 20})
 	spec := userChunk(1, 1, strings.Repeat("r", 16))
-	var last Header
+	var last chunk.Header
 	for range chunks {
 		h, _, err := l.Append(spec)
 		if err != nil {
@@ -84,7 +86,7 @@ func BenchmarkHeaderPread48(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	var hb [HeaderSize]byte
+	var hb [chunk.HeaderSize]byte
 	pos := int64(FileHeaderSize)
 	b.ResetTimer()
 	for range b.N {
@@ -92,7 +94,7 @@ func BenchmarkHeaderPread48(b *testing.B) {
 			pos = FileHeaderSize
 			continue
 		}
-		h, err := ParseHeader(hb[:])
+		h, err := chunk.ParseHeader(hb[:])
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // ErrChunkCRC marks a chunk whose data section does not match the CRC in its header. The
@@ -15,7 +17,7 @@ var ErrChunkCRC = errors.New("chunk data CRC mismatch")
 // ChunkSpec is what a caller appends: the chunk's type, epoch, timestamp, entries and
 // trailer. The log assigns the chunk id.
 type ChunkSpec struct {
-	Type      ChunkType
+	Type      chunk.Type
 	Epoch     uint64
 	Timestamp int64 // milliseconds since the Unix epoch
 	Entries   []Entry
@@ -30,31 +32,31 @@ const maxChunkSize = math.MaxUint32
 // EncodeChunk appends the on-disk bytes of the chunk spec describes, with chunk id id, to
 // dst, and returns them with the chunk's header. Tracking chunks must hold exactly one
 // simple entry (one offset), as osiris writes them; user chunks at least one record.
-func EncodeChunk(dst []byte, spec ChunkSpec, id uint64) ([]byte, Header, error) {
-	if spec.Type > ChunkTrackingSnapshot {
-		return dst, Header{}, fmt.Errorf("encode chunk: unknown chunk type %d", spec.Type)
+func EncodeChunk(dst []byte, spec ChunkSpec, id uint64) ([]byte, chunk.Header, error) {
+	if spec.Type > chunk.TypeTrackingSnapshot {
+		return dst, chunk.Header{}, fmt.Errorf("encode chunk: unknown chunk type %d", spec.Type)
 	}
-	if spec.Type != ChunkUser && (len(spec.Entries) != 1 || spec.Entries[0].SubBatch) {
-		return dst, Header{}, fmt.Errorf("encode chunk: a %s chunk holds exactly one simple entry, got %d entries", spec.Type, len(spec.Entries))
+	if spec.Type != chunk.TypeUser && (len(spec.Entries) != 1 || spec.Entries[0].SubBatch) {
+		return dst, chunk.Header{}, fmt.Errorf("encode chunk: a %s chunk holds exactly one simple entry, got %d entries", spec.Type, len(spec.Entries))
 	}
 	if uint64(len(spec.Trailer)) > math.MaxUint32 {
-		return dst, Header{}, fmt.Errorf("encode chunk: trailer of %d bytes", len(spec.Trailer))
+		return dst, chunk.Header{}, fmt.Errorf("encode chunk: trailer of %d bytes", len(spec.Trailer))
 	}
 	start := len(dst)
-	var zero [HeaderSize]byte
+	var zero [chunk.HeaderSize]byte
 	dst = append(dst, zero[:]...)
 	dst, records, err := AppendData(dst, spec.Entries)
 	if err != nil {
-		return dst[:start], Header{}, fmt.Errorf("encode chunk: %w", err)
+		return dst[:start], chunk.Header{}, fmt.Errorf("encode chunk: %w", err)
 	}
 	if records == 0 {
-		return dst[:start], Header{}, fmt.Errorf("encode chunk: no records")
+		return dst[:start], chunk.Header{}, fmt.Errorf("encode chunk: no records")
 	}
-	data := dst[start+HeaderSize:]
-	if uint64(len(data))+uint64(len(spec.Trailer))+HeaderSize > maxChunkSize {
-		return dst[:start], Header{}, fmt.Errorf("encode chunk: %d data and %d trailer bytes exceed the %d-byte chunk limit", len(data), len(spec.Trailer), uint64(maxChunkSize))
+	data := dst[start+chunk.HeaderSize:]
+	if uint64(len(data))+uint64(len(spec.Trailer))+chunk.HeaderSize > maxChunkSize {
+		return dst[:start], chunk.Header{}, fmt.Errorf("encode chunk: %d data and %d trailer bytes exceed the %d-byte chunk limit", len(data), len(spec.Trailer), uint64(maxChunkSize))
 	}
-	h := Header{
+	h := chunk.Header{
 		Type:       spec.Type,
 		Entries:    uint16(len(spec.Entries)),
 		Records:    records,
@@ -65,7 +67,7 @@ func EncodeChunk(dst []byte, spec ChunkSpec, id uint64) ([]byte, Header, error) 
 		DataLen:    uint32(len(data)),
 		TrailerLen: uint32(len(spec.Trailer)),
 	}
-	AppendHeader(dst[start:start], h)
+	chunk.AppendHeader(dst[start:start], h)
 	dst = append(dst, spec.Trailer...)
 	return dst, h, nil
 }
@@ -76,15 +78,15 @@ func setChunkID(chunk []byte, id uint64) { binary.BigEndian.PutUint64(chunk[24:3
 
 // VerifyChunk checks the complete on-disk bytes of one chunk: its header, that its size
 // matches len(b), and the data CRC (ErrChunkCRC). It returns the header.
-func VerifyChunk(b []byte) (Header, error) {
-	h, err := ParseHeader(b)
+func VerifyChunk(b []byte) (chunk.Header, error) {
+	h, err := chunk.ParseHeader(b)
 	if err != nil {
-		return Header{}, err
+		return chunk.Header{}, err
 	}
 	if h.Size() != int64(len(b)) {
 		return h, fmt.Errorf("chunk %d: %d bytes, header says %d", h.ChunkID, len(b), h.Size())
 	}
-	data := b[HeaderSize+int64(h.BloomSize) : HeaderSize+int64(h.BloomSize)+int64(h.DataLen)]
+	data := b[chunk.HeaderSize+int64(h.BloomSize) : chunk.HeaderSize+int64(h.BloomSize)+int64(h.DataLen)]
 	if got := crc32.ChecksumIEEE(data); got != h.DataCRC {
 		return h, fmt.Errorf("chunk %d: data CRC %08x, header says %08x: %w", h.ChunkID, got, h.DataCRC, ErrChunkCRC)
 	}

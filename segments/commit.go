@@ -3,6 +3,8 @@ package segments
 import (
 	"container/heap"
 	"fmt"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // commitState is the committed offset the embedding broker supplies, and the listeners
@@ -19,7 +21,7 @@ type commitState struct {
 }
 
 // written accounts for a chunk just written; nextID is the log's new next offset.
-func (c *commitState) written(h Header, nextID uint64) {
+func (c *commitState) written(h chunk.Header, nextID uint64) {
 	if c.has && h.ChunkID <= c.id {
 		// The commit ran ahead of this replica's writes: the chunk is committed already.
 		c.next = max(c.next, h.NextID())

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // One writer committing as it goes, retention deleting behind it, a draining reader that
@@ -21,7 +23,7 @@ func TestConcurrentWriterReaderRetention(t *testing.T) {
 	defer cancel()
 
 	var mu sync.Mutex
-	written := map[uint64]Header{}
+	written := map[uint64]chunk.Header{}
 	var final uint64
 	done := make(chan struct{})
 	errs := make(chan error, 4)
@@ -66,7 +68,7 @@ func TestConcurrentWriterReaderRetention(t *testing.T) {
 		}
 	}()
 
-	locs := make(chan Location, 64)
+	locs := make(chan chunk.Location, 64)
 	wg.Add(1)
 	go func() { // ranged reads of what the drain saw
 		defer wg.Done()

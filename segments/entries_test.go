@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // unhex decodes a hex string written with spaces and "|" separators for readability.
@@ -98,7 +100,7 @@ func TestChunkVector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := ChunkSpec{Type: ChunkUser, Epoch: 3, Timestamp: 1700000000000,
+	spec := ChunkSpec{Type: chunk.TypeUser, Epoch: 3, Timestamp: 1700000000000,
 		Entries: []Entry{SimpleEntry([]byte("hi")), sub}, Trailer: []byte{0xaa, 0xbb}}
 	got, h, err := EncodeChunk([]byte("prefix"), spec, 7)
 	if err != nil {
@@ -114,7 +116,7 @@ func TestChunkVector(t *testing.T) {
 		t.Fatalf("VerifyChunk: %+v, %v; want %+v", vh, err, h)
 	}
 	bad := bytes.Clone(want)
-	bad[HeaderSize] ^= 1
+	bad[chunk.HeaderSize] ^= 1
 	if _, err := VerifyChunk(bad); !errorsIs(err, ErrChunkCRC) {
 		t.Fatalf("VerifyChunk of a flipped data byte: %v, want ErrChunkCRC", err)
 	}
@@ -126,7 +128,7 @@ func TestChunkVector(t *testing.T) {
 // A tracking chunk is one simple entry using one offset, as in the RabbitMQ directory.
 func TestTrackingChunkVector(t *testing.T) {
 	body := []byte{0, 2, 'i', 'd', 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 4}
-	spec := ChunkSpec{Type: ChunkTrackingSnapshot, Epoch: 1, Timestamp: 5, Entries: []Entry{SimpleEntry(body)}}
+	spec := ChunkSpec{Type: chunk.TypeTrackingSnapshot, Epoch: 1, Timestamp: 5, Entries: []Entry{SimpleEntry(body)}}
 	got, h, err := EncodeChunk(nil, spec, 100)
 	if err != nil {
 		t.Fatal(err)
@@ -135,14 +137,14 @@ func TestTrackingChunkVector(t *testing.T) {
 		t.Fatalf("tracking chunk header %+v", h)
 	}
 	for _, bad := range []ChunkSpec{
-		{Type: ChunkTrackingDelta, Entries: nil},
-		{Type: ChunkTrackingDelta, Entries: []Entry{SimpleEntry(nil), SimpleEntry(nil)}},
-		{Type: ChunkTrackingSnapshot, Entries: []Entry{CompressedSubBatch(0, 2, 0, nil)}},
-		{Type: ChunkUser},
+		{Type: chunk.TypeTrackingDelta, Entries: nil},
+		{Type: chunk.TypeTrackingDelta, Entries: []Entry{SimpleEntry(nil), SimpleEntry(nil)}},
+		{Type: chunk.TypeTrackingSnapshot, Entries: []Entry{CompressedSubBatch(0, 2, 0, nil)}},
+		{Type: chunk.TypeUser},
 		{Type: 3, Entries: []Entry{SimpleEntry(nil)}},
-		{Type: ChunkUser, Entries: []Entry{CompressedSubBatch(8, 1, 0, nil)}},
-		{Type: ChunkUser, Entries: []Entry{CompressedSubBatch(0, 0, 0, nil)}},
-		{Type: ChunkUser, Entries: make([]Entry, 65536)},
+		{Type: chunk.TypeUser, Entries: []Entry{CompressedSubBatch(8, 1, 0, nil)}},
+		{Type: chunk.TypeUser, Entries: []Entry{CompressedSubBatch(0, 0, 0, nil)}},
+		{Type: chunk.TypeUser, Entries: make([]Entry, 65536)},
 	} {
 		if _, _, err := EncodeChunk(nil, bad, 1); err == nil {
 			t.Errorf("EncodeChunk(%+v): no error", bad.Type)

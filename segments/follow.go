@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // ErrReadOnly is returned by Append and AppendRaw on a log opened with Options.ReadOnly:
@@ -80,7 +82,7 @@ func openReadOnly(dir string, opts Options) (*Log, error) {
 	l := &Log{dir: dir, opts: opts}
 	for i, id := range listing.pairs {
 		var s *segment
-		var h Header
+		var h chunk.Header
 		if i < len(listing.pairs)-1 {
 			s, h, err = loadSealed(dir, id)
 		} else {
@@ -107,39 +109,39 @@ func openReadOnly(dir string, opts Options) (*Log, error) {
 // recovery, the last index record that points at a complete chunk with a valid CRC marks
 // the end, and the chunks before it are the writer's earlier appends; what follows (a torn
 // chunk, a chunk without its record, a record without its chunk) is not visible yet.
-func openActiveReadOnly(dir string, id uint64) (s *segment, last Header, pending int64, err error) {
+func openActiveReadOnly(dir string, id uint64) (s *segment, last chunk.Header, pending int64, err error) {
 	s = &segment{name: SegmentName(id), first: id, next: id, size: FileHeaderSize}
 	sf, xf, segSize, idxSize, err := openPairReadOnly(dir, id)
 	if err != nil {
-		return nil, Header{}, 0, err
+		return nil, chunk.Header{}, 0, err
 	}
 	defer sf.Close()
 	defer xf.Close()
 	if segSize < FileHeaderSize || idxSize < FileHeaderSize {
-		return s, Header{}, 0, nil // a roll in progress: the file headers are being written
+		return s, chunk.Header{}, 0, nil // a roll in progress: the file headers are being written
 	}
 	slots := int((idxSize - FileHeaderSize) / IndexRecordSize)
 	for k := slots - 1; k >= 0; k-- {
 		rec, h, ok, err := validChunkAt(sf, xf, k, segSize)
 		if err != nil {
-			return nil, Header{}, 0, err
+			return nil, chunk.Header{}, 0, err
 		}
 		if !ok {
 			continue
 		}
 		first, err := readIndexRecord(xf, 0)
 		if err != nil {
-			return nil, Header{}, 0, err
+			return nil, chunk.Header{}, 0, err
 		}
 		if first.ChunkID != id {
-			return nil, Header{}, 0, fmt.Errorf("%s: first record is chunk %d, the name says %d", IndexName(id), first.ChunkID, id)
+			return nil, chunk.Header{}, 0, fmt.Errorf("%s: first record is chunk %d, the name says %d", IndexName(id), first.ChunkID, id)
 		}
 		s.size = int64(rec.Position) + h.Size()
 		s.chunks, s.next, s.firstTS, s.lastTS = k+1, h.NextID(), first.Timestamp, h.Timestamp
 		s.lastID, s.lastPos = h.ChunkID, int64(rec.Position)
 		return s, h, segSize - s.size, nil
 	}
-	return s, Header{}, segSize - s.size, nil
+	return s, chunk.Header{}, segSize - s.size, nil
 }
 
 // openPairReadOnly opens a segment and its index for reading and checks whatever of their
@@ -191,7 +193,7 @@ func presentHeader(f *os.File, header []byte) (int64, error) {
 
 // seenChunk is a chunk a Refresh found complete.
 type seenChunk struct {
-	h   Header
+	h   chunk.Header
 	pos int64
 }
 
@@ -380,7 +382,7 @@ func (l *Log) prevUnchanged(prev *segment, last Header, rewritten func(name, det
 
 // sameLastChunk checks that the last chunk seen in the segment is still there, header and
 // index record unchanged.
-func sameLastChunk(sf, xf *os.File, s *segment, last Header) error {
+func sameLastChunk(sf, xf *os.File, s *segment, last chunk.Header) error {
 	rec, err := readIndexRecord(xf, s.chunks-1)
 	if err != nil {
 		return fmt.Errorf("the index record of the last chunk seen no longer reads: %w", err)
@@ -409,13 +411,13 @@ const scanBatch = 1 << 16
 // whole, agreeing and CRC-valid. The records are read in batches and the chunks, which
 // follow each other in the segment, through one buffered sequential read, so that a run
 // of small chunks costs a few syscalls. Only I/O errors are errors.
-func scanForward(sf, xf *os.File, s *segment, segSize, idxSize int64, last Header, hasLast bool) ([]seenChunk, error) {
+func scanForward(sf, xf *os.File, s *segment, segSize, idxSize int64, last chunk.Header, hasLast bool) ([]seenChunk, error) {
 	if segSize < FileHeaderSize || idxSize < FileHeaderSize {
 		return nil, nil
 	}
 	var out []seenChunk
 	crc := crc32.NewIEEE()
-	var hb [HeaderSize]byte
+	var hb [chunk.HeaderSize]byte
 	for {
 		start := FileHeaderSize + int64(s.chunks)*IndexRecordSize
 		n := min((idxSize-start)/IndexRecordSize, scanBatch)
@@ -430,13 +432,13 @@ func scanForward(sf, xf *os.File, s *segment, segSize, idxSize int64, last Heade
 		for k := int64(0); k < n; k++ {
 			r := decodeIndexRecord(ib[k*IndexRecordSize : (k+1)*IndexRecordSize])
 			if r.wellFormed() != nil || int64(r.Position) != s.size || r.ChunkID != s.next || (hasLast && r.Epoch < last.Epoch) ||
-				int64(r.Position)+HeaderSize > segSize {
+				int64(r.Position)+chunk.HeaderSize > segSize {
 				return out, nil
 			}
 			if _, err := io.ReadFull(br, hb[:]); err != nil {
 				return out, notYet(err, s.name, r.Position)
 			}
-			h, err := ParseHeader(hb[:])
+			h, err := chunk.ParseHeader(hb[:])
 			if err != nil || matches(h, r) != nil || int64(r.Position)+h.Size() > segSize {
 				return out, nil
 			}
@@ -474,7 +476,7 @@ func notYet(err error, name string, pos uint32) error {
 
 // scanNew looks at the segment named after id: nil while it is absent or holds no complete
 // chunk yet, otherwise its account, its complete chunks and its file size.
-func (l *Log) scanNew(id uint64, last Header, hasLast bool) (*segment, []seenChunk, int64, error) {
+func (l *Log) scanNew(id uint64, last chunk.Header, hasLast bool) (*segment, []seenChunk, int64, error) {
 	sf, xf, segSize, idxSize, err := openPairReadOnly(l.dir, id)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, 0, nil // not rolled yet, or the index is not created yet

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamtier/streamtier/chunk"
 	"go.uber.org/goleak"
 )
 
@@ -54,14 +55,14 @@ func mustRefresh(t testing.TB, l *Log) FollowState {
 }
 
 // readAll drains l from its first offset with a data reader, checking every chunk's bytes.
-func readAll(t testing.TB, l *Log) []Header {
+func readAll(t testing.TB, l *Log) []chunk.Header {
 	t.Helper()
 	r, err := l.NewReader(l.FirstOffset())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var out []Header
+	var out []chunk.Header
 	for {
 		h, loc, err := r.Next()
 		if errors.Is(err, ErrEndOfStream) {
@@ -102,7 +103,7 @@ func TestFollowWhileWriterAppends(t *testing.T) {
 	}
 
 	var mu sync.Mutex
-	written := map[uint64]Header{}
+	written := map[uint64]chunk.Header{}
 	for _, h := range appendN(t, w, 0, 1) {
 		written[h.ChunkID] = h
 	}
@@ -133,7 +134,7 @@ func TestFollowWhileWriterAppends(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var got []Header
+	var got []chunk.Header
 	final := uint64(0)
 	for final == 0 || r.NextOffset() < final {
 		select {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // FileHeaderSize is the size of the header at the start of segment and index files.
@@ -70,7 +72,7 @@ type IndexRecord struct {
 	Timestamp int64
 	Epoch     uint64
 	Position  uint32 // byte position of the chunk header in the segment file
-	Type      ChunkType
+	Type      chunk.Type
 }
 
 // AppendIndexRecord appends the 29-byte encoding of r to dst.
@@ -91,7 +93,7 @@ func decodeIndexRecord(b []byte) IndexRecord {
 		Timestamp: int64(binary.BigEndian.Uint64(b[8:16])),
 		Epoch:     binary.BigEndian.Uint64(b[16:24]),
 		Position:  binary.BigEndian.Uint32(b[24:28]),
-		Type:      ChunkType(b[28]),
+		Type:      chunk.Type(b[28]),
 	}
 }
 
@@ -100,7 +102,7 @@ func (r IndexRecord) wellFormed() error {
 	if r.Position < FileHeaderSize {
 		return fmt.Errorf("chunk %d at segment position %d, before the file header ends", r.ChunkID, r.Position)
 	}
-	if r.Type > ChunkTrackingSnapshot {
+	if r.Type > chunk.TypeTrackingSnapshot {
 		return fmt.Errorf("chunk %d: unknown chunk type %d", r.ChunkID, r.Type)
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
@@ -29,7 +31,7 @@ func TestFileNames(t *testing.T) {
 func TestIndexRecordVector(t *testing.T) {
 	// The first record of the RabbitMQ index: chunk 0, its timestamp, epoch 1, position 8, user.
 	want := unhex(t, "0000000000000000 | 000001a2296cbe39 | 0000000000000001 | 00000008 | 00")
-	got := AppendIndexRecord(nil, IndexRecord{ChunkID: 0, Timestamp: 0x1a2296cbe39, Epoch: 1, Position: 8, Type: ChunkUser})
+	got := AppendIndexRecord(nil, IndexRecord{ChunkID: 0, Timestamp: 0x1a2296cbe39, Epoch: 1, Position: 8, Type: chunk.TypeUser})
 	if !bytes.Equal(got, want) {
 		t.Fatalf("record\n% x\nwant\n% x", got, want)
 	}
@@ -44,8 +46,8 @@ func indexBytes(recs ...IndexRecord) []byte {
 }
 
 func TestParseIndex(t *testing.T) {
-	r1 := IndexRecord{ChunkID: 10, Timestamp: 1, Epoch: 1, Position: 8, Type: ChunkUser}
-	r2 := IndexRecord{ChunkID: 12, Timestamp: 2, Epoch: 1, Position: 100, Type: ChunkTrackingDelta}
+	r1 := IndexRecord{ChunkID: 10, Timestamp: 1, Epoch: 1, Position: 8, Type: chunk.TypeUser}
+	r2 := IndexRecord{ChunkID: 12, Timestamp: 2, Epoch: 1, Position: 100, Type: chunk.TypeTrackingDelta}
 	good := indexBytes(r1, r2)
 	zero := make([]byte, IndexRecordSize)
 	cases := []struct {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // Seed corpora live in testdata/fuzz/<target>/; `go test` runs only them, `go test
@@ -12,16 +14,16 @@ import (
 
 // A header that parses encodes back to the same 48 bytes; nothing panics.
 func FuzzParseHeader(f *testing.F) {
-	f.Add(AppendHeader(nil, Header{Type: ChunkUser, Entries: 1, Records: 1, ChunkID: 7, DataLen: 5}))
+	f.Add(chunk.AppendHeader(nil, chunk.Header{Type: chunk.TypeUser, Entries: 1, Records: 1, ChunkID: 7, DataLen: 5}))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		h, err := ParseHeader(b)
+		h, err := chunk.ParseHeader(b)
 		if err != nil {
 			return
 		}
-		if got := AppendHeader(nil, h); !bytes.Equal(got, b[:HeaderSize]) {
-			t.Fatalf("parsed %+v re-encodes to\n% x\nfrom\n% x", h, got, b[:HeaderSize])
+		if got := chunk.AppendHeader(nil, h); !bytes.Equal(got, b[:chunk.HeaderSize]) {
+			t.Fatalf("parsed %+v re-encodes to\n% x\nfrom\n% x", h, got, b[:chunk.HeaderSize])
 		}
-		if h.Size() < HeaderSize || h.Records == 0 || h.Type > ChunkTrackingSnapshot {
+		if h.Size() < chunk.HeaderSize || h.Records == 0 || h.Type > chunk.TypeTrackingSnapshot {
 			t.Fatalf("accepted header %+v", h)
 		}
 	})

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // realDir is the RabbitMQ 3.10.8 stream directory (read-only).
@@ -79,7 +81,7 @@ type goldenChunk struct {
 	segment          string
 	position         int64
 	chunkID          uint64
-	typ              ChunkType
+	typ              chunk.Type
 	epoch            uint64
 	timestamp        int64
 	entries, records uint64
@@ -117,7 +119,7 @@ func loadGolden(t testing.TB) []goldenChunk {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, goldenChunk{segment: fs[0], position: int64(n(1)), chunkID: n(2), typ: ChunkType(n(3)), epoch: n(4),
+		out = append(out, goldenChunk{segment: fs[0], position: int64(n(1)), chunkID: n(2), typ: chunk.Type(n(3)), epoch: n(4),
 			timestamp: int64(n(5)), entries: n(6), records: n(7), dataLen: n(8), trailer: n(9), size: int64(n(10)), crc: uint32(crc)})
 	}
 	if err := sc.Err(); err != nil {
@@ -127,7 +129,7 @@ func loadGolden(t testing.TB) []goldenChunk {
 }
 
 // checkGolden fails unless h and loc are what the golden line says.
-func checkGolden(t testing.TB, g goldenChunk, h Header, loc Location) {
+func checkGolden(t testing.TB, g goldenChunk, h chunk.Header, loc chunk.Location) {
 	t.Helper()
 	if h.ChunkID != g.chunkID || h.Type != g.typ || h.Epoch != g.epoch || h.Timestamp != g.timestamp ||
 		uint64(h.Entries) != g.entries || uint64(h.Records) != g.records || uint64(h.DataLen) != g.dataLen ||
@@ -143,7 +145,7 @@ func userChunk(epoch uint64, ts int64, bodies ...string) ChunkSpec {
 	for i, b := range bodies {
 		es[i] = SimpleEntry([]byte(b))
 	}
-	return ChunkSpec{Type: ChunkUser, Epoch: epoch, Timestamp: ts, Entries: es}
+	return ChunkSpec{Type: chunk.TypeUser, Epoch: epoch, Timestamp: ts, Entries: es}
 }
 
 // mustOpen opens dir or fails the test.
@@ -158,9 +160,9 @@ func mustOpen(t testing.TB, dir string, opts Options) *Log {
 }
 
 // appendN appends n chunks of one to three records with predictable bodies.
-func appendN(t testing.TB, l *Log, n int, epoch uint64) []Header {
+func appendN(t testing.TB, l *Log, n int, epoch uint64) []chunk.Header {
 	t.Helper()
-	var hs []Header
+	var hs []chunk.Header
 	for i := range n {
 		bodies := make([]string, 1+i%3)
 		for j := range bodies {

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // openIdle opens a log whose active files close after a short idle time, and returns a
@@ -182,7 +184,7 @@ func TestReaderDoesNotTrustBytesReadBeforeCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := l.Segments()[0].Size
-	if _, err := f.WriteAt(make([]byte, HeaderSize), end); err != nil {
+	if _, err := f.WriteAt(make([]byte, chunk.HeaderSize), end); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()

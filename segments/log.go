@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // Defaults of the rolling limits, as osiris has them.
@@ -119,7 +121,7 @@ type Log struct {
 	idle     *time.Timer
 	idleHook func() // tests: called (mu held) after an idle close
 	nextID   uint64
-	last     Header
+	last     chunk.Header
 	hasLast  bool
 	broken   error // a failed write left the active files unknown; reopen to recover
 	closed   bool
@@ -328,7 +330,7 @@ func (l *Log) NextOffset() uint64 {
 }
 
 // LastChunk is the header of the last chunk written, false when the log holds none.
-func (l *Log) LastChunk() (Header, bool) {
+func (l *Log) LastChunk() (chunk.Header, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.last, l.hasLast
@@ -368,70 +370,70 @@ const maxPooledChunk = 4 << 20
 // rolls to a new segment first when the active one has reached a limit. The epoch must not
 // be lower than the last chunk's. The chunk is not readable before it is committed. The
 // chunk is encoded (and its CRC computed) before the log's lock is taken.
-func (l *Log) Append(spec ChunkSpec) (Header, Location, error) {
+func (l *Log) Append(spec ChunkSpec) (chunk.Header, chunk.Location, error) {
 	bp := chunkBufs.Get().(*[]byte)
-	chunk, h, err := EncodeChunk((*bp)[:0], spec, 0)
+	raw, h, err := EncodeChunk((*bp)[:0], spec, 0)
 	defer func() {
-		if cap(chunk) <= maxPooledChunk {
-			*bp = chunk[:0]
+		if cap(raw) <= maxPooledChunk {
+			*bp = raw[:0]
 			chunkBufs.Put(bp)
 		}
 	}()
 	if err != nil {
-		return Header{}, Location{}, fmt.Errorf("append to %s: %w", l.dir, err)
+		return chunk.Header{}, chunk.Location{}, fmt.Errorf("append to %s: %w", l.dir, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return Header{}, Location{}, ErrClosed
+		return chunk.Header{}, chunk.Location{}, ErrClosed
 	}
 	if l.broken != nil {
-		return Header{}, Location{}, fmt.Errorf("append to %s: an earlier write failed, reopen the log to recover: %w", l.dir, l.broken)
+		return chunk.Header{}, chunk.Location{}, fmt.Errorf("append to %s: an earlier write failed, reopen the log to recover: %w", l.dir, l.broken)
 	}
 	if l.hasLast && spec.Epoch < l.last.Epoch {
-		return Header{}, Location{}, fmt.Errorf("append to %s: epoch %d is below the log's epoch %d", l.dir, spec.Epoch, l.last.Epoch)
+		return chunk.Header{}, chunk.Location{}, fmt.Errorf("append to %s: epoch %d is below the log's epoch %d", l.dir, spec.Epoch, l.last.Epoch)
 	}
 	h.ChunkID = l.nextID
-	setChunkID(chunk, h.ChunkID)
-	return l.writeChunk(chunk, h)
+	setChunkID(raw, h.ChunkID)
+	return l.writeChunk(raw, h)
 }
 
 // writeChunk writes an encoded chunk and its index record, rolling first if needed. It
 // reopens the active files first when the idle close has closed them; every write path
 // comes through here.
-func (l *Log) writeChunk(chunk []byte, h Header) (Header, Location, error) {
+func (l *Log) writeChunk(raw []byte, h chunk.Header) (chunk.Header, chunk.Location, error) {
 	if l.opts.ReadOnly {
-		return Header{}, Location{}, fmt.Errorf("append to %s: %w", l.dir, ErrReadOnly)
+		return chunk.Header{}, chunk.Location{}, fmt.Errorf("append to %s: %w", l.dir, ErrReadOnly)
 	}
 	if err := l.openFiles(); err != nil {
-		return Header{}, Location{}, fmt.Errorf("append to %s: %w", l.dir, err)
+		return chunk.Header{}, chunk.Location{}, fmt.Errorf("append to %s: %w", l.dir, err)
 	}
 	seg := l.segs[len(l.segs)-1]
 	if seg.chunks > 0 && (seg.size >= l.opts.MaxSegmentBytes || seg.chunks >= l.opts.MaxSegmentChunks) {
 		if err := l.roll(); err != nil {
-			return Header{}, Location{}, fmt.Errorf("append to %s: %w", l.dir, err)
+			return chunk.Header{}, chunk.Location{}, fmt.Errorf("append to %s: %w", l.dir, err)
 		}
 		seg = l.segs[len(l.segs)-1]
 	}
 	pos := seg.size
 	if pos > math.MaxUint32 {
-		return Header{}, Location{}, fmt.Errorf("append to %s: segment %s position %d does not fit an index record", l.dir, seg.name, pos)
+		return chunk.Header{}, chunk.Location{}, fmt.Errorf("append to %s: segment %s position %d does not fit an index record", l.dir, seg.name, pos)
 	}
-	if _, err := l.segFile.WriteAt(chunk, pos); err != nil {
+	if _, err := l.segFile.WriteAt(raw, pos); err != nil {
 		l.broken = err
-		return Header{}, Location{}, fmt.Errorf("append to %s: write chunk %d: %w", l.dir, h.ChunkID, err)
+		return chunk.Header{}, chunk.Location{}, fmt.Errorf("append to %s: write raw %d: %w", l.dir, h.ChunkID, err)
 	}
 	var rec [IndexRecordSize]byte
 	AppendIndexRecord(rec[:0], IndexRecord{ChunkID: h.ChunkID, Timestamp: h.Timestamp, Epoch: h.Epoch, Position: uint32(pos), Type: h.Type})
 	if _, err := l.idxFile.WriteAt(rec[:], FileHeaderSize+int64(seg.chunks)*IndexRecordSize); err != nil {
 		l.broken = err
-		return Header{}, Location{}, fmt.Errorf("append to %s: write index record of chunk %d: %w", l.dir, h.ChunkID, err)
+		return chunk.Header{}, chunk.Location{}, fmt.Errorf("append to %s: write index record of raw %d: %w", l.dir, h.ChunkID, err)
 	}
 	if seg.chunks == 0 {
 		seg.firstTS = h.Timestamp
 	}
 	seg.chunks++
-	seg.size += int64(len(chunk))
+	seg.size += int64(len(raw))
 	seg.next = h.NextID()
 	seg.lastTS = h.Timestamp
 	seg.lastID = h.ChunkID
@@ -440,7 +442,7 @@ func (l *Log) writeChunk(chunk []byte, h Header) (Header, Location, error) {
 	l.last, l.hasLast = h, true
 	l.commit.written(h, l.nextID)
 	l.publish()
-	return h, Location{Segment: seg.name, Position: pos, Size: int64(len(chunk))}, nil
+	return h, chunk.Location{Segment: seg.name, Position: pos, Size: int64(len(raw))}, nil
 }
 
 // roll closes the active segment and starts a new one named after the next chunk id.

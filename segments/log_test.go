@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 func TestOpenDefaultsAndEmptyLog(t *testing.T) {
@@ -66,17 +68,17 @@ func TestWriterRoundTrip(t *testing.T) {
 	}
 	specs := []ChunkSpec{
 		userChunk(1, 100, "first"),
-		{Type: ChunkUser, Epoch: 1, Timestamp: 101, Entries: []Entry{sub, SimpleEntry([]byte("after"))}, Trailer: []byte("trailer")},
-		{Type: ChunkTrackingDelta, Epoch: 1, Timestamp: 102, Entries: []Entry{SimpleEntry([]byte("delta"))}},
-		{Type: ChunkUser, Epoch: 2, Timestamp: 103, Entries: []Entry{CompressedSubBatch(CompressionGzip, 2, 10, z.Bytes())}},
-		{Type: ChunkTrackingSnapshot, Epoch: 2, Timestamp: 104, Entries: []Entry{SimpleEntry([]byte("snapshot"))}},
+		{Type: chunk.TypeUser, Epoch: 1, Timestamp: 101, Entries: []Entry{sub, SimpleEntry([]byte("after"))}, Trailer: []byte("trailer")},
+		{Type: chunk.TypeTrackingDelta, Epoch: 1, Timestamp: 102, Entries: []Entry{SimpleEntry([]byte("delta"))}},
+		{Type: chunk.TypeUser, Epoch: 2, Timestamp: 103, Entries: []Entry{CompressedSubBatch(CompressionGzip, 2, 10, z.Bytes())}},
+		{Type: chunk.TypeTrackingSnapshot, Epoch: 2, Timestamp: 104, Entries: []Entry{SimpleEntry([]byte("snapshot"))}},
 	}
 	for range 6 {
 		specs = append(specs, userChunk(2, 105, strings.Repeat("p", 150), "q"))
 	}
 	type written struct {
-		h     Header
-		loc   Location
+		h     chunk.Header
+		loc   chunk.Location
 		chunk []byte
 	}
 	var ws []written
@@ -214,7 +216,7 @@ func TestAppendRefusals(t *testing.T) {
 	if _, _, err := l.Append(userChunk(4, 1, "a")); err == nil || !strings.Contains(err.Error(), "epoch 4") {
 		t.Fatalf("append with a lower epoch: %v", err)
 	}
-	if _, _, err := l.Append(ChunkSpec{Type: ChunkUser, Epoch: 5}); err == nil {
+	if _, _, err := l.Append(ChunkSpec{Type: chunk.TypeUser, Epoch: 5}); err == nil {
 		t.Fatal("append of a chunk without records: no error")
 	}
 	if l.NextOffset() != 1 {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // segmentGone wraps a missing-file error on path as ErrSegmentGone.
@@ -44,14 +46,14 @@ func (l *Log) ReadRange(segment string, pos, length int64) ([]byte, error) {
 
 // ReadChunk reads the complete bytes of the chunk at loc and checks them with VerifyChunk:
 // a CRC mismatch is ErrChunkCRC, a deleted segment ErrSegmentGone.
-func (l *Log) ReadChunk(loc Location) ([]byte, Header, error) {
+func (l *Log) ReadChunk(loc chunk.Location) ([]byte, chunk.Header, error) {
 	b, err := l.ReadRange(loc.Segment, loc.Position, loc.Size)
 	if err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	h, err := VerifyChunk(b)
 	if err != nil {
-		return nil, Header{}, fmt.Errorf("%s position %d: %w", loc.Segment, loc.Position, err)
+		return nil, chunk.Header{}, fmt.Errorf("%s position %d: %w", loc.Segment, loc.Position, err)
 	}
 	return b, h, nil
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"sync"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // Errors of the data reader.
@@ -164,31 +166,31 @@ func (r *Reader) NextOffset() uint64 { return r.next }
 // its place), ErrSegmentGone when retention deleted the segment the reader is in or needs,
 // and ErrClosed after the reader or the log closed. Other errors name the segment and
 // position of a corrupt header.
-func (r *Reader) Next() (Header, Location, error) {
+func (r *Reader) Next() (chunk.Header, chunk.Location, error) {
 	l := r.log
 	if r.closed || l.closedFlg.Load() {
-		return Header{}, Location{}, ErrClosed
+		return chunk.Header{}, chunk.Location{}, ErrClosed
 	}
 	if r.next >= l.visible.Load() {
 		// Nothing to read: give the buffer back. What it holds beyond the committed end may
 		// have been read while a chunk was being written, so it is not reused anyway.
 		r.release()
-		return Header{}, Location{}, ErrEndOfStream
+		return chunk.Header{}, chunk.Location{}, ErrEndOfStream
 	}
 	if first := l.firstSeg.Load(); r.segFirst < first {
 		// Retention deleted the reader's segment. If the reader had read all of it (its
 		// next chunk starts a segment that is still there) it moves on; otherwise the
 		// chunk it needs is gone.
 		if r.next < first {
-			return Header{}, Location{}, fmt.Errorf("read chunk %d: %s: %w", r.next, r.seg, ErrSegmentGone)
+			return chunk.Header{}, chunk.Location{}, fmt.Errorf("read chunk %d: %s: %w", r.next, r.seg, ErrSegmentGone)
 		}
 		if err := r.roll(); err != nil {
-			return Header{}, Location{}, err
+			return chunk.Header{}, chunk.Location{}, err
 		}
 	}
 	if r.f == nil {
 		if err := r.open(); err != nil {
-			return Header{}, Location{}, fmt.Errorf("read chunk %d: %w", r.next, err)
+			return chunk.Header{}, chunk.Location{}, fmt.Errorf("read chunk %d: %w", r.next, err)
 		}
 	}
 	if r.next >= r.bufVis {
@@ -196,30 +198,30 @@ func (r *Reader) Next() (Header, Location, error) {
 		// written: read it afresh.
 		r.bufLen = 0
 	}
-	b, err := r.peek(r.pos, HeaderSize)
+	b, err := r.peek(r.pos, chunk.HeaderSize)
 	if err != nil {
-		return Header{}, Location{}, err
+		return chunk.Header{}, chunk.Location{}, err
 	}
 	if b == nil {
 		// The committed chunk r.next is not in this segment: the writer rolled.
 		if err := r.roll(); err != nil {
-			return Header{}, Location{}, err
+			return chunk.Header{}, chunk.Location{}, err
 		}
-		if b, err = r.peek(r.pos, HeaderSize); err != nil {
-			return Header{}, Location{}, err
+		if b, err = r.peek(r.pos, chunk.HeaderSize); err != nil {
+			return chunk.Header{}, chunk.Location{}, err
 		}
 		if b == nil {
-			return Header{}, Location{}, fmt.Errorf("read chunk %d: committed, yet %s holds no chunk", r.next, r.seg)
+			return chunk.Header{}, chunk.Location{}, fmt.Errorf("read chunk %d: committed, yet %s holds no chunk", r.next, r.seg)
 		}
 	}
-	h, err := ParseHeader(b)
+	h, err := chunk.ParseHeader(b)
 	if err != nil {
-		return Header{}, Location{}, fmt.Errorf("%s position %d: %w", r.seg, r.pos, err)
+		return chunk.Header{}, chunk.Location{}, fmt.Errorf("%s position %d: %w", r.seg, r.pos, err)
 	}
 	if h.ChunkID != r.next {
-		return Header{}, Location{}, fmt.Errorf("%s position %d: chunk id %d, expected %d", r.seg, r.pos, h.ChunkID, r.next)
+		return chunk.Header{}, chunk.Location{}, fmt.Errorf("%s position %d: chunk id %d, expected %d", r.seg, r.pos, h.ChunkID, r.next)
 	}
-	loc := Location{Segment: r.seg, Position: r.pos, Size: h.Size()}
+	loc := chunk.Location{Segment: r.seg, Position: r.pos, Size: h.Size()}
 	r.big = h.Size() > readAheadSmallChunks/2
 	r.pos += h.Size()
 	r.next = h.NextID()

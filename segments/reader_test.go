@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 func TestReaderOffsetErrors(t *testing.T) {
@@ -83,7 +85,7 @@ func TestReaderWaitsAndFollowsRolls(t *testing.T) {
 // Chunks bigger and smaller than the read-ahead buffer, mixed, read back in order.
 func TestReaderMixedChunkSizes(t *testing.T) {
 	l := mustOpen(t, t.TempDir(), Options{MaxSegmentBytes: 3 << 20})
-	var hs []Header
+	var hs []chunk.Header
 	for i := range 200 {
 		size := 10
 		switch i % 7 {
@@ -187,7 +189,7 @@ func TestReaderAndRangedReadsAfterDeletion(t *testing.T) {
 	_, loc2, _ := r2.Next()
 	r2.Close()
 	f, _ := os.OpenFile(filepath.Join(dir, loc2.Segment), os.O_WRONLY, 0)
-	f.WriteAt([]byte{0xee}, loc2.Position+HeaderSize+5)
+	f.WriteAt([]byte{0xee}, loc2.Position+chunk.HeaderSize+5)
 	f.Close()
 	if _, _, err := l.ReadChunk(loc2); !errors.Is(err, ErrChunkCRC) || !strings.Contains(err.Error(), loc2.Segment) {
 		t.Fatalf("rotten chunk: %v", err)
@@ -248,9 +250,9 @@ func TestChunkHeaderFindsWrittenChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	var hs []Header
+	var hs []chunk.Header
 	for i := 0; i < 8; i++ {
-		h, _, err := l.Append(ChunkSpec{Type: ChunkUser, Timestamp: int64(1000 + i), Epoch: 1, Entries: []Entry{SimpleEntry([]byte("a")), SimpleEntry([]byte("bc"))}})
+		h, _, err := l.Append(ChunkSpec{Type: chunk.TypeUser, Timestamp: int64(1000 + i), Epoch: 1, Entries: []Entry{SimpleEntry([]byte("a")), SimpleEntry([]byte("bc"))}})
 		if err != nil {
 			t.Fatal(err)
 		}

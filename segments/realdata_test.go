@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // The README of the RabbitMQ directory states these numbers.
@@ -24,16 +26,16 @@ func TestRealDirectoryScan(t *testing.T) {
 		t.Fatalf("golden listing has %d chunks", len(golden))
 	}
 	var i, user, snap, e1, e2 int
-	segFirst := map[string]ChunkType{}
+	segFirst := map[string]chunk.Type{}
 	sum, err := Scan(realDir, func(c ScannedChunk) error {
 		checkGolden(t, golden[i], c.Header, c.Location)
 		if !c.CRCOK {
 			t.Errorf("chunk %d: CRC not ok", c.Header.ChunkID)
 		}
 		switch c.Header.Type {
-		case ChunkUser:
+		case chunk.TypeUser:
 			user++
-		case ChunkTrackingSnapshot:
+		case chunk.TypeTrackingSnapshot:
 			snap++
 			if c.Header.Records != 1 {
 				t.Errorf("snapshot chunk %d uses %d offsets", c.Header.ChunkID, c.Header.Records)
@@ -62,7 +64,7 @@ func TestRealDirectoryScan(t *testing.T) {
 	}
 	// Every rolled segment starts with the tracking snapshot osiris writes at a roll.
 	for name, typ := range segFirst {
-		if name != SegmentName(0) && typ != ChunkTrackingSnapshot {
+		if name != SegmentName(0) && typ != chunk.TypeTrackingSnapshot {
 			t.Errorf("%s starts with a %s chunk", name, typ)
 		}
 	}
@@ -158,9 +160,9 @@ func TestWriterReproducesRabbitMQFiles(t *testing.T) {
 	l := mustOpen(t, dir, Options{MaxSegmentBytes: 1_000_000})
 	files := dirFiles(t, realDir)
 	_, err := Scan(realDir, func(c ScannedChunk) error {
-		chunk := files[c.Location.Segment][c.Location.Position : c.Location.Position+c.Location.Size]
+		raw := files[c.Location.Segment][c.Location.Position : c.Location.Position+c.Location.Size]
 		h := c.Header
-		data := chunk[HeaderSize : HeaderSize+int64(h.DataLen)]
+		data := raw[chunk.HeaderSize : chunk.HeaderSize+int64(h.DataLen)]
 		entries, records, err := DecodeEntries(data)
 		if err != nil {
 			return err
@@ -168,7 +170,7 @@ func TestWriterReproducesRabbitMQFiles(t *testing.T) {
 		if records != h.Records || len(entries) != int(h.Entries) {
 			t.Fatalf("chunk %d: decoded %d entries %d records, header says %d and %d", h.ChunkID, len(entries), records, h.Entries, h.Records)
 		}
-		spec := ChunkSpec{Type: h.Type, Epoch: h.Epoch, Timestamp: h.Timestamp, Entries: entries, Trailer: chunk[HeaderSize+int64(h.DataLen):]}
+		spec := ChunkSpec{Type: h.Type, Epoch: h.Epoch, Timestamp: h.Timestamp, Entries: entries, Trailer: raw[chunk.HeaderSize+int64(h.DataLen):]}
 		got, loc, err := l.Append(spec)
 		if err != nil {
 			return err

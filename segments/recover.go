@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // dirListing is what a stream directory holds: ids with both files, and the debris.
@@ -120,7 +122,7 @@ func (l *Log) load() error {
 	}
 	for i, id := range listing.pairs {
 		var s *segment
-		var h Header
+		var h chunk.Header
 		if i < len(listing.pairs)-1 {
 			s, h, err = loadSealed(l.dir, id)
 		} else {
@@ -155,64 +157,64 @@ func readAtFull(f *os.File, b []byte, off int64) error {
 
 // loadSealed reads the account of a segment the writer has left behind, checking its
 // file headers and that its last index record points at the chunk that ends the file.
-func loadSealed(dir string, id uint64) (*segment, Header, error) {
+func loadSealed(dir string, id uint64) (*segment, chunk.Header, error) {
 	s := &segment{name: SegmentName(id), first: id}
 	sf, err := os.Open(filepath.Join(dir, s.name))
 	if err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	defer sf.Close()
 	xf, err := os.Open(filepath.Join(dir, IndexName(id)))
 	if err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	defer xf.Close()
 	sst, err := sf.Stat()
 	if err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	xst, err := xf.Stat()
 	if err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	var hb [FileHeaderSize]byte
 	if err := readAtFull(sf, hb[:], 0); err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	if err := checkFileHeader(hb[:], segmentFileHeader, s.name); err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	if err := readAtFull(xf, hb[:], 0); err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	if err := checkFileHeader(hb[:], indexFileHeader, IndexName(id)); err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	s.size = sst.Size()
 	s.chunks = int((xst.Size() - FileHeaderSize) / IndexRecordSize)
 	if s.chunks == 0 {
-		return nil, Header{}, fmt.Errorf("%s: no chunk, yet a later segment exists", IndexName(id))
+		return nil, chunk.Header{}, fmt.Errorf("%s: no chunk, yet a later segment exists", IndexName(id))
 	}
 	first, err := readIndexRecord(xf, 0)
 	if err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	last, err := readIndexRecord(xf, s.chunks-1)
 	if err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	if first.ChunkID != id {
-		return nil, Header{}, fmt.Errorf("%s: first record is chunk %d, the name says %d", IndexName(id), first.ChunkID, id)
+		return nil, chunk.Header{}, fmt.Errorf("%s: first record is chunk %d, the name says %d", IndexName(id), first.ChunkID, id)
 	}
 	h, err := readHeaderAt(sf, int64(last.Position))
 	if err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	if err := matches(h, last); err != nil {
-		return nil, Header{}, fmt.Errorf("%s position %d: %w", s.name, last.Position, err)
+		return nil, chunk.Header{}, fmt.Errorf("%s position %d: %w", s.name, last.Position, err)
 	}
 	if end := int64(last.Position) + h.Size(); end != s.size {
-		return nil, Header{}, fmt.Errorf("%s: last indexed chunk %d ends at %d, the file at %d", s.name, h.ChunkID, end, s.size)
+		return nil, chunk.Header{}, fmt.Errorf("%s: last indexed chunk %d ends at %d, the file at %d", s.name, h.ChunkID, end, s.size)
 	}
 	s.next, s.firstTS, s.lastTS = h.NextID(), first.Timestamp, last.Timestamp
 	s.lastID, s.lastPos = h.ChunkID, int64(last.Position)
@@ -234,20 +236,20 @@ func readIndexRecord(f *os.File, k int) (IndexRecord, error) {
 }
 
 // readHeaderAt reads and parses the chunk header at pos of a segment file.
-func readHeaderAt(f *os.File, pos int64) (Header, error) {
-	var b [HeaderSize]byte
+func readHeaderAt(f *os.File, pos int64) (chunk.Header, error) {
+	var b [chunk.HeaderSize]byte
 	if err := readAtFull(f, b[:], pos); err != nil {
-		return Header{}, err
+		return chunk.Header{}, err
 	}
-	h, err := ParseHeader(b[:])
+	h, err := chunk.ParseHeader(b[:])
 	if err != nil {
-		return Header{}, fmt.Errorf("%s position %d: %w", filepath.Base(f.Name()), pos, err)
+		return chunk.Header{}, fmt.Errorf("%s position %d: %w", filepath.Base(f.Name()), pos, err)
 	}
 	return h, nil
 }
 
 // matches says how a chunk header disagrees with its index record, or nil.
-func matches(h Header, r IndexRecord) error {
+func matches(h chunk.Header, r IndexRecord) error {
 	if h.ChunkID != r.ChunkID || h.Epoch != r.Epoch || h.Timestamp != r.Timestamp || h.Type != r.Type {
 		return fmt.Errorf("chunk header (id %d, epoch %d, timestamp %d, type %s) disagrees with its index record (id %d, epoch %d, timestamp %d, type %s)",
 			h.ChunkID, h.Epoch, h.Timestamp, h.Type, r.ChunkID, r.Epoch, r.Timestamp, r.Type)
@@ -257,15 +259,15 @@ func matches(h Header, r IndexRecord) error {
 
 // recoverActive opens the last segment for writing and cuts off whatever a crash left
 // after its last complete, indexed chunk with a valid CRC.
-func (l *Log) recoverActive(id uint64) (s *segment, last Header, err error) {
+func (l *Log) recoverActive(id uint64) (s *segment, last chunk.Header, err error) {
 	s = &segment{name: SegmentName(id), first: id, next: id, size: FileHeaderSize}
 	sf, err := os.OpenFile(filepath.Join(l.dir, s.name), os.O_RDWR, 0)
 	if err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	xf, err := os.OpenFile(filepath.Join(l.dir, IndexName(id)), os.O_RDWR, 0)
 	if err != nil {
-		return nil, Header{}, errors.Join(err, sf.Close())
+		return nil, chunk.Header{}, errors.Join(err, sf.Close())
 	}
 	defer func() {
 		if err != nil {
@@ -274,11 +276,11 @@ func (l *Log) recoverActive(id uint64) (s *segment, last Header, err error) {
 	}()
 	segSize, err := ensureFileHeader(sf, segmentFileHeader)
 	if err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	idxSize, err := ensureFileHeader(xf, indexFileHeader)
 	if err != nil {
-		return nil, Header{}, err
+		return nil, chunk.Header{}, err
 	}
 	slots := int((idxSize - FileHeaderSize) / IndexRecordSize)
 	keep := -1
@@ -287,7 +289,7 @@ func (l *Log) recoverActive(id uint64) (s *segment, last Header, err error) {
 		var ok bool
 		rec, last, ok, err = validChunkAt(sf, xf, k, segSize)
 		if err != nil {
-			return nil, Header{}, err
+			return nil, chunk.Header{}, err
 		}
 		if ok {
 			keep = k
@@ -296,14 +298,14 @@ func (l *Log) recoverActive(id uint64) (s *segment, last Header, err error) {
 	}
 	end := int64(FileHeaderSize)
 	if keep < 0 {
-		last = Header{}
+		last = chunk.Header{}
 	} else {
 		first, err := readIndexRecord(xf, 0)
 		if err != nil {
-			return nil, Header{}, err
+			return nil, chunk.Header{}, err
 		}
 		if first.ChunkID != id {
-			return nil, Header{}, fmt.Errorf("%s: first record is chunk %d, the name says %d", IndexName(id), first.ChunkID, id)
+			return nil, chunk.Header{}, fmt.Errorf("%s: first record is chunk %d, the name says %d", IndexName(id), first.ChunkID, id)
 		}
 		end = int64(rec.Position) + last.Size()
 		s.chunks, s.next, s.firstTS, s.lastTS = keep+1, last.NextID(), first.Timestamp, last.Timestamp
@@ -312,12 +314,12 @@ func (l *Log) recoverActive(id uint64) (s *segment, last Header, err error) {
 	s.size = end
 	if segSize != end {
 		if err := sf.Truncate(end); err != nil {
-			return nil, Header{}, fmt.Errorf("recover %s: %w", s.name, err)
+			return nil, chunk.Header{}, fmt.Errorf("recover %s: %w", s.name, err)
 		}
 	}
 	if want := FileHeaderSize + int64(keep+1)*IndexRecordSize; idxSize != want {
 		if err := xf.Truncate(want); err != nil {
-			return nil, Header{}, fmt.Errorf("recover %s: %w", IndexName(id), err)
+			return nil, chunk.Header{}, fmt.Errorf("recover %s: %w", IndexName(id), err)
 		}
 	}
 	l.segFile, l.idxFile = sf, xf
@@ -341,27 +343,27 @@ func ensureFileHeader(f *os.File, header []byte) (int64, error) {
 // validChunkAt reports whether index record k is well formed and points at a complete
 // chunk within segSize that agrees with it and has a valid CRC. I/O errors are errors;
 // anything torn is just "not valid".
-func validChunkAt(sf, xf *os.File, k int, segSize int64) (IndexRecord, Header, bool, error) {
+func validChunkAt(sf, xf *os.File, k int, segSize int64) (IndexRecord, chunk.Header, bool, error) {
 	var b [IndexRecordSize]byte
 	if err := readAtFull(xf, b[:], FileHeaderSize+int64(k)*IndexRecordSize); err != nil {
-		return IndexRecord{}, Header{}, false, err
+		return IndexRecord{}, chunk.Header{}, false, err
 	}
 	r := decodeIndexRecord(b[:])
-	if r.wellFormed() != nil || int64(r.Position)+HeaderSize > segSize {
-		return r, Header{}, false, nil
+	if r.wellFormed() != nil || int64(r.Position)+chunk.HeaderSize > segSize {
+		return r, chunk.Header{}, false, nil
 	}
-	var hb [HeaderSize]byte
+	var hb [chunk.HeaderSize]byte
 	if err := readAtFull(sf, hb[:], int64(r.Position)); err != nil {
-		return r, Header{}, false, err
+		return r, chunk.Header{}, false, err
 	}
-	h, err := ParseHeader(hb[:])
+	h, err := chunk.ParseHeader(hb[:])
 	if err != nil || matches(h, r) != nil || int64(r.Position)+h.Size() > segSize {
-		return r, Header{}, false, nil
+		return r, chunk.Header{}, false, nil
 	}
-	data := io.NewSectionReader(sf, int64(r.Position)+HeaderSize+int64(h.BloomSize), int64(h.DataLen))
+	data := io.NewSectionReader(sf, int64(r.Position)+chunk.HeaderSize+int64(h.BloomSize), int64(h.DataLen))
 	crc := crc32.NewIEEE()
 	if _, err := io.Copy(crc, data); err != nil {
-		return r, Header{}, false, fmt.Errorf("%s position %d: %w", filepath.Base(sf.Name()), r.Position, err)
+		return r, chunk.Header{}, false, fmt.Errorf("%s position %d: %w", filepath.Base(sf.Name()), r.Position, err)
 	}
 	return r, h, crc.Sum32() == h.DataCRC, nil
 }

@@ -5,11 +5,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // baseLog writes a closed log of 12 chunks in segments of 5 chunks, starting at offset
 // 100, and returns its directory and the headers written.
-func baseLog(t *testing.T) (string, []Header) {
+func baseLog(t *testing.T) (string, []chunk.Header) {
 	t.Helper()
 	dir := t.TempDir()
 	l, err := Open(dir, Options{MaxSegmentChunks: 5, FirstOffset: 100})
@@ -49,29 +51,29 @@ func fileSize(t *testing.T, path string) int64 {
 // Every kind of torn tail a crash leaves is repaired on open, keeping exactly the complete,
 // indexed chunks with valid CRCs; the repaired log scans clean and takes appends.
 func TestRecoveryFromTornTails(t *testing.T) {
-	type damage func(t *testing.T, dir string, hs []Header)
-	lastSeg := func(hs []Header) uint64 { return hs[10].ChunkID } // segments hold 5 chunks
+	type damage func(t *testing.T, dir string, hs []chunk.Header)
+	lastSeg := func(hs []chunk.Header) uint64 { return hs[10].ChunkID } // segments hold 5 chunks
 	cases := []struct {
 		name   string
 		damage damage
 		keep   int // chunks that survive
 	}{
-		{"clean", func(*testing.T, string, []Header) {}, 12},
-		{"partial index record", func(t *testing.T, dir string, hs []Header) {
+		{"clean", func(*testing.T, string, []chunk.Header) {}, 12},
+		{"partial index record", func(t *testing.T, dir string, hs []chunk.Header) {
 			appendFile(t, filepath.Join(dir, IndexName(lastSeg(hs))), []byte{0, 0, 0, 0, 0, 0, 1, 2, 3, 4})
 		}, 12},
-		{"zero tail records", func(t *testing.T, dir string, hs []Header) {
+		{"zero tail records", func(t *testing.T, dir string, hs []chunk.Header) {
 			appendFile(t, filepath.Join(dir, IndexName(lastSeg(hs))), make([]byte, 3*IndexRecordSize+7))
 		}, 12},
-		{"garbage tail record", func(t *testing.T, dir string, hs []Header) {
+		{"garbage tail record", func(t *testing.T, dir string, hs []chunk.Header) {
 			rec := AppendIndexRecord(nil, IndexRecord{ChunkID: 999, Epoch: 1, Position: 1 << 20})
 			appendFile(t, filepath.Join(dir, IndexName(lastSeg(hs))), rec)
 		}, 12},
-		{"torn chunk without index record", func(t *testing.T, dir string, hs []Header) {
+		{"torn chunk without index record", func(t *testing.T, dir string, hs []chunk.Header) {
 			b, _, _ := EncodeChunk(nil, userChunk(1, 5, "torn"), hs[11].NextID())
 			appendFile(t, filepath.Join(dir, SegmentName(lastSeg(hs))), b[:30])
 		}, 12},
-		{"torn chunk with its index record", func(t *testing.T, dir string, hs []Header) {
+		{"torn chunk with its index record", func(t *testing.T, dir string, hs []chunk.Header) {
 			seg := filepath.Join(dir, SegmentName(lastSeg(hs)))
 			pos := fileSize(t, seg)
 			b, h, _ := EncodeChunk(nil, userChunk(1, 5, "torn chunk body"), hs[11].NextID())
@@ -79,11 +81,11 @@ func TestRecoveryFromTornTails(t *testing.T) {
 			appendFile(t, filepath.Join(dir, IndexName(lastSeg(hs))),
 				AppendIndexRecord(nil, IndexRecord{ChunkID: h.ChunkID, Timestamp: h.Timestamp, Epoch: h.Epoch, Position: uint32(pos)}))
 		}, 12},
-		{"complete chunk not indexed", func(t *testing.T, dir string, hs []Header) {
+		{"complete chunk not indexed", func(t *testing.T, dir string, hs []chunk.Header) {
 			b, _, _ := EncodeChunk(nil, userChunk(1, 5, "unindexed"), hs[11].NextID())
 			appendFile(t, filepath.Join(dir, SegmentName(lastSeg(hs))), b)
 		}, 12},
-		{"bad CRC in the last chunk", func(t *testing.T, dir string, hs []Header) {
+		{"bad CRC in the last chunk", func(t *testing.T, dir string, hs []chunk.Header) {
 			seg := filepath.Join(dir, SegmentName(lastSeg(hs)))
 			b, err := os.ReadFile(seg)
 			if err != nil {
@@ -94,28 +96,28 @@ func TestRecoveryFromTornTails(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, 11},
-		{"last index record lost, zeros instead", func(t *testing.T, dir string, hs []Header) {
+		{"last index record lost, zeros instead", func(t *testing.T, dir string, hs []chunk.Header) {
 			idx := filepath.Join(dir, IndexName(lastSeg(hs)))
 			b, _ := os.ReadFile(idx)
 			copy(b[len(b)-IndexRecordSize:], make([]byte, IndexRecordSize))
 			os.WriteFile(idx, b, 0o644)
 		}, 11},
-		{"index holds only its header", func(t *testing.T, dir string, hs []Header) {
+		{"index holds only its header", func(t *testing.T, dir string, hs []chunk.Header) {
 			os.Truncate(filepath.Join(dir, IndexName(lastSeg(hs))), FileHeaderSize)
 		}, 10},
-		{"segment without index after the last", func(t *testing.T, dir string, hs []Header) {
+		{"segment without index after the last", func(t *testing.T, dir string, hs []chunk.Header) {
 			appendFile(t, filepath.Join(dir, SegmentName(hs[11].NextID())), segmentFileHeader)
 		}, 12},
-		{"index without segment after the last", func(t *testing.T, dir string, hs []Header) {
+		{"index without segment after the last", func(t *testing.T, dir string, hs []chunk.Header) {
 			appendFile(t, filepath.Join(dir, IndexName(hs[11].NextID())), indexFileHeader)
 		}, 12},
-		{"segment without index before the first (retention cut short)", func(t *testing.T, dir string, hs []Header) {
+		{"segment without index before the first (retention cut short)", func(t *testing.T, dir string, hs []chunk.Header) {
 			appendFile(t, filepath.Join(dir, SegmentName(50)), segmentFileHeader)
 		}, 12},
-		{"index without segment before the first", func(t *testing.T, dir string, hs []Header) {
+		{"index without segment before the first", func(t *testing.T, dir string, hs []chunk.Header) {
 			appendFile(t, filepath.Join(dir, IndexName(50)), indexFileHeader)
 		}, 12},
-		{"roll cut short: empty index, torn segment header", func(t *testing.T, dir string, hs []Header) {
+		{"roll cut short: empty index, torn segment header", func(t *testing.T, dir string, hs []chunk.Header) {
 			appendFile(t, filepath.Join(dir, SegmentName(hs[11].NextID())), segmentFileHeader[:3])
 			appendFile(t, filepath.Join(dir, IndexName(hs[11].NextID())), nil)
 		}, 12},
@@ -175,21 +177,21 @@ func TestRecoveryFromTornTails(t *testing.T) {
 func TestRecoveryRefusesDamagedLogs(t *testing.T) {
 	cases := []struct {
 		name   string
-		damage func(t *testing.T, dir string, hs []Header)
+		damage func(t *testing.T, dir string, hs []chunk.Header)
 		want   string
 	}{
-		{"segment without index in the middle", func(t *testing.T, dir string, hs []Header) {
+		{"segment without index in the middle", func(t *testing.T, dir string, hs []chunk.Header) {
 			os.Remove(filepath.Join(dir, IndexName(hs[5].ChunkID)))
 		}, SegmentName(hs0(5))},
-		{"bad segment file header", func(t *testing.T, dir string, hs []Header) {
+		{"bad segment file header", func(t *testing.T, dir string, hs []chunk.Header) {
 			f, _ := os.OpenFile(filepath.Join(dir, SegmentName(hs[10].ChunkID)), os.O_WRONLY, 0)
 			f.WriteAt([]byte("XXXX"), 0)
 			f.Close()
 		}, "file header"},
-		{"sealed segment shorter than its index says", func(t *testing.T, dir string, hs []Header) {
+		{"sealed segment shorter than its index says", func(t *testing.T, dir string, hs []chunk.Header) {
 			os.Truncate(filepath.Join(dir, SegmentName(hs[0].ChunkID)), 100)
 		}, SegmentName(hs0(0))},
-		{"sealed segment with extra bytes", func(t *testing.T, dir string, hs []Header) {
+		{"sealed segment with extra bytes", func(t *testing.T, dir string, hs []chunk.Header) {
 			appendFile(t, filepath.Join(dir, SegmentName(hs[5].ChunkID)), []byte{1})
 		}, SegmentName(hs0(5))},
 	}

@@ -101,3 +101,31 @@ func retainCount(segs []SegmentInfo, p RetentionPolicy, now time.Time) int {
 	}
 	return n
 }
+
+// DurableDeletable names the segments a tiering layer's local retention may delete: durable
+// remotely (every chunk below persistedNext), not active, oldest first, beyond the hot
+// window (windowBytes of durable segments kept, when > 0; segments whose last chunk is
+// younger than windowAge kept, when > 0). The writer and a replica share it.
+func DurableDeletable(segs []SegmentInfo, persistedNext uint64, windowBytes int64, windowAge time.Duration, now time.Time) map[string]bool {
+	var durable []SegmentInfo
+	var durableBytes int64
+	for _, s := range segs {
+		if s.Active || s.NextOffset > persistedNext {
+			break
+		}
+		durable = append(durable, s)
+		durableBytes += s.Size
+	}
+	out := make(map[string]bool)
+	for _, s := range durable {
+		if durableBytes <= windowBytes && windowBytes > 0 {
+			break
+		}
+		if windowAge > 0 && s.LastTimestamp > now.Add(-windowAge).UnixMilli() {
+			break
+		}
+		out[s.Name] = true
+		durableBytes -= s.Size
+	}
+	return out
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamtier/streamtier/chunk"
 	"pgregory.net/rapid"
 )
 
@@ -24,7 +25,7 @@ func retentionLog(t *testing.T) (*Log, string) {
 }
 
 // segSize is the size of a segment of retentionLog: file header and two 62-byte chunks.
-const segSize = 8 + 2*(HeaderSize+4+10)
+const segSize = 8 + 2*(chunk.HeaderSize+4+10)
 
 func names(segs []SegmentInfo) []string {
 	var out []string

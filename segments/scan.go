@@ -8,12 +8,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // ScannedChunk is one chunk as Scan found it.
 type ScannedChunk struct {
-	Header   Header
-	Location Location
+	Header   chunk.Header
+	Location chunk.Location
 	CRCOK    bool // the data section matches the header's CRC
 }
 
@@ -96,7 +98,7 @@ func scanSegment(dir string, id uint64, br *bufio.Reader, sum *ScanSummary, fn f
 	}
 	size := st.Size()
 	br.Reset(f)
-	var hb [HeaderSize]byte
+	var hb [chunk.HeaderSize]byte
 	n, err := io.ReadFull(br, hb[:FileHeaderSize])
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("scan %s: %w", name, err)
@@ -108,13 +110,13 @@ func scanSegment(dir string, id uint64, br *bufio.Reader, sum *ScanSummary, fn f
 	k := 0
 	crc := crc32.NewIEEE()
 	for pos < size {
-		if pos+HeaderSize > size {
+		if pos+chunk.HeaderSize > size {
 			return fmt.Errorf("scan %s position %d: truncated chunk header, the file ends at %d", name, pos, size)
 		}
 		if _, err := io.ReadFull(br, hb[:]); err != nil {
 			return fmt.Errorf("scan %s position %d: %w", name, pos, err)
 		}
-		h, err := ParseHeader(hb[:])
+		h, err := chunk.ParseHeader(hb[:])
 		if err != nil {
 			return fmt.Errorf("scan %s position %d: %w", name, pos, err)
 		}
@@ -144,7 +146,7 @@ func scanSegment(dir string, id uint64, br *bufio.Reader, sum *ScanSummary, fn f
 		if int64(rec.Position) != pos {
 			return fmt.Errorf("scan %s record at byte %d: chunk %d at position %d, the segment has it at %d", iname, FileHeaderSize+k*IndexRecordSize, h.ChunkID, rec.Position, pos)
 		}
-		c := ScannedChunk{Header: h, Location: Location{Segment: name, Position: pos, Size: h.Size()}, CRCOK: crc.Sum32() == h.DataCRC}
+		c := ScannedChunk{Header: h, Location: chunk.Location{Segment: name, Position: pos, Size: h.Size()}, CRCOK: crc.Sum32() == h.DataCRC}
 		if err := fn(c); err != nil {
 			return err
 		}

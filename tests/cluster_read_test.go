@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/admin"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
@@ -31,7 +31,7 @@ type replicaRead struct {
 	from  string
 	c     *checker
 	info  admin.ReadInfo
-	first *actors.ReadItem
+	first *read.Item
 	err   error
 	// unavailable counts the opens answered 503 before this one opened.
 	unavailable int
@@ -79,10 +79,10 @@ func TestClusterReadReplica(t *testing.T) {
 	cli := admin.Client{Base: "http://" + n2.http, HTTP: hc}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	err = cli.Read(ctx, stream, admin.ReadQuery{From: "first"}, nil, func(actors.ReadItem) error { return nil })
+	err = cli.Read(ctx, stream, admin.ReadQuery{From: "first"}, nil, func(read.Item) error { return nil })
 	var ae *admin.APIError
-	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || !strings.Contains(ae.Message, actors.ErrReadUnavailable.Error()) {
-		t.Fatalf("read before the replica cache synced: %v, want HTTP 503 saying %q", err, actors.ErrReadUnavailable)
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || !strings.Contains(ae.Message, read.ErrUnavailable.Error()) {
+		t.Fatalf("read before the replica cache synced: %v, want HTTP 503 saying %q", err, read.ErrUnavailable)
 	}
 
 	w.startNode("n1", extra...)
@@ -116,7 +116,7 @@ func TestClusterReadReplica(t *testing.T) {
 	// read opens a reader on n2 and returns once it has opened (its info frame came) or
 	// failed; a 503 on opening (the manifest at hand not resolved: while n2 is promoted, its
 	// writer resolving) is retried, as a client would.
-	read := func(name, from string) {
+	startReader := func(name, from string) {
 		r := &replicaRead{name: name, from: from, c: newChecker(name, ref)}
 		mu.Lock()
 		readers = append(readers, r)
@@ -130,7 +130,7 @@ func TestClusterReadReplica(t *testing.T) {
 			for {
 				err = cli.Read(ctx, stream, admin.ReadQuery{From: from, To: target, Follow: true},
 					func(ri admin.ReadInfo) error { r.info = ri; close(opened); return nil },
-					func(it actors.ReadItem) error {
+					func(it read.Item) error {
 						if r.first == nil {
 							r.first = &it
 						}
@@ -167,11 +167,11 @@ func TestClusterReadReplica(t *testing.T) {
 		}
 	}
 	tsChunk := chunkHolding(t, ref, m.FirstOffset+(localFirst-m.FirstOffset)*2/3)
-	read("first", "first")
-	read("in-group", fmt.Sprint(mid))
-	read("timestamp", fmt.Sprintf("@%d", tsChunk.Timestamp))
-	read("next", "next")
-	read("last", "last")
+	startReader("first", "first")
+	startReader("in-group", fmt.Sprint(mid))
+	startReader("timestamp", fmt.Sprintf("@%d", tsChunk.Timestamp))
+	startReader("next", "next")
+	startReader("last", "last")
 
 	// Failover 1: the writer node dies, n3 writes at epoch 2; n2 stays a replica.
 	w.killNode("n1")
@@ -180,8 +180,8 @@ func TestClusterReadReplica(t *testing.T) {
 		last, _ := w.latest(stream)
 		return last.rec.Epoch == 2, fmt.Sprintf("last persist at epoch %d", last.rec.Epoch)
 	})
-	read("first-after-failover", "first")
-	read("last-after-failover", "last")
+	startReader("first-after-failover", "first")
+	startReader("last-after-failover", "last")
 
 	// Failover 2: the reading node becomes the writer at epoch 3; n3 is deposed.
 	w.place(metadata.Placement{Stream: stream, Writer: "n2", Epoch: 3, Replicas: []string{"n3"}})
@@ -189,7 +189,7 @@ func TestClusterReadReplica(t *testing.T) {
 		last, _ := w.latest(stream)
 		return last.rec.Epoch == 3, fmt.Sprintf("last persist at epoch %d", last.rec.Epoch)
 	})
-	read("first-on-new-writer", "first")
+	startReader("first-on-new-writer", "first")
 
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -207,7 +207,7 @@ func TestClusterReadReplica(t *testing.T) {
 	}
 	for _, r := range readers {
 		t.Logf("%s: from %s starts at %d (attached %v, next at open %d, %d opens unavailable): %d chunks (%d remote, %d local), %d skipped ranges",
-			r.name, r.from, r.info.Start, r.info.Attached, r.info.NextAtOpen, r.unavailable, r.c.chunks, r.c.tiers[actors.TierRemote], r.c.tiers[actors.TierLocal], r.c.skips)
+			r.name, r.from, r.info.Start, r.info.Attached, r.info.NextAtOpen, r.unavailable, r.c.chunks, r.c.tiers[read.TierRemote], r.c.tiers[read.TierLocal], r.c.skips)
 		if r.err != nil {
 			t.Errorf("%s: %v", r.name, r.err)
 			continue
@@ -222,13 +222,13 @@ func TestClusterReadReplica(t *testing.T) {
 			t.Errorf("%s: ended at %d, want %d", r.name, r.c.prev, target)
 		}
 		f := *r.first
-		if f.Offset != r.info.Start && !(f.Kind == actors.ItemChunk && f.Offset <= r.info.Start && r.info.Start < f.End) {
+		if f.Offset != r.info.Start && !(f.Kind == read.ItemChunk && f.Offset <= r.info.Start && r.info.Start < f.End) {
 			t.Errorf("%s: the first item [%d, %d) does not start at or hold the start %d", r.name, f.Offset, f.End, r.info.Start)
 		}
 		switch {
 		case r.info.Attached != nil: // retention passed the start: where it began is not the test's
 		case r.from == "first":
-			if r.c.tiers[actors.TierRemote] == 0 {
+			if r.c.tiers[read.TierRemote] == 0 {
 				t.Errorf("%s: no chunk read from the remote tier", r.name)
 			}
 		case r.from == "last":

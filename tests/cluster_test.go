@@ -23,7 +23,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/cluster"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/metadata/etcdtest"
@@ -123,7 +123,7 @@ type nodeProc struct {
 // nodeStatus is what a node's GET /status answers (the fields the test reads).
 type nodeStatus struct {
 	Node    string
-	Cluster actors.ClusterStatus
+	Cluster cluster.Status
 	Writers map[string]struct {
 		Epoch         uint64
 		Phase         string
@@ -227,7 +227,7 @@ func (w *clusterWorld) watch() {
 	w.stopWatch, w.watchDone = cancel, make(chan struct{})
 	keys := map[string]string{}
 	for _, s := range clusterStreams {
-		keys[manifest.EtcdManifestKey(w.meta.Prefix(), s)] = s
+		keys[metadata.ManifestKey(w.meta.Prefix(), s)] = s
 	}
 	wch := w.meta.Client().Watch(ctx, w.meta.Prefix()+"/streams/", clientv3.WithPrefix())
 	t := w.t // the top-level test: it outlives the goroutine
@@ -254,7 +254,7 @@ func (w *clusterWorld) watch() {
 						t.Errorf("stream %s: root of version %d: %v", stream, p.version, err)
 						continue
 					}
-					p.digest, p.fetched = actors.ManifestDigest(p.m), true
+					p.digest, p.fetched = manifest.Digest(p.m), true
 				}
 				w.wmu.Lock()
 				w.persists[stream] = append(w.persists[stream], p)
@@ -509,7 +509,7 @@ func (w *clusterWorld) checkHistories(contiguousAfter map[string]int64) []time.D
 			}
 			for i, h := range rs.History {
 				if h.Seq == 0 { // a sync before the first persist: the empty manifest
-					if h.Digest != actors.ManifestDigest(manifest.Empty()) {
+					if h.Digest != manifest.Digest(manifest.Empty()) {
 						w.t.Fatalf("replica %s of %s held seq 0 with digest %x, not the empty manifest", name, stream, h.Digest)
 					}
 					continue
@@ -736,7 +736,7 @@ func TestClusterReplication(t *testing.T) {
 					t.Fatalf("%s: version %d persisted at epoch %d after the move to epoch 2", s, p.version, p.rec.Epoch)
 				}
 			}
-			epoch, err := w.meta.Client().Get(context.Background(), manifest.EtcdEpochKey(w.meta.Prefix(), s))
+			epoch, err := w.meta.Client().Get(context.Background(), metadata.EpochKey(w.meta.Prefix(), s))
 			if err != nil || len(epoch.Kvs) != 1 || string(epoch.Kvs[0].Value) != metadata.FormatEpoch(2) {
 				t.Fatalf("%s: stored epoch %v (%v), want 2", s, epoch, err)
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/streamtier/streamtier/actors"
 	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/metadata/etcdtest"
 	"github.com/streamtier/streamtier/s3io"
@@ -147,7 +148,7 @@ func skipTo(g *loadgen.Generator, next uint64) (int64, error) {
 	for id < next {
 		spec := g.Next()
 		recs := uint32(1) // a tracking chunk uses one offset
-		if spec.Type == segments.ChunkUser {
+		if spec.Type == chunk.TypeUser {
 			recs = 0
 			for _, en := range spec.Entries {
 				recs += en.RecordCount()

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/s3io/s3test"
 	"github.com/streamtier/streamtier/segments"
@@ -73,8 +75,8 @@ func TestReadExactlyOnceAcrossTiers(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	var checkers []*checker
-	start := func(name string, from actors.ReadFrom) {
-		var r *actors.Reader
+	start := func(name string, from read.From) {
+		var r *read.Reader
 		waitFor(t, 30*time.Second, "reader "+name+" opens", func() bool {
 			var err error
 			r, err = e.node.OpenReader(ctx, "eo", from)
@@ -112,17 +114,17 @@ func TestReadExactlyOnceAcrossTiers(t *testing.T) {
 	if p.Manifest.Entries[0].Kind == manifest.KindFragment {
 		t.Fatalf("no group at the head of the manifest (%d entries)", len(p.Manifest.Entries))
 	}
-	start("first", actors.FromFirst())
+	start("first", read.FromFirst())
 	mid := p.Manifest.FirstOffset + (p.Manifest.NextOffset-p.Manifest.FirstOffset)/2
-	start("in-group", actors.FromOffset(mid))
-	start("in-group-2", actors.FromOffset(p.Manifest.FirstOffset+(p.Manifest.NextOffset-p.Manifest.FirstOffset)/5))
+	start("in-group", read.FromOffset(mid))
+	start("in-group-2", read.FromOffset(p.Manifest.FirstOffset+(p.Manifest.NextOffset-p.Manifest.FirstOffset)/5))
 	h := chunkHolding(t, ref, mid+(lg.CommittedNext()-mid)/2)
-	start("timestamp", actors.FromTimestamp(h.Timestamp))
+	start("timestamp", read.FromTimestamp(h.Timestamp))
 	t.Logf("timestamp %d is chunk %d's", h.Timestamp, h.ChunkID)
 	hr := chunkHolding(t, ref, p.Manifest.FirstOffset+(p.Manifest.NextOffset-p.Manifest.FirstOffset)/3)
-	start("timestamp-remote", actors.FromTimestamp(hr.Timestamp))
-	start("next", actors.FromNext())
-	start("last", actors.FromLast())
+	start("timestamp-remote", read.FromTimestamp(hr.Timestamp))
+	start("next", read.FromNext())
+	start("last", read.FromLast())
 	write(total - total/3)
 	target.Store(lg.CommittedNext())
 	forceTail(t, e, "eo", lg.CommittedNext())
@@ -132,7 +134,7 @@ func TestReadExactlyOnceAcrossTiers(t *testing.T) {
 		t.Error(err)
 	}
 	for _, c := range checkers {
-		t.Logf("%s: %d chunks (%d remote, %d local), %d skipped ranges", c.name, c.chunks, c.tiers[actors.TierRemote], c.tiers[actors.TierLocal], c.skips)
+		t.Logf("%s: %d chunks (%d remote, %d local), %d skipped ranges", c.name, c.chunks, c.tiers[read.TierRemote], c.tiers[read.TierLocal], c.skips)
 		c.close()
 		if c.prev != target.Load() {
 			t.Errorf("%s ended at %d, want %d", c.name, c.prev, target.Load())
@@ -188,7 +190,7 @@ func TestReadRabbitMQDirectory(t *testing.T) {
 		}
 	}
 	next = lg.CommittedNext()
-	r, err := e.node.OpenReader(context.Background(), "rmq", actors.FromFirst())
+	r, err := e.node.OpenReader(context.Background(), "rmq", read.FromFirst())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +208,7 @@ func TestReadRabbitMQDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if c.chunks != 456+20 || c.tiers[actors.TierRemote] == 0 || c.tiers[actors.TierLocal] == 0 {
+	if c.chunks != 456+20 || c.tiers[read.TierRemote] == 0 || c.tiers[read.TierLocal] == 0 {
 		t.Fatalf("%d chunks read (%v), want the directory's 456 and 20 more over both tiers", c.chunks, c.tiers)
 	}
 }
@@ -235,7 +237,7 @@ func copyDir(t *testing.T, src string) string {
 }
 
 // chunkHolding is the header of the reference chunk holding offset.
-func chunkHolding(t *testing.T, ref *segments.Log, offset uint64) segments.Header {
+func chunkHolding(t *testing.T, ref *segments.Log, offset uint64) chunk.Header {
 	t.Helper()
 	rd, err := ref.NewReader(offset)
 	if err != nil {

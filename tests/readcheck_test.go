@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
-	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/segments"
 )
 
@@ -21,12 +21,12 @@ type checker struct {
 	rd     *segments.Reader
 	prev   uint64
 	chunks int
-	tiers  map[actors.ReadTier]int
+	tiers  map[read.Tier]int
 	skips  int
 }
 
 func newChecker(name string, ref *segments.Log) *checker {
-	return &checker{name: name, ref: ref, tiers: map[actors.ReadTier]int{}}
+	return &checker{name: name, ref: ref, tiers: map[read.Tier]int{}}
 }
 
 // close releases the checker's reference reader.
@@ -38,20 +38,20 @@ func (c *checker) close() {
 }
 
 // item checks the next item the reader delivered.
-func (c *checker) item(it actors.ReadItem) error {
+func (c *checker) item(it read.Item) error {
 	if c.chunks+c.skips > 0 && it.Offset != c.prev {
 		return fmt.Errorf("%s: %s [%d, %d) (%s) follows an item ending at %d", c.name, it.Kind, it.Offset, it.End, it.Tier, c.prev)
 	}
 	c.prev = it.End
 	switch it.Kind {
-	case actors.ItemSkipped:
+	case read.ItemSkipped:
 		c.skips++
 		if c.rd != nil {
 			c.rd.Close()
 			c.rd = nil
 		}
 		return nil
-	case actors.ItemGap:
+	case read.ItemGap:
 		return fmt.Errorf("%s: gap [%d, %d)", c.name, it.Offset, it.End)
 	}
 	if c.rd == nil {

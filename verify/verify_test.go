@@ -9,16 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/manifest"
-	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/tiertest"
 	"github.com/streamtier/streamtier/verify"
 )
 
 func TestCheckFragment(t *testing.T) {
 	h := func(id uint64, records uint32, ts int64) fragment.LayoutChunk {
-		return fragment.LayoutChunk{Header: segments.Header{ChunkID: id, Records: records, Timestamp: ts}}
+		return fragment.LayoutChunk{Header: chunk.Header{ChunkID: id, Records: records, Timestamp: ts}}
 	}
 	l := fragment.Layout{Size: 300, Chunks: []fragment.LayoutChunk{h(10, 5, 100), h(15, 5, 120)}}
 	e := manifest.Entry{FirstOffset: 10, FirstTimestamp: 100, LastTimestamp: 120, Size: 300}
@@ -102,7 +102,7 @@ func TestVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body[fragment.ObjectHeaderSize+segments.HeaderSize+5] ^= 0xff
+	body[fragment.ObjectHeaderSize+chunk.HeaderSize+5] ^= 0xff
 	if err := store.PutObject(ctx, frag, body); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt([]byte{0xde, 0xad}, ch.Location.Position+segments.HeaderSize+2); err != nil {
+	if _, err := f.WriteAt([]byte{0xde, 0xad}, ch.Location.Position+chunk.HeaderSize+2); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/streamtier/streamtier/segments"
+	"github.com/streamtier/streamtier/chunk"
 )
 
 // benchDrain drives a stream of small chunks through the core the way the shell would:
@@ -22,8 +22,8 @@ func benchDrain(b *testing.B, target uint64, chunkSize int64) {
 	if _, err := c.Step(LogOpened{}); err != nil {
 		b.Fatal(err)
 	}
-	h := segments.Header{Records: 10, Timestamp: 1, Epoch: 1, DataLen: uint32(chunkSize - segments.HeaderSize)}
-	loc := segments.Location{Segment: "00000000000000000000.segment", Position: 8, Size: chunkSize}
+	h := chunk.Header{Records: 10, Timestamp: 1, Epoch: 1, DataLen: uint32(chunkSize - chunk.HeaderSize)}
+	loc := chunk.Location{Segment: "00000000000000000000.segment", Position: 8, Size: chunkSize}
 	var uid uint64
 	var rev int64
 	events := 0

@@ -115,11 +115,16 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// validate refuses a configuration the core cannot run with, naming the setting.
+// Validate refuses settings the core cannot run with, naming the setting; zero values
+// take their defaults first. The per-stream fields (StreamID, Epoch, Retention) are New's
+// to check: a node validates its settings once, before any stream exists.
+func (c Config) Validate() error {
+	return c.withDefaults().validate()
+}
+
+// validate refuses a configuration the core cannot run with, naming the setting; defaults
+// are applied already.
 func (c Config) validate() error {
-	if err := manifest.ValidateStreamID(c.StreamID); err != nil {
-		return fmt.Errorf("replica reader config: stream id: %w", err)
-	}
 	bad := func(setting string, v any, why string) error {
 		return fmt.Errorf("replica reader config for %s: %s = %v: %s", c.StreamID, setting, v, why)
 	}

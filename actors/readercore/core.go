@@ -211,6 +211,9 @@ type Counters struct {
 // defaults; an invalid setting is refused with an error naming it.
 func New(cfg Config) (*Core, error) {
 	cfg = cfg.withDefaults()
+	if err := manifest.ValidateStreamID(cfg.StreamID); err != nil {
+		return nil, fmt.Errorf("replica reader config: stream id: %w", err)
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/manifest"
-	"github.com/streamtier/streamtier/segments"
 )
 
 func TestNewFillsDefaults(t *testing.T) {
@@ -68,13 +68,13 @@ func TestRefusedEventChangesNothing(t *testing.T) {
 	}
 	mustStep(t, c, Resolved{Manifest: manifest.Empty()})
 	mustStep(t, c, LogOpened{})
-	h := segments.Header{Records: 1, DataLen: 52}
-	mustStep(t, c, ChunkDrained{Header: h, Location: segments.Location{Segment: "s", Position: 8, Size: 100}})
+	h := chunk.Header{Records: 1, DataLen: 52}
+	mustStep(t, c, ChunkDrained{Header: h, Location: chunk.Location{Segment: "s", Position: 8, Size: 100}})
 	before := c.Status().String()
 	bad := []Event{
 		nil,
-		ChunkDrained{Header: segments.Header{ChunkID: 7, Records: 1, DataLen: 52}, Location: segments.Location{Segment: "s", Position: 108, Size: 100}},
-		ChunkDrained{Header: segments.Header{ChunkID: 1, Records: 1, DataLen: 52}, Location: segments.Location{Segment: "s", Position: 108, Size: 99}},
+		ChunkDrained{Header: chunk.Header{ChunkID: 7, Records: 1, DataLen: 52}, Location: chunk.Location{Segment: "s", Position: 108, Size: 100}},
+		ChunkDrained{Header: chunk.Header{ChunkID: 1, Records: 1, DataLen: 52}, Location: chunk.Location{Segment: "s", Position: 108, Size: 99}},
 		Resolved{Manifest: manifest.Empty()},
 		LogOpened{},
 		TransferResult{Ref: 1, Attempt: 1, Outcome: Outcome(9)},
@@ -115,8 +115,8 @@ func TestStepReusesItsSlice(t *testing.T) {
 	if len(start) != 3 || start[2].String() != "start-drain from=0" {
 		t.Fatalf("start effects %v", start)
 	}
-	h := segments.Header{Records: 1, DataLen: 52}
-	effs := mustStep(t, c, ChunkDrained{Header: h, Location: segments.Location{Segment: "s", Position: 8, Size: 100}})
+	h := chunk.Header{Records: 1, DataLen: 52}
+	effs := mustStep(t, c, ChunkDrained{Header: h, Location: chunk.Location{Segment: "s", Position: 8, Size: 100}})
 	if len(effs) != 2 {
 		t.Fatalf("cut effects %v", effs)
 	}
@@ -184,8 +184,8 @@ func TestSupersededPersistKeepsWaitersWhileResetPending(t *testing.T) {
 	}
 	mustStep(t, c, Resolved{Manifest: manifest.Empty()})
 	mustStep(t, c, LogOpened{})
-	h := segments.Header{Records: 1, DataLen: 52}
-	effs := mustStep(t, c, ChunkDrained{Header: h, Location: segments.Location{Segment: "s", Position: 8, Size: 100}})
+	h := chunk.Header{Records: 1, DataLen: 52}
+	effs := mustStep(t, c, ChunkDrained{Header: h, Location: chunk.Location{Segment: "s", Position: 8, Size: 100}})
 	sub := effs[0].(SubmitTransfer)
 	mustStep(t, c, AwaitOffset{Offset: 0, Waiter: 1})
 	var persist StartPersist

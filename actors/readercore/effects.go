@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/streamtier/streamtier/actors/divergence"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/manifest"
 )
@@ -82,9 +81,10 @@ func (r TruncateReason) String() string {
 }
 
 // TruncateRemote tells the shell the core cut the remote tier back from OldNext to At: the
-// manifest now ends there (less a straddling fragment's prefix, put back by re-draining it
-// from the local log or by a CopyPrefix) and draining restarts at DrainFrom. Dropped and
-// Alone are deleted only after the truncation is persisted. For the shell's log and metrics.
+// manifest now ends there (a straddling fragment's prefix below At is put back by the
+// shell's prefix copy before the comparison answers, or by re-draining it from the local
+// log) and draining restarts at DrainFrom. Dropped and Alone are deleted only after the
+// truncation is persisted. For the shell's log and metrics.
 type TruncateRemote struct {
 	Reason    TruncateReason
 	At        uint64
@@ -111,18 +111,6 @@ type StalledBehind struct {
 type StalledDiverged struct {
 	RemoteFirst, RemoteNext uint64
 	LocalFirst, LocalNext   uint64
-}
-
-// CopyPrefix asks for a fragment object made of the first Bytes of Source's chunk region
-// (a ranged GET of Source's object) and Index, written under a fresh uid; it is answered by
-// a TransferResult{Ref, Attempt} like an upload. It puts back the part below a divergence
-// point of a fragment the local log no longer holds.
-type CopyPrefix struct {
-	Ref     Ref
-	Attempt int
-	Source  manifest.Entry
-	Bytes   uint64
-	Index   []divergence.IndexEntry
 }
 
 // RegisterOffsetListener tells the shell to register the one-shot offset listener for
@@ -315,7 +303,6 @@ func (DeclareGap) isEffect()             {}
 func (TruncateRemote) isEffect()         {}
 func (StalledDiverged) isEffect()        {}
 func (StalledBehind) isEffect()          {}
-func (CopyPrefix) isEffect()             {}
 func (RegisterOffsetListener) isEffect() {}
 func (SubmitTransfer) isEffect()         {}
 func (ResubmitTransfer) isEffect()       {}
@@ -363,10 +350,6 @@ func (e StalledBehind) String() string {
 
 func (e StalledDiverged) String() string {
 	return fmt.Sprintf("stalled-diverged remote=[%d,%d) local=[%d,%d)", e.RemoteFirst, e.RemoteNext, e.LocalFirst, e.LocalNext)
-}
-
-func (e CopyPrefix) String() string {
-	return fmt.Sprintf("copy-prefix ref=%d attempt=%d source=%s bytes=%d chunks=%d", e.Ref, e.Attempt, FormatEntry(e.Source), e.Bytes, len(e.Index))
 }
 
 func (e RegisterOffsetListener) String() string { return fmt.Sprintf("listen offset=%d", e.Offset) }

@@ -6,8 +6,8 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/manifest"
-	"github.com/streamtier/streamtier/segments"
 )
 
 // retryWorld drives a core's transfers through random failures, successes and the passing
@@ -111,8 +111,8 @@ func TestRetryTimerMultiplexes(t *testing.T) {
 		w.step(Resolved{Manifest: manifest.Empty()})
 		w.step(LogOpened{})
 		for i := 0; i < 6; i++ { // six fragments of one chunk
-			h := segments.Header{ChunkID: w.next, Records: 1, DataLen: 1000 - segments.HeaderSize}
-			w.step(ChunkDrained{Header: h, Location: segments.Location{Segment: "s0", Position: w.pos, Size: 1000}})
+			h := chunk.Header{ChunkID: w.next, Records: 1, DataLen: 1000 - chunk.HeaderSize}
+			w.step(ChunkDrained{Header: h, Location: chunk.Location{Segment: "s0", Position: w.pos, Size: 1000}})
 			w.next, w.pos = h.NextID(), w.pos+1000
 		}
 		rt.Repeat(map[string]func(*rapid.T){

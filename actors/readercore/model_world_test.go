@@ -8,9 +8,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/manifest"
-	"github.com/streamtier/streamtier/segments"
 )
 
 // The model world: what the shell around a core sees and does, kept small. A local log of
@@ -452,10 +452,10 @@ func (w *world) chunkIDs() []uint64 {
 	return ids
 }
 
-func (w *world) header(c mChunk) segments.Header {
-	return segments.Header{Records: c.records, Timestamp: c.ts, Epoch: c.epoch, ChunkID: c.id, DataCRC: c.crc, DataLen: uint32(c.size - segments.HeaderSize)}
+func (w *world) header(c mChunk) chunk.Header {
+	return chunk.Header{Records: c.records, Timestamp: c.ts, Epoch: c.epoch, ChunkID: c.id, DataCRC: c.crc, DataLen: uint32(c.size - chunk.HeaderSize)}
 }
 
-func (w *world) location(c mChunk) segments.Location {
-	return segments.Location{Segment: c.seg, Position: c.pos, Size: c.size}
+func (w *world) location(c mChunk) chunk.Location {
+	return chunk.Location{Segment: c.seg, Position: c.pos, Size: c.size}
 }

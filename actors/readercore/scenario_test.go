@@ -10,9 +10,9 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/streamtier/streamtier/actors/divergence"
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/manifest"
-	"github.com/streamtier/streamtier/segments"
 )
 
 // TestScenarios runs every file under testdata/: one interleaving per file, events in,
@@ -400,7 +400,7 @@ func (h *harness) resolvedFrom(t *testing.T, d *datadriven.TestData, es []manife
 func (h *harness) chunk(t *testing.T, d *datadriven.TestData) Event {
 	id := argU(t, d, "id", h.nextID)
 	size := int64(argU(t, d, "size", 100))
-	if size < segments.HeaderSize {
+	if size < chunk.HeaderSize {
 		t.Fatalf("%s: chunk size %d below the 48-byte header", d.Pos, size)
 	}
 	if h.seg == "" {
@@ -412,10 +412,10 @@ func (h *harness) chunk(t *testing.T, d *datadriven.TestData) Event {
 	if d.HasArg("ts") {
 		ts = int64(argU(t, d, "ts", 0))
 	}
-	hd := segments.Header{Records: uint32(argU(t, d, "records", 1)), Timestamp: ts, Epoch: 1, ChunkID: id, DataLen: uint32(size - segments.HeaderSize)}
+	hd := chunk.Header{Records: uint32(argU(t, d, "records", 1)), Timestamp: ts, Epoch: 1, ChunkID: id, DataLen: uint32(size - chunk.HeaderSize)}
 	h.placed[id] = placement{seg, pos}
 	h.nextID, h.seg, h.pos = hd.NextID(), seg, pos+size
-	return ChunkDrained{Header: hd, Location: segments.Location{Segment: seg, Position: pos, Size: size}}
+	return ChunkDrained{Header: hd, Location: chunk.Location{Segment: seg, Position: pos, Size: size}}
 }
 
 // fragRef resolves frag=N (the N-th cut fragment) or ref=R.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/nodeconfig"
 	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/segments"
@@ -212,7 +213,7 @@ func nodeRead(ctx context.Context, node *actors.Node, id string, next uint64) (r
 	runtime.GC()
 	hs := startHeapSampler()
 	start := time.Now()
-	rd, err := node.OpenReader(ctx, id, actors.FromFirst())
+	rd, err := node.OpenReader(ctx, id, read.FromFirst())
 	if err != nil {
 		hs.stop()
 		return readSide{}, err
@@ -225,7 +226,7 @@ func nodeRead(ctx context.Context, node *actors.Node, id string, next uint64) (r
 			hs.stop()
 			return s, fmt.Errorf("node read at %d: %w", rd.Position(), err)
 		}
-		if it.Kind != actors.ItemChunk {
+		if it.Kind != read.ItemChunk {
 			hs.stop()
 			return s, fmt.Errorf("node read: %s [%d, %d) in a stream with no gaps", it.Kind, it.Offset, it.End)
 		}
@@ -233,7 +234,7 @@ func nodeRead(ctx context.Context, node *actors.Node, id string, next uint64) (r
 			s.first = time.Since(start)
 		}
 		s.bytes += int64(len(it.Chunk))
-		if it.Tier == actors.TierRemote {
+		if it.Tier == read.TierRemote {
 			s.remote += int64(len(it.Chunk))
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/streamtier/streamtier/backends"
 	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/nodeconfig"
 	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/segments"
@@ -78,7 +79,7 @@ func TestBinaryDeletedStreamRefused(t *testing.T) {
 	defer cancel()
 	traces := func(b *backends.Backends) []string {
 		var out []string
-		resp, err := b.EtcdClient.Get(ctx, manifest.EtcdStreamPrefix(b.Meta.Prefix(), "gone"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err := b.EtcdClient.Get(ctx, metadata.StreamPrefix(b.Meta.Prefix(), "gone"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			t.Fatal(err)
 		}

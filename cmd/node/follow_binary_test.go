@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/segments"
@@ -196,7 +197,7 @@ func TestBinaryFollowRewrittenTail(t *testing.T) {
 
 	// The writer cuts its last 15 chunks (as osiris's recovery does to an uncommitted
 	// tail) and writes 30 others at epoch 2.
-	var locs []segments.Location
+	var locs []chunk.Location
 	var ids []uint64
 	if _, err := segments.Scan(logDir, func(c segments.ScannedChunk) error {
 		locs, ids = append(locs, c.Location), append(ids, c.Header.ChunkID)

@@ -12,9 +12,10 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/admin"
 	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/nodeconfig"
 	"github.com/streamtier/streamtier/segments"
 )
@@ -43,7 +44,7 @@ func readCmd(args []string, stdout, stderr io.Writer) int {
 	if !streamArg(stderr, "read", stream) {
 		return exitBadInput
 	}
-	spec, err := actors.ParseReadFrom(from)
+	spec, err := read.ParseFrom(from)
 	if err != nil {
 		return badUsage(stderr, "read", err.Error())
 	}
@@ -75,7 +76,7 @@ func readCmd(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "read", err)
 	}
 	defer b.Close()
-	r, err := actors.OpenOfflineReader(ctx, actors.OfflineSource{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream}, spec)
+	r, err := read.OpenOffline(ctx, read.OfflineSource{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream}, spec)
 	if err != nil {
 		return fail(stderr, "read", err)
 	}
@@ -98,7 +99,7 @@ func readCmd(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-func noteAttached(stderr io.Writer, a *actors.Attached) {
+func noteAttached(stderr io.Writer, a *read.Attached) {
 	if a != nil {
 		fmt.Fprintf(stderr, "node read: offset %d is held by no tier; reading from %d\n", a.Requested, a.At)
 	}
@@ -132,16 +133,16 @@ type recordLine struct {
 
 // itemPrinter returns the function writing items in format to out (and gaps of the raw
 // format to stderr).
-func itemPrinter(format string, out, stderr io.Writer) (func(actors.ReadItem) error, error) {
+func itemPrinter(format string, out, stderr io.Writer) (func(read.Item) error, error) {
 	enc := json.NewEncoder(out)
-	gapLine := func(it actors.ReadItem) itemLine {
+	gapLine := func(it read.Item) itemLine {
 		return itemLine{Kind: it.Kind.String(), Offset: it.Offset, End: it.End, Tier: it.Tier.String()}
 	}
 	switch format {
 	case "json":
-		return func(it actors.ReadItem) error {
+		return func(it read.Item) error {
 			l := gapLine(it)
-			if it.Kind == actors.ItemChunk {
+			if it.Kind == read.ItemChunk {
 				h := it.Header
 				l.Type, l.Epoch, l.Timestamp, l.Records, l.Size = h.Type.String(), h.Epoch, h.Timestamp, h.Records, len(it.Chunk)
 				l.CRC = fmt.Sprintf("%08x", h.DataCRC)
@@ -149,17 +150,17 @@ func itemPrinter(format string, out, stderr io.Writer) (func(actors.ReadItem) er
 			return enc.Encode(l)
 		}, nil
 	case "records":
-		return func(it actors.ReadItem) error {
-			if it.Kind != actors.ItemChunk {
+		return func(it read.Item) error {
+			if it.Kind != read.ItemChunk {
 				return enc.Encode(gapLine(it))
 			}
-			recs, err := actors.ChunkRecords(it)
+			recs, err := segments.ChunkRecords(it.Header, it.Chunk)
 			if err != nil {
 				return err
 			}
 			for _, r := range recs {
 				l := recordLine{Offset: r.Offset, Timestamp: r.Timestamp, Size: len(r.Body)}
-				if r.Type != segments.ChunkUser {
+				if r.Type != chunk.TypeUser {
 					l.Type = r.Type.String()
 				}
 				switch {
@@ -178,8 +179,8 @@ func itemPrinter(format string, out, stderr io.Writer) (func(actors.ReadItem) er
 			return nil
 		}, nil
 	case "raw":
-		return func(it actors.ReadItem) error {
-			if it.Kind != actors.ItemChunk {
+		return func(it read.Item) error {
+			if it.Kind != read.ItemChunk {
 				fmt.Fprintf(stderr, "node read: %s [%d, %d): no chunk bytes\n", it.Kind, it.Offset, it.End)
 				return nil
 			}
@@ -231,8 +232,8 @@ func restoreCmd(args []string, stdout, stderr io.Writer) int {
 	if dir == "" {
 		return badUsage(stderr, "restore", "give the target directory with --to DIR")
 	}
-	spec, err := actors.ParseReadFrom(from)
-	if err != nil || spec.Kind == actors.ReadNext {
+	spec, err := read.ParseFrom(from)
+	if err != nil || spec.Kind == read.AtNext {
 		return badUsage(stderr, "restore", fmt.Sprintf("--from %q: give first, last, an offset or @TIME", from))
 	}
 	if abs, err := filepath.Abs(dir); err == nil {
@@ -245,8 +246,8 @@ func restoreCmd(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "restore", err)
 	}
 	defer b.Close()
-	rep, err := actors.Restore(ctx, actors.RestoreOptions{
-		Source: actors.OfflineSource{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream},
+	rep, err := read.Restore(ctx, read.RestoreOptions{
+		Source: read.OfflineSource{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream},
 		Dir:    dir, From: spec, To: until,
 	})
 	if err == nil || rep.Chunks > 0 {
@@ -258,7 +259,7 @@ func restoreCmd(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func printRestore(out io.Writer, asJSON bool, r actors.RestoreReport) {
+func printRestore(out io.Writer, asJSON bool, r read.RestoreReport) {
 	if asJSON {
 		writeJSON(out, r)
 		return

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/cluster"
 	"github.com/streamtier/streamtier/admin"
 	"github.com/streamtier/streamtier/backends"
 	"github.com/streamtier/streamtier/gc"
@@ -86,11 +87,11 @@ func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 	ev.Str("data_dir", s.DataDir).Str("config", s.ConfigFile).Bool("embedded_etcd", s.EmbeddedEtcd()).
 		Bool("embedded_s3", s.EmbeddedS3()).Str("fragment_target_size", s.Redacted()["fragment_target_size"]).Msg("starting")
 	log.Debug().Interface("settings", s.Redacted()).Msg("settings")
-	var lis *actors.Listener
+	var lis *cluster.Listener
 	if s.Cluster {
 		// First, before any etcd client or embedded etcd: protoactor remote replaces gRPC's
 		// global logger, which gRPC reads without a lock (docs/cluster.md).
-		if lis, err = actors.Listen(s.ClusterListen, log); err != nil {
+		if lis, err = cluster.Listen(s.ClusterListen, log); err != nil {
 			lock.Unlock()
 			fmt.Fprintf(stderr, "node: setting cluster_listen (from %s): %v\n", s.Origins["cluster_listen"], err)
 			return exitFailed
@@ -171,8 +172,8 @@ type process struct {
 	node        *actors.Node
 	admin       *admin.Server
 	// lis is the cluster listener until StartCluster takes it; cluster is set in cluster mode.
-	lis     *actors.Listener
-	cluster *actors.Cluster
+	lis     *cluster.Listener
+	cluster *cluster.Cluster
 
 	mu      sync.Mutex // guards streams, byID and faults: the cluster's role loop opens streams
 	streams []*openStream
@@ -219,7 +220,7 @@ func (p *process) start(ctx context.Context) error {
 	if s.Cluster {
 		lis := p.lis
 		p.lis = nil // the cluster owns it now, also when it fails to start
-		c, err := actors.StartCluster(ctx, lis, s.NodeConfig(p.log), s.ClusterConfig(p.openClusterStream), p.b.Store, p.b.Meta)
+		c, err := cluster.Start(ctx, lis, s.NodeConfig(p.log), s.ClusterConfig(p.openClusterStream), p.b.Store, p.b.Meta)
 		if err != nil {
 			return fmt.Errorf("start cluster member %s: %w", s.NodeID, err)
 		}

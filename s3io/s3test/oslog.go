@@ -12,8 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/fragment"
-	"github.com/streamtier/streamtier/segments"
 )
 
 // LogSpec describes an osiris log to generate: chunk count, sizes and where segments roll.
@@ -33,8 +33,8 @@ type LogSpec struct {
 
 // LogChunk is one chunk of a log on disk: its header and where it lives.
 type LogChunk struct {
-	Header   segments.Header
-	Location segments.Location
+	Header   chunk.Header
+	Location chunk.Location
 }
 
 var (
@@ -64,10 +64,10 @@ func WriteLog(dir string, spec LogSpec) ([]LogChunk, error) {
 				return nil, err
 			}
 		}
-		typ := segments.ChunkUser
+		typ := chunk.TypeUser
 		records := uint32(1 + rng.IntN(50))
 		if spec.TrackingEach > 0 && i%spec.TrackingEach == spec.TrackingEach-1 {
-			typ, records = segments.ChunkTrackingSnapshot, 1
+			typ, records = chunk.TypeTrackingSnapshot, 1
 		}
 		data = data[:spec.MinData+rng.IntN(spec.MaxData-spec.MinData+1)]
 		fillRandom(rng, data)
@@ -76,7 +76,7 @@ func WriteLog(dir string, spec LogSpec) ([]LogChunk, error) {
 		bloom := make([]byte, spec.BloomSize)
 		fillRandom(rng, bloom)
 		ts += int64(rng.IntN(20))
-		h := segments.Header{
+		h := chunk.Header{
 			Type: typ, Entries: uint16(records), Records: records, Timestamp: ts, Epoch: spec.Epoch,
 			ChunkID: id, DataCRC: crc32.ChecksumIEEE(data), DataLen: uint32(len(data)),
 			TrailerLen: uint32(len(trailer)), BloomSize: spec.BloomSize,
@@ -131,10 +131,10 @@ func (w *logWriter) roll(id uint64) error {
 	return nil
 }
 
-func (w *logWriter) append(h segments.Header, bloom, data, trailer []byte) (segments.Location, error) {
-	loc := segments.Location{Segment: w.segName, Position: w.segSize, Size: h.Size()}
-	var hdr [segments.HeaderSize]byte
-	for _, b := range [][]byte{segments.AppendHeader(hdr[:0], h), bloom, data, trailer} {
+func (w *logWriter) append(h chunk.Header, bloom, data, trailer []byte) (chunk.Location, error) {
+	loc := chunk.Location{Segment: w.segName, Position: w.segSize, Size: h.Size()}
+	var hdr [chunk.HeaderSize]byte
+	for _, b := range [][]byte{chunk.AppendHeader(hdr[:0], h), bloom, data, trailer} {
 		if _, err := w.segBuf.Write(b); err != nil {
 			return loc, err
 		}
@@ -181,7 +181,7 @@ func ReadLog(dir string) ([]LogChunk, error) {
 			f.Close()
 			return nil, err
 		}
-		var hdr [segments.HeaderSize]byte
+		var hdr [chunk.HeaderSize]byte
 		if _, err := f.ReadAt(hdr[:8], 0); err != nil || string(hdr[:8]) != string(segmentFileHeader) {
 			f.Close()
 			return nil, fmt.Errorf("s3test: %s: not an osiris segment (%v)", path, err)
@@ -191,7 +191,7 @@ func ReadLog(dir string) ([]LogChunk, error) {
 				f.Close()
 				return nil, fmt.Errorf("s3test: %s at %d: %w", path, pos, err)
 			}
-			h, err := segments.ParseHeader(hdr[:])
+			h, err := chunk.ParseHeader(hdr[:])
 			if err != nil {
 				f.Close()
 				return nil, fmt.Errorf("s3test: %s at %d: %w", path, pos, err)
@@ -200,7 +200,7 @@ func ReadLog(dir string) ([]LogChunk, error) {
 				f.Close()
 				return nil, fmt.Errorf("s3test: %s: chunk %d at %d runs past the end", path, h.ChunkID, pos)
 			}
-			chunks = append(chunks, LogChunk{Header: h, Location: segments.Location{Segment: filepath.Base(path), Position: pos, Size: h.Size()}})
+			chunks = append(chunks, LogChunk{Header: h, Location: chunk.Location{Segment: filepath.Base(path), Position: pos, Size: h.Size()}})
 			pos += h.Size()
 		}
 		f.Close()

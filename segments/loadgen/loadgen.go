@@ -11,6 +11,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/segments"
 )
 
@@ -124,7 +125,7 @@ func (g *Generator) Next() segments.ChunkSpec {
 		}
 		g.ents = append(g.ents, segments.SimpleEntry(part))
 	}
-	return segments.ChunkSpec{Type: segments.ChunkUser, Epoch: c.Epoch, Timestamp: ts, Entries: g.ents}
+	return segments.ChunkSpec{Type: chunk.TypeUser, Epoch: c.Epoch, Timestamp: ts, Entries: g.ents}
 }
 
 // subBatch splits part into 2 to MaxSubBatchRecords records of an uncompressed sub-batch.
@@ -156,7 +157,7 @@ func (g *Generator) tracking(ts int64) segments.ChunkSpec {
 	b = binary.BigEndian.AppendUint64(b, uint64(g.chunks))
 	g.body = b
 	g.ents = append(g.ents[:0], segments.SimpleEntry(b))
-	return segments.ChunkSpec{Type: segments.ChunkTrackingDelta, Epoch: g.cfg.Epoch, Timestamp: ts, Entries: g.ents}
+	return segments.ChunkSpec{Type: chunk.TypeTrackingDelta, Epoch: g.cfg.Epoch, Timestamp: ts, Entries: g.ents}
 }
 
 // between draws uniformly from [lo, hi].

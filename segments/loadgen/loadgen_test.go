@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/segments"
 )
 
@@ -108,20 +109,20 @@ func TestGeneratedChunks(t *testing.T) {
 		}
 		prevTS = h.Timestamp
 		if n%50 == 0 {
-			if h.Type != segments.ChunkTrackingDelta {
+			if h.Type != chunk.TypeTrackingDelta {
 				t.Fatalf("chunk %d is %s, want tracking_delta", n, h.Type)
 			}
 			tracking++
 			return nil
 		}
-		if h.Type != segments.ChunkUser || h.Entries < 1 || h.Entries > 20 {
+		if h.Type != chunk.TypeUser || h.Entries < 1 || h.Entries > 20 {
 			t.Fatalf("chunk %d: %+v", n, h)
 		}
 		b, err := os.ReadFile(filepath.Join(dir, c.Location.Segment))
 		if err != nil {
 			return err
 		}
-		data := b[c.Location.Position+segments.HeaderSize : c.Location.Position+segments.HeaderSize+int64(h.DataLen)]
+		data := b[c.Location.Position+chunk.HeaderSize : c.Location.Position+chunk.HeaderSize+int64(h.DataLen)]
 		entries, records, err := segments.DecodeEntries(data)
 		if err != nil || records != h.Records || len(entries) != int(h.Entries) {
 			t.Fatalf("chunk %d: %d entries, %d records: %v", n, len(entries), records, err)

@@ -30,6 +30,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/cluster"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/admin"
 	"github.com/streamtier/streamtier/manifest"
@@ -162,7 +163,7 @@ type loader struct {
 
 type node struct {
 	o       options
-	cluster *actors.Cluster
+	cluster *cluster.Cluster
 	logs    map[string]*segments.Log
 	loaders map[string]*loader
 	until   atomic.Int64
@@ -177,7 +178,7 @@ func run(o options) error {
 	}
 	logger := zerolog.New(os.Stderr).Level(level).With().Timestamp().Str("node", o.node).Logger()
 	// The actor system and protoactor remote come first, before any gRPC (etcd) in the process.
-	lis, err := actors.Listen(o.listen, logger)
+	lis, err := cluster.Listen(o.listen, logger)
 	if err != nil {
 		return err
 	}
@@ -224,12 +225,12 @@ func run(o options) error {
 		FragmentTargetSize: o.fragmentBytes, PersistThreshold: o.persistThreshold, PersistInterval: o.persistInterval,
 		UploadRetryDelay: 200 * time.Millisecond, UploadRetryMaxDelay: time.Second, RebalanceThreshold: o.rebalance,
 	}}
-	cc := actors.ClusterConfig{MemberTTL: o.memberTTL, ResyncRetry: o.resyncRetry, OpenStream: n.openStream}
-	n.cluster, err = actors.StartCluster(ctx, lis, cfg, cc, store, meta)
+	cc := cluster.Config{MemberTTL: o.memberTTL, ResyncRetry: o.resyncRetry, OpenStream: n.openStream}
+	n.cluster, err = cluster.Start(ctx, lis, cfg, cc, store, meta)
 	if err != nil {
 		return err
 	}
-	n.cluster.SetFaults(actors.TransportFaults{DropPercent: o.drop, ReorderPercent: o.reorder})
+	n.cluster.SetFaults(cluster.TransportFaults{DropPercent: o.drop, ReorderPercent: o.reorder})
 	for stream, epoch := range o.staleWriters {
 		lg, ok := n.logs[stream]
 		if !ok {
@@ -378,7 +379,7 @@ func (n *node) load(ctx context.Context, l *loader) error {
 // status is what GET /status answers.
 type status struct {
 	Node      string                         `json:"node"`
-	Cluster   actors.ClusterStatus           `json:"cluster"`
+	Cluster   cluster.Status                 `json:"cluster"`
 	Writers   map[string]writerStatus        `json:"writers"`
 	Logs      map[string]logStatus           `json:"logs"`
 	Metrics   map[string]int64               `json:"metrics"`
@@ -421,7 +422,7 @@ func (n *node) status(ctx context.Context) status {
 			ws.Epoch, ws.Phase, ws.PersistedNext = s.Epoch, s.Phase, s.Core.PersistedNext
 		}
 		if p, ok := n.cluster.Node().Cached(id); ok {
-			ws.Revision, ws.Digest = p.Revision, actors.ManifestDigest(p.Manifest)
+			ws.Revision, ws.Digest = p.Revision, manifest.Digest(p.Manifest)
 		}
 		st.Writers[id] = ws
 	}
@@ -488,7 +489,7 @@ func (n *node) mux() *http.ServeMux {
 			http.Error(w, "faults: drop, reorder and paused are required: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		n.cluster.SetFaults(actors.TransportFaults{DropPercent: drop, ReorderPercent: reorder, Paused: paused})
+		n.cluster.SetFaults(cluster.TransportFaults{DropPercent: drop, ReorderPercent: reorder, Paused: paused})
 	})
 	mux.HandleFunc("POST /forcecut", func(w http.ResponseWriter, r *http.Request) {
 		if err := n.cluster.Node().ForceCut(r.FormValue("stream")); err != nil {

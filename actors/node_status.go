@@ -1,0 +1,185 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/segments"
+)
+
+// StreamStatus is what an operator sees of one stream: the local log, the remote tier and the
+// upload pipeline between them.
+type StreamStatus struct {
+	Stream string
+	Phase  string
+	Epoch  uint64
+
+	LocalFirst     uint64 // oldest offset held locally
+	LocalCommitted uint64 // one past the last committed offset
+	LocalNext      uint64 // one past the last written offset
+	LocalSegments  int
+	LocalBytes     int64
+
+	Core     readercore.Status // remote tier (persisted and in memory) and pipeline
+	Restarts uint64
+	// Timers is how many timers the reader has armed: at most one retry timer, one persist
+	// timer, one deadline per transfer in flight and a few housekeeping ones, however long
+	// an outage lasts.
+	Timers int
+	// ResolveError is the last failure to resolve the manifest while the phase is
+	// "resolving" (etcd or S3 unreachable, a missing or corrupt root): retried with backoff.
+	ResolveError string
+	// StopReason says why the reader stopped for good, with phase "stopped": the stream was
+	// deleted (then the reason names the stream and when), or its writer was deposed by a
+	// higher epoch ("deposed by epoch N ...").
+	StopReason string
+	// LocalError is why the drain cannot read the local log now (phase "stalled"; it retries
+	// on its timer and the stream recovers by itself once the cause clears). Exhausted names
+	// the resource that ran out (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM), here or in
+	// LogWriteError; "" for other failures.
+	LocalError string
+	Exhausted  string
+	// LogWriteError is the write failure that made the local log refuse appends (the broker
+	// must reopen it); "" when it takes them.
+	LogWriteError string
+	// Parked is set, with phase "parked", while the stream's reader kept failing and the
+	// supervisor retries it periodically instead of restarting it at once.
+	Parked *ParkedStatus
+
+	// LagBytes estimates the committed bytes not yet persisted remotely; LagSeconds the age
+	// of the oldest of them (both from segment summaries, exact at segment boundaries).
+	LagBytes   int64
+	LagSeconds float64
+
+	// Follow is set when the local log is followed read-only (another process writes it):
+	// what its last look at the directory found.
+	Follow *FollowStatus
+}
+
+// FollowStatus is the state of a followed local log (segments.Options.ReadOnly).
+type FollowStatus struct {
+	// PendingBytes are the bytes of the last segment past its last complete chunk: a chunk
+	// the writer is writing, or a torn tail it left, not tiered until it is complete.
+	PendingBytes int64
+	// Error is the last look's failure ("" when it succeeded).
+	Error string
+}
+
+// ParkedStatus says why and since when a stream is parked, and when it is retried next.
+type ParkedStatus struct {
+	Since    time.Time
+	Reason   string // the reader's last failure
+	Failures int    // reader failures within the last minute when it was parked
+	RetryAt  time.Time
+}
+
+// parkedStatus is the status of a parked stream (ok false if it is not): its reader is
+// down, the handle says why.
+func (h *streamHandle) parkedStatus() (StreamStatus, bool) {
+	p, ok := h.parkedState()
+	if !ok {
+		return StreamStatus{}, false
+	}
+	st, _ := h.localStatus()
+	st.Phase = "parked"
+	st.Parked = &ParkedStatus{Since: p.since, Reason: p.reason, Failures: p.failures, RetryAt: p.retryAt}
+	return st, true
+}
+
+// localStatus is the part of the status the handle knows: the stream, its local log and its
+// restarts; the phase is "resolving" until the reader says more.
+func (h *streamHandle) localStatus() (StreamStatus, []segments.SegmentInfo) {
+	lg := h.spec.Log
+	segs := lg.Segments()
+	st := StreamStatus{
+		Stream:         h.spec.ID,
+		Phase:          "resolving",
+		Epoch:          h.spec.Epoch,
+		LocalFirst:     lg.FirstOffset(),
+		LocalCommitted: lg.CommittedNext(),
+		LocalNext:      lg.NextOffset(),
+		LocalSegments:  len(segs),
+		Restarts:       h.restarts.Load(),
+	}
+	if err := lg.WriteError(); err != nil {
+		st.LogWriteError, st.Exhausted = err.Error(), ExhaustedResource(err)
+	}
+	for _, s := range segs {
+		st.LocalBytes += s.Size
+	}
+	if lg.ReadOnly() {
+		f, err := lg.LastRefresh()
+		st.Follow = &FollowStatus{PendingBytes: f.PendingBytes}
+		if err != nil {
+			st.Follow.Error = err.Error()
+		}
+	}
+	return st, segs
+}
+
+// stoppedStatus is the status of a stream whose reader stopped for good (ok false if it did
+// not): the reader is gone, the handle remembers why.
+func (h *streamHandle) stoppedStatus() (StreamStatus, bool) {
+	reason := h.stopReason()
+	if reason == "" {
+		return StreamStatus{}, false
+	}
+	st, _ := h.localStatus()
+	st.Phase, st.StopReason = "stopped", reason
+	return st, true
+}
+
+func (r *reader) status() StreamStatus {
+	st, segs := r.h.localStatus()
+	st.ResolveError = r.resolveErr
+	st.Timers = r.timers.Count()
+	if r.running {
+		st.Core = r.core.Status()
+		st.Phase = st.Core.Phase
+		if st.Core.Diverged {
+			st.Phase = "diverged"
+			if st.Core.Behind {
+				st.Phase = "behind"
+			}
+		}
+		st.LagBytes, st.LagSeconds = lag(segs, st.Core.PersistedNext, st.LocalCommitted, r.n.cfg.clock.Now())
+	}
+	if r.localErr != nil {
+		st.LocalError = r.localErr.Error()
+		if c := ExhaustedResource(r.localErr); c != "" {
+			st.Exhausted = c
+		}
+		st.Phase = "stalled"
+	}
+	if reason := r.h.stopReason(); reason != "" {
+		st.Phase, st.StopReason = "stopped", reason
+	}
+	return st
+}
+
+// lag estimates the bytes and the age of committed data in [persisted, committed), assuming
+// bytes and time spread evenly over offsets within a segment.
+func lag(segs []segments.SegmentInfo, persisted, committed uint64, now time.Time) (int64, float64) {
+	if committed <= persisted {
+		return 0, 0
+	}
+	var bytes float64
+	oldest := int64(-1)
+	for _, s := range segs {
+		lo, hi := max(s.FirstOffset, persisted), min(s.NextOffset, committed)
+		if lo >= hi || s.NextOffset <= s.FirstOffset {
+			continue
+		}
+		span := float64(s.NextOffset - s.FirstOffset)
+		bytes += float64(s.Size) * float64(hi-lo) / span
+		if oldest < 0 {
+			frac := float64(lo-s.FirstOffset) / span
+			oldest = s.FirstTimestamp + int64(frac*float64(s.LastTimestamp-s.FirstTimestamp))
+		}
+	}
+	age := 0.0
+	if oldest >= 0 {
+		age = max(float64(now.UnixMilli()-oldest)/1000, 0)
+	}
+	return int64(bytes), age
+}

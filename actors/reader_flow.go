@@ -1,0 +1,105 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/streamtier/streamtier/actors/readercore"
+)
+
+// The reader's side of the flow between its drain and its core: batches in, the drain's
+// position checked by the core, the drain started, acknowledged, paused or stalled as the
+// core says, and the stream's retry timers.
+
+// onChunks feeds a batch to the core up to the first chunk it refuses (those after it cannot
+// follow it), then the drain's position: the core decides whether the drain reads on
+// (ContinueDrain, or a listener at the end), is repositioned, or stalls.
+func (r *reader) onChunks(c actor.Context, m *chunksDrained) {
+	if m.Gen != r.drainGen {
+		return // from a reader opened before the last reset
+	}
+	refused := ""
+	for i, ch := range m.Chunks {
+		if err := r.step(c, ch); err != nil {
+			refused = err.Error()
+			if rest := len(m.Chunks) - i - 1; rest > 0 {
+				r.log.Warn().Int("chunks", rest).Uint64("refused_chunk", ch.Header.ChunkID).Msg("the rest of the drained batch follows a refused chunk: not fed to the core")
+			}
+			break
+		}
+	}
+	switch {
+	case m.Gone:
+		if err := r.step(c, readercore.DrainSegmentGone{LocalFirst: m.LocalFirst}); err != nil {
+			// The chunk the core expects is still held locally: read on from there rather
+			// than leave the drain waiting for a restart that will not come.
+			r.startDrain(c, r.core.Status().DrainNext)
+		}
+	case m.End:
+		r.step(c, readercore.EndOfStream{Next: m.Next, Refused: refused})
+	default:
+		r.step(c, readercore.BatchDrained{Next: m.Next, Refused: refused})
+	}
+}
+
+// executeFlow carries out the core's flow-control effects: (re)starting and acknowledging the
+// drain, its stalls and pauses (logged, counted, shown in status), the resume, and the
+// stream's retry and idle cut timers.
+func (r *reader) executeFlow(c actor.Context, e readercore.Effect) {
+	root := c.ActorSystem().Root
+	switch e := e.(type) {
+	case readercore.StartDrain:
+		if e.Reason != "" {
+			r.n.metrics.DrainRepositions.Add(1)
+			r.log.Warn().Uint64("from", e.From).Str("reason", e.Reason).Msg("drain repositioned at the core's position")
+		}
+		r.startDrain(c, e.From)
+	case readercore.ContinueDrain:
+		c.Send(r.drain, drainAck{Gen: r.drainGen, Budget: r.core.DrainRoom()})
+	case readercore.DrainStalled:
+		r.n.metrics.DrainStalls.Add(1)
+		r.log.Error().Uint64("offset", e.Offset).Uint64("drain_at", e.DrainAt).Int("failures", e.Failures).Str("reason", e.Reason).
+			Msg("drain stalled: its position disagrees with the core's again; retrying after a delay")
+	case readercore.DrainUnstalled:
+		r.log.Info().Uint64("offset", e.Offset).Msg("drain unstalled: the core took the chunk where it had stalled")
+	case readercore.RetryDrainAfter:
+		r.timers.After(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref})
+	case readercore.PauseDrain:
+		r.n.metrics.DrainPauses.Add(1)
+		r.log.Warn().Uint64("held_bytes", e.Held).Uint64("bound", e.Bound).
+			Msg("drain paused: bytes awaiting upload reached the bound; the local log grows on")
+	case readercore.ResumeDrain:
+		r.log.Info().Uint64("from", e.From).Uint64("held_bytes", e.Held).Uint64("bound", e.Bound).Msg("drain resumed: bytes became durable")
+		r.startDrain(c, e.From)
+	case readercore.ArmRetryTimer:
+		r.timers.Cancel(r.shell.retryTimer.id) // replaced (the core cancels it too)
+		r.shell.retryTimer.ref = e.Ref
+		r.shell.retryTimer.id = r.timers.After(root, c.Self(), e.After, readercore.RetryTimer{Ref: e.Ref})
+	case readercore.CancelRetryTimer:
+		if r.shell.retryTimer.ref == e.Ref {
+			r.timers.Cancel(r.shell.retryTimer.id)
+			r.shell.retryTimer.ref, r.shell.retryTimer.id = 0, 0
+		}
+	case readercore.ArmCutTimer:
+		// armed while the effects of the chunk's own Step are executed: the fragment max age
+		// counts from the oldest chunk's arrival at the core
+		r.timers.Cancel(r.shell.cutTimer.id) // the core cancels before it arms; kept for safety
+		r.shell.cutTimer.ref = e.Ref
+		r.shell.cutTimer.id = r.timers.After(root, c.Self(), e.After, readercore.CutTimer{Ref: e.Ref})
+	case readercore.CancelCutTimer:
+		if r.shell.cutTimer.ref == e.Ref {
+			r.timers.Cancel(r.shell.cutTimer.id)
+			r.shell.cutTimer.ref, r.shell.cutTimer.id = 0, 0
+		}
+	}
+}
+
+func (r *reader) startDrain(c actor.Context, from uint64) {
+	r.drainGen++
+	c.Send(r.drain, drainStart{From: from, Gen: r.drainGen, Budget: r.core.DrainRoom()})
+}
+
+// since is the core's retry clock: the time since this incarnation started, on the node's
+// clock (monotonic with the wall clock).
+func (r *reader) since() time.Duration { return r.n.cfg.clock.Now().Sub(r.shell.born) }
