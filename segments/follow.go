@@ -348,7 +348,7 @@ func (l *Log) refresh() (FollowState, error) {
 // seenUnchanged checks that what the follower saw of s is still there: neither file shrank
 // below it and its last chunk (last) is unchanged. It returns the file that changed and
 // how, or an empty detail.
-func seenUnchanged(sf, xf *os.File, s *segment, segSize, idxSize int64, last Header) (file, detail string) {
+func seenUnchanged(sf, xf *os.File, s *segment, segSize, idxSize int64, last chunk.Header) (file, detail string) {
 	if segSize < s.size {
 		return s.name, fmt.Sprintf("the segment shrank to %d bytes, below the %d seen", segSize, s.size)
 	}
@@ -364,7 +364,7 @@ func seenUnchanged(sf, xf *os.File, s *segment, segSize, idxSize int64, last Hea
 // prevUnchanged checks the segment before an empty last segment, which holds the last
 // chunk seen (last): a missing file, a shrink or a changed last chunk is a
 // *RewrittenError made by rewritten.
-func (l *Log) prevUnchanged(prev *segment, last Header, rewritten func(name, detail string, args ...any) error) error {
+func (l *Log) prevUnchanged(prev *segment, last chunk.Header, rewritten func(name, detail string, args ...any) error) error {
 	sf, xf, segSize, idxSize, err := openPairReadOnly(l.dir, prev.first)
 	if errors.Is(err, fs.ErrNotExist) {
 		return rewritten(prev.name, "the segment holding the last chunk seen or its index is gone")

@@ -276,7 +276,7 @@ func TestBinaryFollowRewrittenTail(t *testing.T) {
 // the segments above it go, the one holding it is cut before it with its index.
 func truncateLogAt(t *testing.T, dir string, next uint64) {
 	t.Helper()
-	var locs []segments.Location
+	var locs []chunk.Location
 	var ids []uint64
 	if _, err := segments.Scan(dir, func(c segments.ScannedChunk) error {
 		locs, ids = append(locs, c.Location), append(ids, c.Header.ChunkID)
