@@ -31,7 +31,7 @@ func (n *Node) ReadSide(stream string, log *segments.Log, known func() (manifest
 		Stream: stream, Log: log, Known: known, Metrics: &n.metrics.Read,
 		Env: n.remoteEnvFor(read.Env{
 			Tier: n.store.Tier(n.cfg.KeyPrefix, stream),
-			Log: n.log.With().Str("stream", stream).Str("component", "read").Logger(),
+			Log:  n.log.With().Str("stream", stream).Str("component", "read").Logger(),
 			Latest: func(context.Context) (manifest.Manifest, int64, error) {
 				m, ok := known()
 				if !ok {
