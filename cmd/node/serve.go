@@ -383,7 +383,8 @@ func (p *process) register(ost *openStream) {
 }
 
 // addToNode remembers the stream's root objects from before this run (the stop waits only
-// for the roots this run supersedes to be reaped) and adds the stream to the node.
+// for the roots this run supersedes to be reaped) and adds the stream to the node, at the
+// epoch openSpec gives (never below the epoch etcd stores for it).
 func (p *process) addToNode(ost *openStream) error {
 	rctx, cancel := context.WithTimeout(context.Background(), restartTimeout)
 	defer cancel()
@@ -392,7 +393,11 @@ func (p *process) addToNode(ost *openStream) error {
 		return fmt.Errorf("stream %s: %w", ost.id, err)
 	}
 	ost.oldRoots = roots
-	return p.node.AddStream(p.streamSpec(ost.cfg, ost.log))
+	spec, err := p.openSpec(rctx, ost.cfg, ost.log) // never below the epoch etcd stores
+	if err != nil {
+		return err
+	}
+	return p.node.AddStream(spec)
 }
 
 // streamSpec is what the node tiers of a declared stream whose log is lg.
