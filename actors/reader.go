@@ -383,6 +383,13 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.timers.After(c.ActorSystem().Root, c.Self(), logRecheck, logGrowthCheckMsg{first: e.LocalFirst, next: e.LocalNext})
 	case readercore.StalledDiverged:
 		r.n.metrics.DivergedStalls.Add(1)
+		if g := e.GapFork; g != nil {
+			r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
+				Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).Uint64("fork_at", g.At).
+				Uint64("gap_from", g.From).Uint64("gap_to", g.To).
+				Msg("the local log forks from the remote tier inside a declared gap with durable data above it: nothing is deleted or uploaded until an operator runs 'node truncate' (which deletes that data) or restores the local log from the run after the gap")
+			return
+		}
 		r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
 			Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).
 			Msg("the local log shares no chunk with the remote tier: nothing is deleted or uploaded until an operator runs 'node truncate' (or restores the local log)")

@@ -7,6 +7,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"time"
 
@@ -329,6 +330,10 @@ type DivergedReport struct {
 	RemoteNext  uint64 `json:"remote_next"`
 	LocalFirst  uint64 `json:"local_first"`
 	LocalNext   uint64 `json:"local_next"`
+	// Reason, when set, says why a log that does share a prefix with the remote tier is held
+	// as diverged: it forks inside a declared gap with durable data above it, which the cut
+	// at the fork would delete (a log restored up to a mid-stream gap and continued there).
+	Reason string `json:"reason,omitempty"`
 }
 
 // PipelineReport is the upload pipeline between the local log and the persisted manifest.
@@ -555,6 +560,9 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 	}
 	if c.Diverged {
 		r.Remote.Diverged = &DivergedReport{Behind: c.Behind, RemoteFirst: c.RemoteFirst, RemoteNext: c.RemoteNext, LocalFirst: c.LocalFirst, LocalNext: c.LocalNext}
+		if g := c.GapFork; g != nil {
+			r.Remote.Diverged.Reason = fmt.Sprintf("the local log forks at %d, in the declared gap [%d,%d), and durable data follows the gap: cutting back to the fork would delete it (restore the run after the last gap, docs/reading.md)", g.At, g.From, g.To)
+		}
 	}
 	if f := s.Follow; f != nil {
 		r.Follow = &FollowReport{PendingBytes: f.PendingBytes, Error: f.Error}

@@ -128,6 +128,19 @@ type Result struct {
 	// log catches up or forks; nothing is cut).
 	Truncation *Truncation
 	Probes     int // chunk comparisons made
+	// GapFork is set with NoCommon when the two do share a prefix but part at the start of
+	// (or inside) a declared gap with durable data above it: cutting back to the fork would
+	// delete durable chunks the local log never held (a log restored up to a mid-stream gap
+	// and continued there by a broker). Truncation is then the cut at the fork, made only
+	// if an operator asks for it.
+	GapFork *GapFork
+}
+
+// GapFork is where a local log forks from the remote tier inside a declared gap [From, To)
+// that durable data follows (up to the remote next offset).
+type GapFork struct {
+	At       uint64
+	From, To uint64
 }
 
 // leaf is one fragment of the remote tier with its end offset.
@@ -273,6 +286,14 @@ func Find(m manifest.Manifest, localFirst, localNext uint64, remote Remote, loca
 	if err != nil {
 		return res, err
 	}
+	if g, ok, err := s.gapAt(at); err != nil {
+		return res, err
+	} else if ok && g.To < s.m.NextOffset {
+		// Two gaps never stand side by side: what follows the gap is durable data.
+		g.At = at
+		res.Kind, res.Truncation, res.GapFork = NoCommon, t, &g
+		return res, nil
+	}
 	if t.Straddle != nil {
 		t.Prefix = append([]IndexEntry(nil), idx[:k+1]...)
 		t.PrefixBytes = uint64(idx[k+1].Position) - fragmentHeaderSize
@@ -414,6 +435,34 @@ func (s *searcher) lastLeaf() (leaf, bool, error) {
 		}
 	}
 	return leaf{}, false, nil
+}
+
+// gapAt finds the declared gap of the tree holding offset at (reading the group objects
+// on the way down to it), if a gap holds it.
+func (s *searcher) gapAt(at uint64) (GapFork, bool, error) {
+	entries, end := s.m.Entries, s.m.NextOffset
+	for depth := 0; depth <= 4; depth++ {
+		i := sort.Search(len(entries), func(i int) bool { return entries[i].FirstOffset > at }) - 1
+		if i < 0 {
+			return GapFork{}, false, nil
+		}
+		e := entries[i]
+		if i+1 < len(entries) {
+			end = entries[i+1].FirstOffset
+		}
+		switch {
+		case at >= end || e.Kind == manifest.KindFragment:
+			return GapFork{}, false, nil
+		case e.IsGap():
+			return GapFork{From: e.FirstOffset, To: end}, true, nil
+		}
+		children, err := s.remote.Children(e)
+		if err != nil {
+			return GapFork{}, false, fmt.Errorf("%s at %d (uid %016x): %w", e.Kind, e.FirstOffset, e.UID, err)
+		}
+		entries = children
+	}
+	return GapFork{}, false, fmt.Errorf("the tree at offset %d is deeper than four levels", at)
 }
 
 // truncate cuts the remote tier back to at.

@@ -137,7 +137,7 @@ func (c *Core) start() error {
 	case cmp.Kind == divergence.NoCommon:
 		c.diverged = &cmp
 		c.drainNext = p.NextOffset
-		c.emit(StalledDiverged{RemoteFirst: p.FirstOffset, RemoteNext: p.NextOffset, LocalFirst: l.First, LocalNext: l.Next})
+		c.emit(StalledDiverged{RemoteFirst: p.FirstOffset, RemoteNext: p.NextOffset, LocalFirst: l.First, LocalNext: l.Next, GapFork: cmp.GapFork})
 	case cmp.Kind == divergence.Behind:
 		c.diverged = &cmp // the same hold as a divergence: nothing changes remotely meanwhile
 		c.drainNext = p.NextOffset
