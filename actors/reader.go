@@ -83,6 +83,9 @@ type reader struct {
 	// localErr is the drain's failure to read the local log, nil when it reads: while set,
 	// the stream is "stalled" (counted in StreamsStalled, not StreamsRunning).
 	localErr error
+	// oldest caches the timestamp of the oldest committed chunk not yet persisted, for
+	// status's lag: the disk is read only when the offset it starts at moves.
+	oldest oldestUnpersisted
 }
 
 func (r *reader) Receive(c actor.Context) {
