@@ -65,6 +65,9 @@ type FollowStatus struct {
 	PendingBytes int64
 	// Error is the last look's failure ("" when it succeeded).
 	Error string
+	// Restarting, with phase "restarting", says why a followed stream that a restart took
+	// out of the node (its log was rewritten) is not back in it yet; "" otherwise.
+	Restarting string
 }
 
 // ParkedStatus says why and since when a stream is parked, and when it is retried next.

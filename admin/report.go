@@ -284,6 +284,9 @@ type StreamReport struct {
 type FollowReport struct {
 	PendingBytes int64  `json:"pending_bytes"`
 	Error        string `json:"error,omitempty"`
+	// Restarting, with phase "restarting", says why a followed stream taken out of the node
+	// by a restart (its log was rewritten) is not back yet (etcd or S3 away, ...).
+	Restarting string `json:"restarting,omitempty"`
 }
 
 // ParkedReport says why and since when a stream is parked, and when it is retried next.
@@ -565,7 +568,7 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 		}
 	}
 	if f := s.Follow; f != nil {
-		r.Follow = &FollowReport{PendingBytes: f.PendingBytes, Error: f.Error}
+		r.Follow = &FollowReport{PendingBytes: f.PendingBytes, Error: f.Error, Restarting: f.Restarting}
 	}
 	if p := s.Parked; p != nil {
 		r.Parked = &ParkedReport{SinceMillis: p.Since.UnixMilli(), Reason: p.Reason, Failures: p.Failures, RetryAtMillis: p.RetryAt.UnixMilli()}

@@ -142,6 +142,9 @@ func (p *process) followOnce(ctx context.Context, st *openStream) {
 
 // logFollowFailure logs a failure of a followed stream once for as long as it lasts.
 func (p *process) logFollowFailure(st *openStream, err error, msg string) {
+	p.mu.Lock()
+	st.failure = msg + ": " + err.Error()
+	p.mu.Unlock()
 	if st.logged == err.Error() {
 		return
 	}
@@ -195,7 +198,7 @@ func (p *process) readdFollowed(ctx context.Context, st *openStream) {
 		return
 	}
 	p.mu.Lock()
-	st.removed, st.oldRoots = false, roots
+	st.removed, st.oldRoots, st.failure = false, roots, ""
 	p.mu.Unlock()
 	st.logged = ""
 	p.log.Info().Str("stream", st.id).Uint64("local_first", st.log.FirstOffset()).Uint64("local_next", st.log.NextOffset()).
