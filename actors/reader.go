@@ -386,6 +386,13 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.timers.After(c.ActorSystem().Root, c.Self(), logRecheck, logGrowthCheckMsg{first: e.LocalFirst, next: e.LocalNext})
 	case readercore.StalledDiverged:
 		r.n.metrics.DivergedStalls.Add(1)
+		if a := e.EpochAhead; a != nil {
+			r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
+				Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).Uint64("local_first_epoch", a.LocalEpoch).
+				Uint64("remote_last_epoch", a.RemoteEpoch).
+				Msg("the local log starts above the remote tier at a higher epoch than its last chunk: a rewrite may have been trimmed unseen; nothing is uploaded or deleted until an operator runs 'node truncate' (which keeps the remote tier and declares the gap)")
+			return
+		}
 		if g := e.GapFork; g != nil {
 			r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
 				Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).Uint64("fork_at", g.At).

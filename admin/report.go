@@ -563,6 +563,9 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 	}
 	if c.Diverged {
 		r.Remote.Diverged = &DivergedReport{Behind: c.Behind, RemoteFirst: c.RemoteFirst, RemoteNext: c.RemoteNext, LocalFirst: c.LocalFirst, LocalNext: c.LocalNext}
+		if a := c.EpochAhead; a != nil {
+			r.Remote.Diverged.Reason = fmt.Sprintf("the local log starts at %d, above the remote next offset, with a chunk of epoch %d, above the remote tier's last chunk's %d: the broker may have rewritten the log below the remote next offset and trimmed the rewrite before the node looked (or failed over as it lost those offsets); `node truncate --yes` keeps the remote tier and declares the gap", a.LocalFirst, a.LocalEpoch, a.RemoteEpoch)
+		}
 		if g := c.GapFork; g != nil {
 			r.Remote.Diverged.Reason = fmt.Sprintf("the local log forks at %d, in the declared gap [%d,%d), and durable data follows the gap: cutting back to the fork would delete it (restore the run after the last gap, docs/reading.md)", g.At, g.From, g.To)
 		}

@@ -115,6 +115,9 @@ type StalledDiverged struct {
 	// GapFork, when set, says the two do share a prefix but fork inside a declared gap
 	// with durable data above it, which the cut at the fork would delete.
 	GapFork *divergence.GapFork
+	// EpochAhead, when set, says the local log starts above the remote next offset with a
+	// chunk of a higher epoch than the remote tier's last: possibly another timeline.
+	EpochAhead *divergence.EpochAhead
 }
 
 // RegisterOffsetListener tells the shell to register the one-shot offset listener for
@@ -356,6 +359,9 @@ func (e StalledDiverged) String() string {
 	s := fmt.Sprintf("stalled-diverged remote=[%d,%d) local=[%d,%d)", e.RemoteFirst, e.RemoteNext, e.LocalFirst, e.LocalNext)
 	if g := e.GapFork; g != nil {
 		s += fmt.Sprintf(" fork-at=%d in-gap=[%d,%d)", g.At, g.From, g.To)
+	}
+	if a := e.EpochAhead; a != nil {
+		s += fmt.Sprintf(" local-first-epoch=%d remote-last-epoch=%d", a.LocalEpoch, a.RemoteEpoch)
 	}
 	return s
 }
