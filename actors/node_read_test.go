@@ -329,3 +329,53 @@ func TestReaderHandsOffWhereTheLocalLogBegins(t *testing.T) {
 		t.Fatalf("%d hand-offs, want 1", h)
 	}
 }
+
+// TestReaderGapWhereTheLocalSegmentWentBeforeUpload: a reader in the local tier, above the
+// remote tier's next offset, whose segment the broker's retention deletes before it was
+// uploaded (issue 22 item 2). The reader must not open the remote tier above its end (it
+// failed with "the remote tier was truncated"): it waits for the gap the writer declares
+// and delivers it as a gap item, then reads on locally from the gap's end.
+func TestReaderGapWhereTheLocalSegmentWentBeforeUpload(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	n, lg, _ := persistedStream(t, w, "lost", Config{LocalHotWindowBytes: 1 << 30}, 47, 128<<10)
+	remoteNext := lg.NextOffset()
+	// Hold the uploads back (the manifest's roots still land): what comes next is only local.
+	w.Inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `/data/`, Fault: s3test.FaultForbidden})
+	writeLog(t, lg, 49, loadgen.Limit{Bytes: 320 << 10})
+	var seg segments.SegmentInfo
+	for _, s := range lg.Segments() {
+		if s.FirstOffset > remoteNext {
+			seg = s // the first segment wholly above the remote tier's next offset
+			break
+		}
+	}
+	if seg.Name == "" || seg.NextOffset >= lg.NextOffset() {
+		t.Fatalf("segments %+v: want one wholly above the remote next offset %d, not the last", lg.Segments(), remoteNext)
+	}
+	r, err := n.OpenReader(context.Background(), "lost", read.FromOffset(seg.FirstOffset))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// The broker's retention takes every segment up to and including the reader's.
+	if _, err := lg.ApplyRetention(segments.RetentionPolicy{MayDelete: func(s segments.SegmentInfo) bool { return s.NextOffset <= seg.NextOffset }}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	localFirst := lg.FirstOffset()
+	if localFirst != seg.NextOffset {
+		t.Fatalf("local first %d after retention, want %d", localFirst, seg.NextOffset)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	it, err := r.Next(ctx)
+	if err != nil {
+		t.Fatalf("next at %d (in the deleted segment): %v; want a gap item", seg.FirstOffset, err)
+	}
+	if it.Kind != read.ItemGap || it.Offset > seg.FirstOffset || it.End != localFirst {
+		t.Fatalf("first item %s [%d, %d); want a gap holding %d and ending at the local first offset %d", it.Kind, it.Offset, it.End, seg.FirstOffset, localFirst)
+	}
+	it, err = r.Next(ctx)
+	if err != nil || it.Kind != read.ItemChunk || it.Offset != localFirst {
+		t.Fatalf("after the gap: %s [%d, %d), %v; want the chunk at %d", it.Kind, it.Offset, it.End, err, localFirst)
+	}
+}

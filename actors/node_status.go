@@ -49,8 +49,10 @@ type StreamStatus struct {
 	// supervisor retries it periodically instead of restarting it at once.
 	Parked *ParkedStatus
 
-	// LagBytes estimates the committed bytes not yet persisted remotely; LagSeconds the age
-	// of the oldest of them (both from segment summaries, exact at segment boundaries).
+	// LagBytes estimates the committed bytes not yet persisted remotely (from segment
+	// summaries, exact at segment boundaries); LagSeconds is the age of the oldest of them:
+	// now minus the timestamp of the committed chunk at the persisted next offset (or the
+	// local first offset above it), 0 when everything committed is persisted.
 	LagBytes   int64
 	LagSeconds float64
 
@@ -66,6 +68,9 @@ type FollowStatus struct {
 	PendingBytes int64
 	// Error is the last look's failure ("" when it succeeded).
 	Error string
+	// Restarting, with phase "restarting", says why a followed stream that a restart took
+	// out of the node (its log was rewritten) is not back in it yet; "" otherwise.
+	Restarting string
 }
 
 // ParkedStatus says why and since when a stream is parked, and when it is retried next.
@@ -145,7 +150,11 @@ func (r *reader) status() StreamStatus {
 				st.Phase = "behind"
 			}
 		}
-		st.LagBytes, st.LagSeconds = lag(segs, st.Core.PersistedNext, st.LocalCommitted, r.n.cfg.clock.Now())
+		now := r.n.cfg.clock.Now()
+		st.LagBytes, st.LagSeconds = lag(segs, st.Core.PersistedNext, st.LocalCommitted, now)
+		if ts, ok := r.oldest.at(r.h.spec.Log, max(st.Core.PersistedNext, st.LocalFirst), st.LocalCommitted); ok {
+			st.LagSeconds = max(float64(now.UnixMilli()-ts)/1000, 0)
+		}
 	}
 	if ms := r.h.stall.Load(); ms != nil && !r.running {
 		st.Phase, st.MetadataReason = ms.Phase, ms.Reason
@@ -167,8 +176,38 @@ func (r *reader) status() StreamStatus {
 	return st
 }
 
+// oldestUnpersisted remembers the timestamp of the chunk at one offset (the oldest committed
+// chunk not yet persisted), so that a status reads the disk only when that offset moves.
+type oldestUnpersisted struct {
+	off   uint64
+	ts    int64
+	known bool
+}
+
+// at returns the timestamp of the committed chunk starting at off in lg (cached per off);
+// ok is false when off is at or past committed (nothing is waiting) or no chunk starts
+// there (a segment just deleted, off inside a chunk): the caller estimates instead.
+// Before, the age was interpolated between a segment's first and last timestamps, which
+// after a broker outage spanned by one segment reported the outage instead of the lag.
+func (o *oldestUnpersisted) at(lg *segments.Log, off, committed uint64) (int64, bool) {
+	if off >= committed {
+		return 0, false
+	}
+	if o.known && o.off == off {
+		return o.ts, true
+	}
+	h, found, err := lg.ChunkHeader(off)
+	if err != nil || !found {
+		o.known = false
+		return 0, false
+	}
+	o.off, o.ts, o.known = off, h.Timestamp, true
+	return o.ts, true
+}
+
 // lag estimates the bytes and the age of committed data in [persisted, committed), assuming
-// bytes and time spread evenly over offsets within a segment.
+// bytes and time spread evenly over offsets within a segment (the age is the fallback of
+// oldestUnpersisted.at).
 func lag(segs []segments.SegmentInfo, persisted, committed uint64, now time.Time) (int64, float64) {
 	if committed <= persisted {
 		return 0, 0

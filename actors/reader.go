@@ -86,6 +86,9 @@ type reader struct {
 	// localErr is the drain's failure to read the local log, nil when it reads: while set,
 	// the stream is "stalled" (counted in StreamsStalled, not StreamsRunning).
 	localErr error
+	// oldest caches the timestamp of the oldest committed chunk not yet persisted, for
+	// status's lag: the disk is read only when the offset it starts at moves.
+	oldest oldestUnpersisted
 }
 
 func (r *reader) Receive(c actor.Context) {
@@ -409,6 +412,20 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.timers.After(c.ActorSystem().Root, c.Self(), logRecheck, logGrowthCheckMsg{first: e.LocalFirst, next: e.LocalNext})
 	case readercore.StalledDiverged:
 		r.n.metrics.DivergedStalls.Add(1)
+		if a := e.EpochAhead; a != nil {
+			r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
+				Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).Uint64("local_first_epoch", a.LocalEpoch).
+				Uint64("remote_last_epoch", a.RemoteEpoch).
+				Msg("the local log starts above the remote tier at a higher epoch than its last chunk: a rewrite may have been trimmed unseen; nothing is uploaded or deleted until an operator runs 'node truncate' (which keeps the remote tier and declares the gap)")
+			return
+		}
+		if g := e.GapFork; g != nil {
+			r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
+				Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).Uint64("fork_at", g.At).
+				Uint64("gap_from", g.From).Uint64("gap_to", g.To).
+				Msg("the local log forks from the remote tier inside a declared gap with durable data above it: nothing is deleted or uploaded until an operator runs 'node truncate' (which deletes that data) or restores the local log from the run after the gap")
+			return
+		}
 		r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
 			Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).
 			Msg("the local log shares no chunk with the remote tier: nothing is deleted or uploaded until an operator runs 'node truncate' (or restores the local log)")

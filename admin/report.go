@@ -7,6 +7,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"time"
 
@@ -283,6 +284,9 @@ type StreamReport struct {
 type FollowReport struct {
 	PendingBytes int64  `json:"pending_bytes"`
 	Error        string `json:"error,omitempty"`
+	// Restarting, with phase "restarting", says why a followed stream taken out of the node
+	// by a restart (its log was rewritten) is not back yet (etcd or S3 away, ...).
+	Restarting string `json:"restarting,omitempty"`
 }
 
 // ParkedReport says why and since when a stream is parked, and when it is retried next.
@@ -329,6 +333,10 @@ type DivergedReport struct {
 	RemoteNext  uint64 `json:"remote_next"`
 	LocalFirst  uint64 `json:"local_first"`
 	LocalNext   uint64 `json:"local_next"`
+	// Reason, when set, says why a log that does share a prefix with the remote tier is held
+	// as diverged: it forks inside a declared gap with durable data above it, which the cut
+	// at the fork would delete (a log restored up to a mid-stream gap and continued there).
+	Reason string `json:"reason,omitempty"`
 }
 
 // PipelineReport is the upload pipeline between the local log and the persisted manifest.
@@ -555,9 +563,15 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 	}
 	if c.Diverged {
 		r.Remote.Diverged = &DivergedReport{Behind: c.Behind, RemoteFirst: c.RemoteFirst, RemoteNext: c.RemoteNext, LocalFirst: c.LocalFirst, LocalNext: c.LocalNext}
+		if a := c.EpochAhead; a != nil {
+			r.Remote.Diverged.Reason = fmt.Sprintf("the local log starts at %d, above the remote next offset, with a chunk of epoch %d, above the remote tier's last chunk's %d: the broker may have rewritten the log below the remote next offset and trimmed the rewrite before the node looked (or failed over as it lost those offsets); `node truncate --yes` keeps the remote tier and declares the gap", a.LocalFirst, a.LocalEpoch, a.RemoteEpoch)
+		}
+		if g := c.GapFork; g != nil {
+			r.Remote.Diverged.Reason = fmt.Sprintf("the local log forks at %d, in the declared gap [%d,%d), and durable data follows the gap: cutting back to the fork would delete it (restore the run after the last gap, docs/reading.md)", g.At, g.From, g.To)
+		}
 	}
 	if f := s.Follow; f != nil {
-		r.Follow = &FollowReport{PendingBytes: f.PendingBytes, Error: f.Error}
+		r.Follow = &FollowReport{PendingBytes: f.PendingBytes, Error: f.Error, Restarting: f.Restarting}
 	}
 	if p := s.Parked; p != nil {
 		r.Parked = &ParkedReport{SinceMillis: p.Since.UnixMilli(), Reason: p.Reason, Failures: p.Failures, RetryAtMillis: p.RetryAt.UnixMilli()}

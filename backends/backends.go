@@ -346,7 +346,7 @@ func attach(ctx context.Context, s nodeconfig.Settings, info RunInfo, bucketOnly
 		}
 		cfg = s3io.Config{Endpoint: info.S3.Endpoint, Region: info.S3.Region, Bucket: info.S3.Bucket, PathStyle: true,
 			AccessKey: info.S3.AccessKey, SecretKey: info.S3.SecretKey, RequestTimeout: s.S3RequestTimeout, TransferTimeout: s.S3TransferTimeout,
-			MaxConns: s.S3MaxConns()}
+			MaxConns: s.S3MaxConns(), DisableKeepAlives: true} // as embeds3.Server.Config: nothing idle holds the node's stop
 	}
 	if err := b.openStore(ctx, cfg, false); err != nil {
 		return nil, err

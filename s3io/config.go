@@ -55,6 +55,12 @@ type Config struct {
 	// room for small requests: fewer makes uploads wait for a connection, more only lets
 	// descriptors pile up. A request waiting for a connection is bounded by its timeout.
 	MaxConns int
+	// DisableKeepAlives makes the client pool no connection: for an endpoint that closes
+	// every connection after its answer anyway (the embedded one). Go's transport finishes
+	// a dial whose request was canceled meanwhile and pools the connection; such a
+	// connection never carries a request, and the embedded gateway's stop waits 10 s for
+	// it (it counts a connection active until its first request).
+	DisableKeepAlives bool
 	// SSE is the server-side encryption asked for on every object PUT: "" (none asked: the
 	// bucket's default applies, SSE-S3 on AWS since 2023), SSEAES256 (SSE-S3) or SSEKMS.
 	SSE string

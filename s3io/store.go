@@ -83,6 +83,7 @@ func newStore(ctx context.Context, c Config, apiOptions ...func(*middleware.Stac
 		tr.MaxConnsPerHost = c.MaxConns
 		tr.MaxIdleConnsPerHost = c.MaxConns
 		tr.MaxIdleConns = c.MaxConns
+		tr.DisableKeepAlives = c.DisableKeepAlives
 	})
 	opts := []func(*config.LoadOptions) error{
 		config.WithRegion(c.Region),

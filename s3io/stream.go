@@ -93,6 +93,11 @@ func (r *rangeStream) Close() error {
 // differs fails (ErrBodyMismatch) before its last bytes reach the transport, so the request
 // is aborted even on a server that ignores the header. A body that ends early or fails
 // fails the PUT. It honours ctx and the transfer timeout.
+//
+// After a failure no whole object is stored under key, but a server may keep what it
+// received of the aborted request, even after PutObjectStream returned: the caller puts
+// under a key nobody else writes, deletes it after a failure (a late partial object is
+// garbage no manifest names, for gc) and retries under a new key, never the same one.
 func (s *Store) PutObjectStream(ctx context.Context, key string, body io.Reader, size int64, crc uint32) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -117,7 +122,8 @@ func (s *Store) PutObjectStream(ctx context.Context, key string, body io.Reader,
 // ErrBodyMismatch marks a streamed PUT body whose bytes do not match the CRC-32 (or length)
 // declared for it: bytes changed between the read that computed the CRC and the one that
 // streamed them (in transit, or a server bug). No whole object was stored (a server may keep
-// a partial one of the aborted request, under that key); it is worth retrying.
+// a partial one of the aborted request under that key, at any time: see PutObjectStream);
+// it is worth retrying under a new key.
 var ErrBodyMismatch = errors.New("streamed body does not match its declared CRC-32")
 
 // countedBody counts what the transport read from a PUT body, computes its CRC-32 as it

@@ -53,6 +53,9 @@ func (u *fragmentUpload) close() {
 // few bytes around them, is sent up front for the server to verify. While bytes stream,
 // every chunk header and data CRC is checked against d; a mismatch aborts the request, so a
 // corrupt chunk never lands in S3. A deleted segment is ClassSegmentGone (segments.ErrSegmentGone).
+// An aborted request stores no whole object, but a server may keep what it received of it
+// under key, even after PutFragment returned: keys are never reused (a fresh uid per
+// attempt), so that is garbage no manifest names, for gc.
 func (s *Store) PutFragment(ctx context.Context, key, dir string, d fragment.Description) (PutInfo, error) {
 	if err := checkKey(key); err != nil {
 		return PutInfo{}, err

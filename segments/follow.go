@@ -269,18 +269,18 @@ func (l *Log) refresh() (FollowState, error) {
 	}
 	defer sf.Close()
 	defer xf.Close()
-	// Only what was seen can shrink: a last segment with no chunk seen and files shorter
-	// than their headers is a roll in progress (the follower may have opened before they
-	// were whole), where scanForward sees nothing yet.
-	if act.chunks > 0 && segSize < act.size {
-		return FollowState{}, rewritten(act.name, "the segment shrank to %d bytes, below the %d seen", segSize, act.size)
-	}
-	if want := FileHeaderSize + int64(act.chunks)*IndexRecordSize; act.chunks > 0 && idxSize < want {
-		return FollowState{}, rewritten(IndexName(act.first), "the index shrank to %d bytes, below the %d seen", idxSize, want)
-	}
+	// Only what was seen can shrink or change. A last segment with no chunk seen is a roll
+	// (its files may even be shorter than their headers: the follower may have opened
+	// before they were whole): the last chunk seen is in the segment before it, which the
+	// writer may have truncated and written again since, rolling again to the same name.
+	// So that one is checked instead; only a view with no chunk at all has nothing to check.
 	if act.chunks > 0 {
-		if err := sameLastChunk(sf, xf, &act, last); err != nil {
-			return FollowState{}, rewritten(act.name, "%v", err)
+		if file, detail := seenUnchanged(sf, xf, &act, segSize, idxSize, last); detail != "" {
+			return FollowState{}, rewritten(file, "%s", detail)
+		}
+	} else if hasLast && len(segs)-drop >= 2 {
+		if err := l.prevUnchanged(segs[len(segs)-2], last, rewritten); err != nil {
+			return FollowState{}, err
 		}
 	}
 	fresh, err := scanForward(sf, xf, &act, segSize, idxSize, last, hasLast)
@@ -343,6 +343,41 @@ func (l *Log) refresh() (FollowState, error) {
 	l.publish()
 	st.Next = l.nextID
 	return st, nil
+}
+
+// seenUnchanged checks that what the follower saw of s is still there: neither file shrank
+// below it and its last chunk (last) is unchanged. It returns the file that changed and
+// how, or an empty detail.
+func seenUnchanged(sf, xf *os.File, s *segment, segSize, idxSize int64, last chunk.Header) (file, detail string) {
+	if segSize < s.size {
+		return s.name, fmt.Sprintf("the segment shrank to %d bytes, below the %d seen", segSize, s.size)
+	}
+	if want := FileHeaderSize + int64(s.chunks)*IndexRecordSize; idxSize < want {
+		return IndexName(s.first), fmt.Sprintf("the index shrank to %d bytes, below the %d seen", idxSize, want)
+	}
+	if err := sameLastChunk(sf, xf, s, last); err != nil {
+		return s.name, err.Error()
+	}
+	return "", ""
+}
+
+// prevUnchanged checks the segment before an empty last segment, which holds the last
+// chunk seen (last): a missing file, a shrink or a changed last chunk is a
+// *RewrittenError made by rewritten.
+func (l *Log) prevUnchanged(prev *segment, last chunk.Header, rewritten func(name, detail string, args ...any) error) error {
+	sf, xf, segSize, idxSize, err := openPairReadOnly(l.dir, prev.first)
+	if errors.Is(err, fs.ErrNotExist) {
+		return rewritten(prev.name, "the segment holding the last chunk seen or its index is gone")
+	}
+	if err != nil {
+		return fmt.Errorf("refresh %s: %w", l.dir, err)
+	}
+	defer sf.Close()
+	defer xf.Close()
+	if file, detail := seenUnchanged(sf, xf, prev, segSize, idxSize, last); detail != "" {
+		return rewritten(file, "%s", detail)
+	}
+	return nil
 }
 
 // sameLastChunk checks that the last chunk seen in the segment is still there, header and

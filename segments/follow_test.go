@@ -532,3 +532,76 @@ func TestFollowOpensDuringARoll(t *testing.T) {
 		t.Fatalf("refresh after two more chunks: %+v, want next %d", st, w.NextOffset())
 	}
 }
+
+// The follower opened during a roll (the last segment holds no chunk yet); before it looks
+// again, the writer truncates the previous segment's last chunk, writes it again at a
+// higher epoch with as many records (so the next offset is the same) and rolls again to
+// the same file name. Refresh is ErrRewritten naming the segment whose chunk changed.
+// Before, every rewrite check was skipped while the last segment held no chunk seen, and
+// the follower took the new segment's chunks on top of the replaced one.
+func TestFollowRewriteDuringARoll(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{MaxSegmentChunks: 3}
+	w := mustOpen(t, dir, opts)
+	hs := appendN(t, w, 3, 1)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	next := hs[2].NextID()
+	seg0 := w.Segments()[0]
+	// The roll: the new segment's file headers are whole, no chunk yet.
+	if err := os.WriteFile(filepath.Join(dir, SegmentName(next)), segmentFileHeader, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, IndexName(next)), indexFileHeader, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := mustFollow(t, dir)
+	commitAll(t, f)
+	if f.NextOffset() != next || len(f.Segments()) != 2 {
+		t.Fatalf("follower at %d with %d segments, want %d and 2", f.NextOffset(), len(f.Segments()), next)
+	}
+
+	// The writer's truncation: the later segment goes, the last chunk is cut.
+	for _, name := range []string{SegmentName(next), IndexName(next)} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Truncate(filepath.Join(dir, seg0.Name), seg0.Size-hs[2].Size()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(dir, IndexName(seg0.FirstOffset)), FileHeaderSize+2*IndexRecordSize); err != nil {
+		t.Fatal(err)
+	}
+	w = mustOpen(t, dir, opts)
+	bodies := make([]string, hs[2].Records)
+	for j := range bodies {
+		bodies[j] = fmt.Sprintf("epoch 2 record %d", j)
+	}
+	h, _, err := w.Append(userChunk(2, 2002, bodies...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ChunkID != hs[2].ChunkID || h.NextID() != next || h == hs[2] {
+		t.Fatalf("rewritten chunk %+v, want id %d, next %d and other contents than %+v", h, hs[2].ChunkID, next, hs[2])
+	}
+	more := appendN(t, w, 2, 2)
+	if segs := w.Segments(); len(segs) != 2 || segs[1].Name != SegmentName(next) {
+		t.Fatalf("writer segments %+v, want a second one named %s", segs, SegmentName(next))
+	}
+
+	_, err = f.Refresh()
+	var rw *RewrittenError
+	if !errors.Is(err, ErrRewritten) || !errors.As(err, &rw) || rw.Segment != seg0.Name || rw.Next != next || rw.Last != hs[2].ChunkID {
+		t.Fatalf("refresh after the rewrite and the roll: %v (%+v); want ErrRewritten in %s", err, rw, seg0.Name)
+	}
+	if f.NextOffset() != next {
+		t.Fatalf("view moved to %d", f.NextOffset())
+	}
+	// A new follower sees the new timeline.
+	g := mustFollow(t, dir)
+	if last, _ := g.LastChunk(); last != more[1] {
+		t.Fatalf("new follower's last chunk %+v, want %+v", last, more[1])
+	}
+}

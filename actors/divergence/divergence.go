@@ -128,6 +128,32 @@ type Result struct {
 	// log catches up or forks; nothing is cut).
 	Truncation *Truncation
 	Probes     int // chunk comparisons made
+	// GapFork is set with NoCommon when the two do share a prefix but part at the start of
+	// (or inside) a declared gap with durable data above it: cutting back to the fork would
+	// delete durable chunks the local log never held (a log restored up to a mid-stream gap
+	// and continued there by a broker). Truncation is then the cut at the fork, made only
+	// if an operator asks for it.
+	GapFork *GapFork
+	// EpochAhead is set with NoCommon when the local log starts above the remote next
+	// offset (offsets were lost between) with a chunk of a higher epoch than the remote
+	// tier's last: the broker may have rewritten the log below the remote next offset and
+	// its retention trimmed the rewrite before the node looked (or a failover came with the
+	// loss; the two cannot be told apart). Truncation then keeps the whole remote tier: the
+	// operator's truncate accepts the loss as a gap.
+	EpochAhead *EpochAhead
+}
+
+// EpochAhead names the local first chunk's epoch and the remote tier's last chunk's.
+type EpochAhead struct {
+	LocalFirst              uint64
+	LocalEpoch, RemoteEpoch uint64
+}
+
+// GapFork is where a local log forks from the remote tier inside a declared gap [From, To)
+// that durable data follows (up to the remote next offset).
+type GapFork struct {
+	At       uint64
+	From, To uint64
 }
 
 // leaf is one fragment of the remote tier with its end offset.
@@ -149,6 +175,17 @@ type searcher struct {
 // Find compares the remote tier m with the local log [localFirst, localNext).
 func Find(m manifest.Manifest, localFirst, localNext uint64, remote Remote, local Local) (Result, error) {
 	res := Result{RemoteFirst: m.FirstOffset, RemoteNext: m.NextOffset, LocalFirst: localFirst, LocalNext: localNext}
+	if localFirst < localNext && localFirst > m.NextOffset && len(m.Entries) > 0 {
+		s := &searcher{m: m, lf: localFirst, ln: localNext, remote: remote, local: local, index: map[uint64][]IndexEntry{}}
+		e, err := s.epochAhead()
+		if err != nil || e == nil {
+			res.Kind = NotCompared
+			return res, err
+		}
+		res.Kind, res.EpochAhead = NoCommon, e
+		res.Truncation = &Truncation{At: m.NextOffset, Manifest: m.Clone()}
+		return res, nil
+	}
 	if localFirst >= localNext || localFirst >= m.NextOffset || len(m.Entries) == 0 {
 		if len(m.Entries) == 0 && localFirst < localNext && localNext < m.NextOffset {
 			// Nothing remote to compare, and the local log ends below where uploading
@@ -272,6 +309,14 @@ func Find(m manifest.Manifest, localFirst, localNext uint64, remote Remote, loca
 	t, err := s.truncate(at)
 	if err != nil {
 		return res, err
+	}
+	if g, ok, err := s.gapAt(at); err != nil {
+		return res, err
+	} else if ok && g.To < s.m.NextOffset {
+		// Two gaps never stand side by side: what follows the gap is durable data.
+		g.At = at
+		res.Kind, res.Truncation, res.GapFork = NoCommon, t, &g
+		return res, nil
 	}
 	if t.Straddle != nil {
 		t.Prefix = append([]IndexEntry(nil), idx[:k+1]...)
@@ -414,6 +459,60 @@ func (s *searcher) lastLeaf() (leaf, bool, error) {
 		}
 	}
 	return leaf{}, false, nil
+}
+
+// epochAhead compares the epoch of the local log's first chunk with the remote tier's last
+// chunk's (one index GET and one 48-byte ranged GET); nil when it is not above.
+func (s *searcher) epochAhead() (*EpochAhead, error) {
+	last, ok, err := s.lastLeaf()
+	if err != nil || !ok {
+		return nil, err
+	}
+	idx, err := s.indexOf(last.e)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := s.remote.Chunk(last.e, idx[len(idx)-1].Position)
+	if err != nil {
+		return nil, fmt.Errorf("remote chunk %d (fragment at %d): %w", idx[len(idx)-1].ID, last.e.FirstOffset, err)
+	}
+	lc, found, err := s.local.Chunk(s.lf)
+	if err != nil {
+		return nil, fmt.Errorf("local chunk %d: %w", s.lf, err)
+	}
+	s.probes++
+	if !found || lc.Epoch <= rc.Epoch {
+		return nil, nil
+	}
+	return &EpochAhead{LocalFirst: s.lf, LocalEpoch: lc.Epoch, RemoteEpoch: rc.Epoch}, nil
+}
+
+// gapAt finds the declared gap of the tree holding offset at (reading the group objects
+// on the way down to it), if a gap holds it.
+func (s *searcher) gapAt(at uint64) (GapFork, bool, error) {
+	entries, end := s.m.Entries, s.m.NextOffset
+	for depth := 0; depth <= 4; depth++ {
+		i := sort.Search(len(entries), func(i int) bool { return entries[i].FirstOffset > at }) - 1
+		if i < 0 {
+			return GapFork{}, false, nil
+		}
+		e := entries[i]
+		if i+1 < len(entries) {
+			end = entries[i+1].FirstOffset
+		}
+		switch {
+		case at >= end || e.Kind == manifest.KindFragment:
+			return GapFork{}, false, nil
+		case e.IsGap():
+			return GapFork{From: e.FirstOffset, To: end}, true, nil
+		}
+		children, err := s.remote.Children(e)
+		if err != nil {
+			return GapFork{}, false, fmt.Errorf("%s at %d (uid %016x): %w", e.Kind, e.FirstOffset, e.UID, err)
+		}
+		entries = children
+	}
+	return GapFork{}, false, fmt.Errorf("the tree at offset %d is deeper than four levels", at)
 }
 
 // truncate cuts the remote tier back to at.

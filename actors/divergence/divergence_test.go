@@ -178,6 +178,12 @@ func drawWorld(t *rapid.T) *world {
 // first offsets, that the local log holds unchanged.
 func (w *world) expected() (Kind, uint64) {
 	if w.lf >= w.m.NextOffset {
+		// Offsets lost between, and the local first chunk at a higher epoch than the remote
+		// tier's last: possibly another timeline (EpochAhead).
+		if lc, ok := w.local.at(w.lf); ok && w.lf > w.m.NextOffset && len(w.remote) > 0 && w.lf < w.ln &&
+			w.remote[len(w.remote)-1].Next > w.m.FirstOffset && lc.Epoch > w.remote[len(w.remote)-1].Epoch {
+			return NoCommon, 0
+		}
 		return NotCompared, 0
 	}
 	var last *Chunk

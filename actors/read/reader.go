@@ -60,7 +60,11 @@ type Reader struct {
 	gotItem bool
 	// earlyRefused is set once a hand-off before the remote end found the local log short.
 	earlyRefused bool
-	closed       bool
+	// awaiting: the local segment holding awaitAt went before it was uploaded and the remote
+	// tier ends at or below it; no tier is open until the remote tier reaches it.
+	awaiting bool
+	awaitAt  uint64
+	closed   bool
 }
 
 // Side is what a reader reads: the stream's local log (nil offline), the remote tier,
@@ -402,6 +406,10 @@ func (r *Reader) next(ctx context.Context) (Item, error) {
 			return it, nil
 		case r.ended:
 			return Item{}, io.EOF
+		case r.awaiting:
+			if err := r.awaitRemote(ctx); err != nil {
+				return Item{}, err
+			}
 		case r.tier == TierLocal:
 			it, err, again := r.nextLocal(ctx)
 			if again {
@@ -468,6 +476,15 @@ func (r *Reader) nextLocal(ctx context.Context) (Item, error, bool) {
 		// r.local.NextOffset() would then skip that chunk.
 		r.local.Close()
 		r.local = nil
+		if m, ok := r.side.Known(); ok && at >= m.NextOffset {
+			// Not uploaded: the broker's retention took it first. The writer declares the
+			// loss as a gap once it finds the segment gone; wait for the remote tier to
+			// reach at (awaitRemote) rather than open it above its end, which fails.
+			r.side.Env.Log.Debug().Uint64("offset", at).Uint64("remote_next", m.NextOffset).
+				Msg("local segment gone under a reader before it was uploaded; waiting for the remote tier to reach it")
+			r.awaiting, r.awaitAt, r.bo = true, at, backoff{}
+			return Item{}, nil, true
+		}
 		r.side.Env.Log.Debug().Uint64("offset", at).Msg("local segment gone under a reader; reading remotely")
 		if err := r.openRemote(ctx, at); err != nil {
 			return Item{}, err, false
@@ -475,6 +492,17 @@ func (r *Reader) nextLocal(ctx context.Context) (Item, error, bool) {
 		return Item{}, nil, true
 	}
 	return Item{}, err, false
+}
+
+// awaitRemote waits, backing off as atRemoteEnd's handOffRemote case does, until the
+// remote tier the reader knows reaches awaitAt (an upload, or the gap the writer declares
+// for a segment lost before its upload), then opens it there.
+func (r *Reader) awaitRemote(ctx context.Context) error {
+	if m, ok := r.side.Known(); ok && r.awaitAt < m.NextOffset {
+		r.awaiting, r.bo = false, backoff{}
+		return r.openRemote(ctx, r.awaitAt)
+	}
+	return r.bo.wait(ctx)
 }
 
 // atRemoteEnd hands off to the local log at at, or goes on remotely, or waits (handOff).

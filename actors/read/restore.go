@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/segments"
 )
 
@@ -15,7 +17,12 @@ type RestoreOptions struct {
 	Source OfflineSource
 	// Dir is the stream directory to write; it must be empty or absent.
 	Dir string
-	// From is where the restored log starts (default: the remote tier's first offset).
+	// From is where the restored log starts. The default is the last run: the end of the
+	// remote tier's last declared gap (its first offset when it holds none), so the log runs up to the remote next offset and a broker can continue it
+	// safely. Give FromFirst (or an offset) for an earlier run: the restore then stops at
+	// the first gap after its first chunk (RestoreGapError). A broker must never be
+	// started on an earlier run's directory: its next chunk would land in the gap
+	// (docs/reading.md, "Restoring across gaps").
 	From From
 	// To, when above 0, ends the restored log before the first chunk starting at or above
 	// offset To.
@@ -34,6 +41,15 @@ type RestoreReport struct {
 	Segments    int    `json:"segments"`
 	// Attached is set when the start asked for is no longer held (see Reader.Attached).
 	Attached *Attached `json:"attached,omitempty"`
+	// AfterGap is the gap the default start followed (nil when the remote tier holds no
+	// gap): the offsets below it are earlier runs, restored only on request (From).
+	AfterGap *GapRange `json:"after_gap,omitempty"`
+}
+
+// GapRange is a range [From, To) of offsets no tier holds.
+type GapRange struct {
+	From uint64 `json:"from"`
+	To   uint64 `json:"to"`
 }
 
 // RestoreGapError says that a restore stopped at a declared gap or a range remote
@@ -68,7 +84,11 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreReport, error) {
 		return rep, fmt.Errorf("restore into %s: %w", o.Dir, err)
 	}
 	if o.From.Kind == 0 {
-		o.From = FromFirst()
+		from, gap, err := lastRun(ctx, o.Source)
+		if err != nil {
+			return rep, fmt.Errorf("restore: find the last run: %w", err)
+		}
+		o.From, rep.AfterGap = FromOffset(from), gap
 	}
 	r, err := OpenOffline(ctx, o.Source, o.From)
 	if err != nil {
@@ -131,4 +151,52 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreReport, error) {
 		return rep, fmt.Errorf("restore: %w", err)
 	}
 	return rep, nil
+}
+
+// lastRun finds where the remote tier's last run of consecutive chunks starts: the end of
+// its last declared gap (reading group objects from the newest down, only until a gap is
+// found), else its first offset.
+func lastRun(ctx context.Context, o OfflineSource) (uint64, *GapRange, error) {
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = manifest.DefaultKeyPrefix
+	}
+	m, _, err := offlineLatest(o)(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	tier := s3io.Tier{Store: o.Store, KeyPrefix: o.KeyPrefix, Stream: o.Stream}
+	var last func(entries []manifest.Entry, end uint64, depth int) (*GapRange, error)
+	last = func(entries []manifest.Entry, end uint64, depth int) (*GapRange, error) {
+		for i := len(entries) - 1; i >= 0; i-- {
+			e := entries[i]
+			eEnd := end
+			if i+1 < len(entries) {
+				eEnd = entries[i+1].FirstOffset
+			}
+			if eEnd <= m.FirstOffset {
+				return nil, nil // below the first offset: retained away
+			}
+			switch {
+			case e.IsGap():
+				return &GapRange{From: max(e.FirstOffset, m.FirstOffset), To: eEnd}, nil
+			case e.Kind == manifest.KindFragment:
+				continue
+			case depth >= 4:
+				return nil, fmt.Errorf("%s at %d: tree deeper than four levels", e.Kind, e.FirstOffset)
+			}
+			children, err := fetchGroup(ctx, Env{Tier: tier}, e)
+			if err != nil {
+				return nil, fmt.Errorf("%s at %d: %w", e.Kind, e.FirstOffset, err)
+			}
+			if g, err := last(children, eEnd, depth+1); g != nil || err != nil {
+				return g, err
+			}
+		}
+		return nil, nil
+	}
+	g, err := last(m.Entries, m.NextOffset, 0)
+	if err != nil || g == nil {
+		return m.FirstOffset, nil, err
+	}
+	return g.To, g, nil
 }

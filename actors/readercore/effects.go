@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/streamtier/streamtier/actors/divergence"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/manifest"
 )
@@ -111,6 +112,12 @@ type StalledBehind struct {
 type StalledDiverged struct {
 	RemoteFirst, RemoteNext uint64
 	LocalFirst, LocalNext   uint64
+	// GapFork, when set, says the two do share a prefix but fork inside a declared gap
+	// with durable data above it, which the cut at the fork would delete.
+	GapFork *divergence.GapFork
+	// EpochAhead, when set, says the local log starts above the remote next offset with a
+	// chunk of a higher epoch than the remote tier's last: possibly another timeline.
+	EpochAhead *divergence.EpochAhead
 }
 
 // RegisterOffsetListener tells the shell to register the one-shot offset listener for
@@ -354,7 +361,14 @@ func (e StalledBehind) String() string {
 }
 
 func (e StalledDiverged) String() string {
-	return fmt.Sprintf("stalled-diverged remote=[%d,%d) local=[%d,%d)", e.RemoteFirst, e.RemoteNext, e.LocalFirst, e.LocalNext)
+	s := fmt.Sprintf("stalled-diverged remote=[%d,%d) local=[%d,%d)", e.RemoteFirst, e.RemoteNext, e.LocalFirst, e.LocalNext)
+	if g := e.GapFork; g != nil {
+		s += fmt.Sprintf(" fork-at=%d in-gap=[%d,%d)", g.At, g.From, g.To)
+	}
+	if a := e.EpochAhead; a != nil {
+		s += fmt.Sprintf(" local-first-epoch=%d remote-last-epoch=%d", a.LocalEpoch, a.RemoteEpoch)
+	}
+	return s
 }
 
 func (e RegisterOffsetListener) String() string { return fmt.Sprintf("listen offset=%d", e.Offset) }

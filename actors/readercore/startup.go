@@ -128,6 +128,12 @@ func (c *Core) start() error {
 	switch {
 	case empty:
 		c.resume()
+	case cmp.Kind == divergence.NoCommon && cmp.EpochAhead != nil:
+		// Local ahead, but at a higher epoch than the remote tier's last chunk: a rewrite
+		// below the remote next offset may have been trimmed before anyone looked.
+		c.diverged = &cmp
+		c.drainNext = p.NextOffset
+		c.emit(StalledDiverged{RemoteFirst: p.FirstOffset, RemoteNext: p.NextOffset, LocalFirst: l.First, LocalNext: l.Next, EpochAhead: cmp.EpochAhead})
 	case l.First > p.NextOffset:
 		c.resume()
 		c.declareGap(GapLocalAhead, l.First)
@@ -138,7 +144,7 @@ func (c *Core) start() error {
 	case cmp.Kind == divergence.NoCommon:
 		c.diverged = &cmp
 		c.drainNext = p.NextOffset
-		c.emit(StalledDiverged{RemoteFirst: p.FirstOffset, RemoteNext: p.NextOffset, LocalFirst: l.First, LocalNext: l.Next})
+		c.emit(StalledDiverged{RemoteFirst: p.FirstOffset, RemoteNext: p.NextOffset, LocalFirst: l.First, LocalNext: l.Next, GapFork: cmp.GapFork})
 	case cmp.Kind == divergence.Behind:
 		c.diverged = &cmp // the same hold as a divergence: nothing changes remotely meanwhile
 		c.drainNext = p.NextOffset

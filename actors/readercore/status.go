@@ -48,6 +48,11 @@ type Status struct {
 	Behind                  bool // the hold is for a local log that is a prefix of the remote tier
 	RemoteFirst, RemoteNext uint64
 	LocalFirst, LocalNext   uint64
+	// GapFork: the hold is for a fork inside a declared gap with durable data above it.
+	GapFork *divergence.GapFork
+	// EpochAhead: the hold is for a local log starting above the remote next offset at a
+	// higher epoch than the remote tier's last chunk.
+	EpochAhead *divergence.EpochAhead
 
 	Stalled       bool
 	StalledOffset uint64
@@ -114,6 +119,7 @@ func (c *Core) Status() Status {
 		s.Diverged = true
 		s.Behind = d.Kind == divergence.Behind
 		s.RemoteFirst, s.RemoteNext, s.LocalFirst, s.LocalNext = d.RemoteFirst, d.RemoteNext, d.LocalFirst, d.LocalNext
+		s.GapFork, s.EpochAhead = d.GapFork, d.EpochAhead
 	}
 	s.OldestUnpersistedTimestamp = -1
 	for _, p := range c.pending {
@@ -185,6 +191,10 @@ func (s Status) String() string {
 	}
 	if s.Diverged && s.Behind {
 		fmt.Fprintf(&b, "behind: local=[%d,%d) is a prefix of remote=[%d,%d)\n", s.LocalFirst, s.LocalNext, s.RemoteFirst, s.RemoteNext)
+	} else if g := s.GapFork; s.Diverged && g != nil {
+		fmt.Fprintf(&b, "diverged: remote=[%d,%d) local=[%d,%d) fork at %d in the declared gap [%d,%d) with durable data above it\n", s.RemoteFirst, s.RemoteNext, s.LocalFirst, s.LocalNext, g.At, g.From, g.To)
+	} else if a := s.EpochAhead; s.Diverged && a != nil {
+		fmt.Fprintf(&b, "diverged: remote=[%d,%d) local=[%d,%d) starts above the remote tier at epoch %d, above its last chunk's %d\n", s.RemoteFirst, s.RemoteNext, s.LocalFirst, s.LocalNext, a.LocalEpoch, a.RemoteEpoch)
 	} else if s.Diverged {
 		fmt.Fprintf(&b, "diverged: remote=[%d,%d) local=[%d,%d) share no chunk\n", s.RemoteFirst, s.RemoteNext, s.LocalFirst, s.LocalNext)
 	}

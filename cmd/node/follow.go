@@ -142,6 +142,9 @@ func (p *process) followOnce(ctx context.Context, st *openStream) {
 
 // logFollowFailure logs a failure of a followed stream once for as long as it lasts.
 func (p *process) logFollowFailure(st *openStream, err error, msg string) {
+	p.mu.Lock()
+	st.failure = msg + ": " + err.Error()
+	p.mu.Unlock()
 	if st.logged == err.Error() {
 		return
 	}
@@ -185,12 +188,17 @@ func (p *process) readdFollowed(ctx context.Context, st *openStream) {
 		p.logFollowFailure(st, err, "cannot list the roots of the restarted followed stream (retried every follow_interval)")
 		return
 	}
-	if err := p.node.AddStream(p.streamSpec(st.cfg, st.log)); err != nil {
+	spec, err := p.openSpec(rctx, st.cfg, st.log) // never below the epoch etcd stores
+	if err != nil {
+		p.logFollowFailure(st, err, "cannot read the restarted followed stream's stored epoch (retried every follow_interval)")
+		return
+	}
+	if err := p.node.AddStream(spec); err != nil {
 		p.logFollowFailure(st, err, "cannot add the restarted followed stream to the node (retried every follow_interval)")
 		return
 	}
 	p.mu.Lock()
-	st.removed, st.oldRoots = false, roots
+	st.removed, st.oldRoots, st.failure = false, roots, ""
 	p.mu.Unlock()
 	st.logged = ""
 	p.log.Info().Str("stream", st.id).Uint64("local_first", st.log.FirstOffset()).Uint64("local_next", st.log.NextOffset()).

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -266,5 +269,144 @@ func TestBinaryFollowRewrittenTail(t *testing.T) {
 	rep, r := verifyStream(t, dir, "s1", "--config", cfg)
 	if r.code != 0 || !rep.OK() || rep.NextOffset != second || rep.LocalCompared != rep.Chunks || rep.Chunks != 120-15+30 {
 		t.Fatalf("verify after the rewrite (want [0, %d), %d chunks, each compared with the rewritten log):\n%s", second, 120-15+30, r)
+	}
+}
+
+// truncateLogAt cuts an osiris directory at chunk id next, as a broker's truncation does:
+// the segments above it go, the one holding it is cut before it with its index.
+func truncateLogAt(t *testing.T, dir string, next uint64) {
+	t.Helper()
+	var locs []chunk.Location
+	var ids []uint64
+	if _, err := segments.Scan(dir, func(c segments.ScannedChunk) error {
+		locs, ids = append(locs, c.Location), append(ids, c.Header.ChunkID)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	at := slices.Index(ids, next)
+	if at < 0 {
+		t.Fatalf("no chunk %d in %s", next, dir)
+	}
+	cut := locs[at]
+	for _, l := range locs[at:] {
+		if l.Segment == cut.Segment {
+			continue
+		}
+		id, err := segments.ParseSegmentName(l.Segment)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{l.Segment, segments.IndexName(id)} {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				t.Fatal(err)
+			}
+		}
+	}
+	kept := 0
+	for _, l := range locs[:at] {
+		if l.Segment == cut.Segment {
+			kept++
+		}
+	}
+	segID, err := segments.ParseSegmentName(cut.Segment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept == 0 { // the cut is at the segment's start: the segment goes too
+		for _, name := range []string{cut.Segment, segments.IndexName(segID)} {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return
+	}
+	if err := os.Truncate(filepath.Join(dir, cut.Segment), cut.Position); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(dir, segments.IndexName(segID)), segments.FileHeaderSize+int64(kept)*segments.IndexRecordSize); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// appendEpoch appends n generated chunks at epoch to the log in dir and returns its next
+// offset.
+func appendEpoch(t *testing.T, dir string, seed, epoch uint64, n int) uint64 {
+	t.Helper()
+	w, err := segments.Open(dir, segments.Options{MaxSegmentBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := loadgen.New(loadgen.Config{Seed: seed, Epoch: epoch, MinDataBytes: 1000, MaxDataBytes: 3000, StartTimestamp: 1_800_000_000_000 + int64(epoch)*1_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if _, _, err := w.Append(g.Next()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := w.NextOffset()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return next
+}
+
+// TestBinaryFollowEpochNeverFalls (issue 22, item 1): the followed broker replica holds a
+// tail of epoch 2 from a leader that lost leadership; the node opens at epoch 2 and
+// persists it. The replica truncates that tail (the node restarts the stream on the
+// shorter log, whose last chunk is of epoch 1) and the new leader appends at epoch 3. The
+// stream must reopen at the epoch etcd stores (2), not at the log's 1: the new timeline is
+// tiered, the remote tier is cut back where the two part, and verify compares every chunk
+// with the broker's log. Before, the stream reopened at epoch 1, its truncation's persist
+// was fenced and it stopped for good: "deposed by epoch 2 (this writer is at epoch 1)".
+func TestBinaryFollowEpochNeverFalls(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	logDir := filepath.Join(dir, "broker", "s1")
+	common := writeSeededLog(t, logDir, 31, 100)
+	first := appendEpoch(t, logDir, 32, 2, 20) // the deposed leader's tail, replicated
+	cfg := filepath.Join(dir, "node.yaml")
+	yaml := fmt.Sprintf("data_dir: %s\nfollow_interval: 100ms\nstreams:\n  - id: s1\n    log_dir: %s\n    follow: true\n", data, logDir)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, dir, "run", "--config", cfg, "--data-dir", data, "--progress", "off", "--fragment-target-size", "32KiB", "--persist-interval", "200ms")
+	waitFor(t, 30*time.Second, "the log drained", func() bool { return n.status().Pipeline.DrainNext == first })
+	if r := node(t, dir, "cut", "s1", "--data-dir", data); r.code != 0 {
+		t.Fatalf("cut:\n%s", r)
+	}
+	waitFor(t, 30*time.Second, "the epoch-2 tail persisted", func() bool { return n.status().Remote.PersistedNext == first })
+
+	truncateLogAt(t, logDir, common)
+	waitFor(t, 30*time.Second, "the stream restarted on the truncated log", func() bool {
+		s, ok := n.streamStatus("s1")
+		return ok && s.Phase == "behind" && s.Local.Committed == common
+	})
+	second := appendEpoch(t, logDir, 33, 3, 30) // the new leader's timeline
+	waitFor(t, 60*time.Second, "the new timeline persisted", func() bool {
+		s, ok := n.streamStatus("s1") // absent while the node restarts the stream
+		if ok && s.Phase == "stopped" {
+			t.Fatalf("the stream stopped: %s", s.StopReason)
+		}
+		if ok && s.Local.Committed == second && s.Pipeline.DrainNext == second && s.Remote.PersistedNext != second {
+			node(t, dir, "cut", "s1", "--data-dir", data)
+		}
+		return ok && s.Remote.PersistedNext == second
+	})
+	if s := n.status(); s.Counters["truncations"] == 0 {
+		t.Fatalf("after the new timeline: counters %v; want a truncation of the remote tier", s.Counters)
+	}
+	if code := n.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("stop: exit %d\n%s", code, n.stderr)
+	}
+	if logs := n.stderr.String(); !strings.Contains(logs, "opening the stream at the epoch etcd stores") {
+		t.Fatalf("the raised epoch was not logged:\n%s", logs)
+	}
+	rep, r := verifyStream(t, dir, "s1", "--config", cfg)
+	if r.code != 0 || !rep.OK() || rep.NextOffset != second || rep.LocalCompared != rep.Chunks || rep.Chunks != 100+30 {
+		t.Fatalf("verify after the new timeline (want [0, %d), %d chunks, each compared with the broker's log):\n%s", second, 100+30, r)
 	}
 }

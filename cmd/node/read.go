@@ -229,7 +229,7 @@ func restoreCmd(args []string, stdout, stderr io.Writer) int {
 	var asJSON, fromBucket bool
 	s, pos, code, ok := parseFlags("restore", nodeconfig.ModeRun, args, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&dir, "to", "", "the stream directory to write (must be empty or absent)")
-		fs.StringVar(&from, "from", "first", "where the restored log starts: first, last, an offset or @TIME")
+		fs.StringVar(&from, "from", "", "where the restored log starts: first, last, an offset or @TIME (default: the run after the last gap, which a broker can continue; an earlier run stops at its gap and must not be continued)")
 		fs.Uint64Var(&until, "until", 0, "end the restored log before the first chunk at or above this offset (0: the remote tier's end)")
 		fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 		fs.BoolVar(&fromBucket, "from-bucket", false, "restore from the bucket alone, no etcd (the root `node recover` would choose)")
@@ -247,9 +247,12 @@ func restoreCmd(args []string, stdout, stderr io.Writer) int {
 	if dir == "" {
 		return badUsage(stderr, "restore", "give the target directory with --to DIR")
 	}
-	spec, err := read.ParseFrom(from)
-	if err != nil || spec.Kind == read.AtNext {
-		return badUsage(stderr, "restore", fmt.Sprintf("--from %q: give first, last, an offset or @TIME", from))
+	var spec read.From // the zero From: the run after the last gap
+	if from != "" {
+		var err error
+		if spec, err = read.ParseFrom(from); err != nil || spec.Kind == read.AtNext {
+			return badUsage(stderr, "restore", fmt.Sprintf("--from %q: give first, last, an offset or @TIME", from))
+		}
 	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // before the embedded S3 endpoint changes the working directory
@@ -281,6 +284,9 @@ func printRestore(out io.Writer, asJSON bool, r read.RestoreReport) {
 	}
 	if r.Attached != nil {
 		fmt.Fprintf(out, "offset %d is held by no tier: restored from %d\n", r.Attached.Requested, r.Attached.At)
+	}
+	if g := r.AfterGap; g != nil {
+		fmt.Fprintf(out, "the remote tier's last gap is [%d, %d): restored the run after it (--from first for the earlier runs, which a broker must not continue)\n", g.From, g.To)
 	}
 	fmt.Fprintf(out, "restored %s: offsets [%d, %d), %d chunks, %d bytes, %d segments\n", r.Dir, r.FirstOffset, r.NextOffset, r.Chunks, r.Bytes, r.Segments)
 }

@@ -46,6 +46,9 @@ type openStream struct {
 	// failure of it, so that a failure that lasts is logged once.
 	removed bool
 	logged  string
+	// failure is the follower's last failure with this stream (under process.mu), for the
+	// status of a stream out of the node; cleared when it is added back.
+	failure string
 }
 
 // serve runs a node until SIGINT or SIGTERM: the demo (ModeDemo) or `node run`.
@@ -244,8 +247,12 @@ func (p *process) start(ctx context.Context) error {
 			return err
 		}
 	}
+	var adminNode admin.Node = node
+	if p.cluster == nil {
+		adminNode = &followedNode{Node: node, p: p} // lists followed streams out of the node
+	}
 	opts := admin.Options{
-		Node: node, NodeID: s.NodeID, Started: p.started, S3: p.b.Store.Metrics(), Etcd: p.etcdMetrics,
+		Node: adminNode, NodeID: s.NodeID, Started: p.started, S3: p.b.Store.Metrics(), Etcd: p.etcdMetrics,
 		RebalanceThreshold: s.RebalanceThreshold, Log: p.log, Faults: p.faultList,
 		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}, {Name: "metadata", Check: node.MetadataReady}},
 		Prices: &admin.Prices{PutPer1000: s.CostPutPer1000, ListPer1000: s.CostListPer1000, GetPer1000: s.CostGetPer1000,
@@ -384,7 +391,8 @@ func (p *process) register(ost *openStream) {
 }
 
 // addToNode remembers the stream's root objects from before this run (the stop waits only
-// for the roots this run supersedes to be reaped) and adds the stream to the node.
+// for the roots this run supersedes to be reaped) and adds the stream to the node, at the
+// epoch openSpec gives (never below the epoch etcd stores for it).
 func (p *process) addToNode(ost *openStream) error {
 	rctx, cancel := context.WithTimeout(context.Background(), restartTimeout)
 	defer cancel()
@@ -393,7 +401,11 @@ func (p *process) addToNode(ost *openStream) error {
 		return fmt.Errorf("stream %s: %w", ost.id, err)
 	}
 	ost.oldRoots = roots
-	return p.node.AddStream(p.streamSpec(ost.cfg, ost.log))
+	spec, err := p.openSpec(rctx, ost.cfg, ost.log) // never below the epoch etcd stores
+	if err != nil {
+		return err
+	}
+	return p.node.AddStream(spec)
 }
 
 // streamSpec is what the node tiers of a declared stream whose log is lg.

@@ -207,9 +207,13 @@ func (s *Server) waitHealthy(ctx context.Context) error {
 	}
 }
 
-// Config is an s3io configuration for bucket on this endpoint (path-style, its keys).
+// Config is an s3io configuration for bucket on this endpoint (path-style, its keys). Its
+// client keeps no idle connection (the gateway closes each one after its answer): a
+// connection dialed for a request canceled meanwhile would otherwise stay open unused and
+// hold Close for the gateway's 10 s shutdown deadline.
 func (s *Server) Config(bucket string) s3io.Config {
-	return s3io.Config{Endpoint: s.Endpoint, Region: s.Region, Bucket: bucket, PathStyle: true, AccessKey: s.AccessKey, SecretKey: s.SecretKey}
+	return s3io.Config{Endpoint: s.Endpoint, Region: s.Region, Bucket: bucket, PathStyle: true, AccessKey: s.AccessKey, SecretKey: s.SecretKey,
+		DisableKeepAlives: true}
 }
 
 // Close stops the endpoint and waits for it; objects stay in the directory.

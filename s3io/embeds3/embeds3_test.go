@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/crc32"
+	"io"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -121,5 +125,89 @@ func TestEmbedded(t *testing.T) {
 	}
 	if _, err := ast.ReadFragment(ctx, "streams/x/data/a.fragment"); err != nil {
 		t.Fatalf("fragment after restart: %v", err)
+	}
+}
+
+// TestStopAfterCanceledReads: range GETs a reader cancels end at once and leave nothing to
+// hold the endpoint's stop. A streamed range closed after its first bytes, one whose
+// context is canceled mid-body, and one canceled while its connection was being dialed
+// (the transport finishes such a dial and, with keep-alive, pooled the connection: it
+// never carried a request, so the gateway counted it active and its shutdown waited out
+// its 10 s deadline, "shutdown api server: context deadline exceeded"). Close then returns
+// within its 100 ms poll, not after 10 s. Before, the last case took 10 s every time.
+func TestStopAfterCanceledReads(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chdir(wd) }) // the posix backend moves the working directory
+	ctx := context.Background()
+	srv, err := embeds3.Start(ctx, filepath.Join(t.TempDir(), "s3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			srv.Close()
+		}
+	}()
+	st, err := s3io.NewStore(ctx, srv.Config("reads"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.EnsureBucket(ctx); err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB: more than the socket buffers hold
+	if err := st.PutObjectStream(ctx, "big", bytes.NewReader(body), int64(len(body)), crc32.ChecksumIEEE(body)); err != nil {
+		t.Fatal(err)
+	}
+	size := int64(len(body))
+
+	// Closed after its first bytes.
+	rc, err := st.GetRangeStream(ctx, "big", 0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(rc, make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Canceled mid-body: the read fails at once with the cancellation.
+	cctx, cancel := context.WithCancel(ctx)
+	rc, err = st.GetRangeStream(cctx, "big", 0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(rc, make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := io.Copy(io.Discard, rc); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a canceled range read: %v, want context.Canceled", err)
+	}
+	rc.Close()
+	// Canceled while its connection is dialed: the transport completes the dial anyway.
+	dctx, dcancel := context.WithCancel(ctx)
+	traced := httptrace.WithClientTrace(dctx, &httptrace.ClientTrace{ConnectStart: func(string, string) { dcancel() }})
+	if _, err := st.GetRangePartial(traced, "big", 0, size, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a range GET canceled during its dial: %v, want context.Canceled", err)
+	}
+	// A request after the canceled one: the transport must not hand it a connection the
+	// server has given up.
+	if got, err := st.GetRange(ctx, "big", 100, 10); err != nil || !bytes.Equal(got, body[100:110]) {
+		t.Fatalf("a range after the canceled ones: %v", err)
+	}
+
+	start := time.Now()
+	closed = true
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the endpoint's stop took %v after canceled reads (its shutdown waited on a connection)", took)
 	}
 }

@@ -2,6 +2,8 @@ package s3test
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -65,6 +67,12 @@ const (
 	// FaultIgnoreConditions strips If-None-Match and If-Match from the request and signs it
 	// again: an S3-compatible server that ignores conditional writes.
 	FaultIgnoreConditions
+	// FaultKeepPartial forwards a request whose body arrives whole; when the client aborts
+	// the request before its body is whole, it stores what arrived under the request's key
+	// as a complete, shorter object and sends its size on Rule.Kept: a server that commits
+	// an aborted PUT (versitygw's posix backend sometimes does, at times after the client
+	// has given up).
+	FaultKeepPartial
 )
 
 // String names the fault.
@@ -96,6 +104,8 @@ func (f Fault) String() string {
 		return "checksum header ignored"
 	case FaultIgnoreConditions:
 		return "conditional headers ignored"
+	case FaultKeepPartial:
+		return "aborted request kept"
 	}
 	return "fault(" + strconv.Itoa(int(f)) + ")"
 }
@@ -113,6 +123,9 @@ type Rule struct {
 	// Hit, when set, receives the method and key of each request the rule fires on (without
 	// blocking: give it room), so a test can act while a delayed request is held.
 	Hit chan<- string
+	// Kept, for FaultKeepPartial, receives the size of each partial object stored (without
+	// blocking: give it room), so a test can wait until the server has kept it.
+	Kept chan<- int64
 }
 
 type rule struct {
@@ -351,6 +364,8 @@ func (i *Injector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(resp.StatusCode)
 		w.Write(body)
+	case FaultKeepPartial:
+		i.keepPartial(w, r, rule)
 	case FaultIgnoreChecksum:
 		if err := i.stripChecksum(r); err != nil {
 			writeS3Error(w, r, http.StatusInternalServerError, "InternalError", "s3test: "+err.Error())
@@ -365,6 +380,37 @@ func (i *Injector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		i.proxy.ServeHTTP(w, r)
 	default:
 		writeS3Error(w, r, http.StatusInternalServerError, "InternalError", "s3test: unknown fault "+rule.Fault.String())
+	}
+}
+
+// keepPartial reads the request body; whole, it forwards the request; cut short by the
+// client, it stores what arrived under the request's key with a request of its own (the
+// client is gone: nothing answers it) and reports the size on rule.Kept.
+func (i *Injector) keepPartial(w http.ResponseWriter, r *http.Request, rule Rule) {
+	got, err := io.ReadAll(r.Body)
+	if err == nil && (r.ContentLength < 0 || int64(len(got)) == r.ContentLength) {
+		r.Body = io.NopCloser(bytes.NewReader(got))
+		i.proxy.ServeHTTP(w, r)
+		return
+	}
+	bucket, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := s3io.NewStore(ctx, i.srv.configFor(i.srv.Endpoint, bucket))
+	if err == nil {
+		err = st.PutObject(ctx, key, got)
+	}
+	if err != nil {
+		if i.t != nil {
+			i.t.Errorf("s3test: keep the partial PUT of %s (%d bytes): %v", key, len(got), err)
+		}
+		return
+	}
+	if rule.Kept != nil {
+		select {
+		case rule.Kept <- int64(len(got)):
+		default:
+		}
 	}
 }
 
