@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/recovery"
@@ -52,8 +53,8 @@ type Reader struct {
 	ended  bool  // offline: no more items
 	queued *Item // an item to deliver before reading on (a range skipped at a switch)
 
-	lastEnd  uint64 // the At of the last remote end seen with the local log short of it
-	bo       backoff
+	lastEnd  uint64        // the At of the last remote end seen with the local log short of it
+	bo       shell.Backoff // the wait for the remote tier to grow past a hand-off point the local log no longer holds
 	opened   time.Time
 	gotFirst bool
 	// gotItem is set once an item was delivered: pos is then the exact start of the next one.
@@ -147,7 +148,7 @@ func offlineLatest(o OfflineSource) latestManifest {
 		m    manifest.Manifest
 	)
 	return func(ctx context.Context) (manifest.Manifest, int64, error) {
-		var bo backoff
+		var bo shell.Backoff
 		for attempt := 1; ; attempt++ {
 			rec, r, found, err := o.Meta.ReadManifest(ctx, o.Stream)
 			if err != nil {
@@ -165,7 +166,7 @@ func offlineLatest(o OfflineSource) latestManifest {
 				// A persist meanwhile replaced the root and the reaper deleted the old one:
 				// read the record again.
 				if (s3io.IsNotFound(err) || s3io.IsRetriable(err)) && attempt < 20 {
-					if werr := bo.wait(ctx); werr != nil {
+					if werr := bo.Wait(ctx); werr != nil {
 						return manifest.Manifest{}, 0, werr
 					}
 					continue
@@ -482,7 +483,7 @@ func (r *Reader) nextLocal(ctx context.Context) (Item, error, bool) {
 			// reach at (awaitRemote) rather than open it above its end, which fails.
 			r.side.Env.Log.Debug().Uint64("offset", at).Uint64("remote_next", m.NextOffset).
 				Msg("local segment gone under a reader before it was uploaded; waiting for the remote tier to reach it")
-			r.awaiting, r.awaitAt, r.bo = true, at, backoff{}
+			r.awaiting, r.awaitAt, r.bo = true, at, shell.Backoff{}
 			return Item{}, nil, true
 		}
 		r.side.Env.Log.Debug().Uint64("offset", at).Msg("local segment gone under a reader; reading remotely")
@@ -499,10 +500,10 @@ func (r *Reader) nextLocal(ctx context.Context) (Item, error, bool) {
 // for a segment lost before its upload), then opens it there.
 func (r *Reader) awaitRemote(ctx context.Context) error {
 	if m, ok := r.side.Known(); ok && r.awaitAt < m.NextOffset {
-		r.awaiting, r.bo = false, backoff{}
+		r.awaiting, r.bo = false, shell.Backoff{}
 		return r.openRemote(ctx, r.awaitAt)
 	}
-	return r.bo.wait(ctx)
+	return r.bo.Wait(ctx)
 }
 
 // atRemoteEnd hands off to the local log at at, or goes on remotely, or waits (handOff).
@@ -534,11 +535,11 @@ func (r *Reader) atRemoteEnd(ctx context.Context, at uint64) error {
 	// handOffRemote: the remote tier must grow past at (an upload, or a gap the writer
 	// declares for what the local log lost): ask again, backing off while it has not.
 	if at == r.lastEnd {
-		if err := r.bo.wait(ctx); err != nil {
+		if err := r.bo.Wait(ctx); err != nil {
 			return err
 		}
 	} else {
-		r.bo = backoff{}
+		r.bo = shell.Backoff{}
 	}
 	r.lastEnd = at
 	return nil
@@ -559,7 +560,7 @@ func (r *Reader) handOffAt(pos uint64) error {
 	r.remote.Close()
 	r.remote = nil
 	r.side.Metrics.Handoffs.Add(1)
-	r.bo = backoff{}
+	r.bo = shell.Backoff{}
 	return nil
 }
 
@@ -578,25 +579,4 @@ func (r *Reader) Close() error {
 		errs = append(errs, r.remote.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// backoff is the retry delay of a reader waiting for the remote tier to grow past a
-// hand-off point the local log no longer holds: 50 ms doubling to 2 s.
-type backoff struct{ d time.Duration }
-
-func (b *backoff) wait(ctx context.Context) error {
-	switch {
-	case b.d == 0:
-		b.d = 50 * time.Millisecond
-	case b.d < 2*time.Second:
-		b.d *= 2
-	}
-	t := time.NewTimer(b.d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

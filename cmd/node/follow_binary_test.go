@@ -75,12 +75,7 @@ func TestBinaryFollowLiveWriter(t *testing.T) {
 	}
 	appendChunks(100)
 	atStart := w.NextOffset()
-	cfg := filepath.Join(dir, "node.yaml")
-	yaml := fmt.Sprintf("data_dir: %s\nfollow_interval: 100ms\nlocal_hot_window_bytes: 1GiB\nstreams:\n  - id: s1\n    log_dir: %s\n    follow: true\n", data, logDir)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	n := startNode(t, dir, "run", "--config", cfg, "--data-dir", data, "--progress", "off", "--fragment-target-size", "32KiB", "--persist-interval", "200ms")
+	n := startFollowing(t, dir, data, logDir, "local_hot_window_bytes: 1GiB\n")
 	waitFor(t, 30*time.Second, "the log at start drained", func() bool { return n.status().Pipeline.DrainNext == atStart })
 	if s := n.status(); s.Follow == nil || s.Local.Committed != atStart {
 		t.Fatalf("status of a followed stream at start: follow %+v, committed %d, want %d", s.Follow, s.Local.Committed, atStart)
@@ -162,7 +157,7 @@ func TestBinaryFollowLiveWriter(t *testing.T) {
 		t.Fatalf("active segment %d bytes (%v), want %d with the half chunk", len(b), err, active.Size+int64(len(torn)/2))
 	}
 
-	rep, r := verifyStream(t, dir, "s1", "--config", cfg)
+	rep, r := verifyStream(t, dir, "s1", "--config", filepath.Join(dir, "node.yaml"))
 	if r.code != 0 || !rep.OK() || rep.FirstOffset != 0 || rep.NextOffset != complete || rep.Chunks != 340 || rep.LocalCompared != rep.Chunks || rep.Gaps != 0 {
 		t.Fatalf("verify of the followed stream (want [0, %d), 340 chunks, each compared with the log, no gap):\n%s", complete, r)
 	}
@@ -183,12 +178,7 @@ func TestBinaryFollowRewrittenTail(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	logDir := filepath.Join(dir, "broker", "s1")
 	first := writeSeededLog(t, logDir, 21, 120)
-	cfg := filepath.Join(dir, "node.yaml")
-	yaml := fmt.Sprintf("data_dir: %s\nfollow_interval: 100ms\nlocal_hot_window_bytes: 1GiB\nstreams:\n  - id: s1\n    log_dir: %s\n    follow: true\n", data, logDir)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	n := startNode(t, dir, "run", "--config", cfg, "--data-dir", data, "--progress", "off", "--fragment-target-size", "32KiB", "--persist-interval", "200ms")
+	n := startFollowing(t, dir, data, logDir, "local_hot_window_bytes: 1GiB\n")
 	waitFor(t, 30*time.Second, "the log drained", func() bool { return n.status().Pipeline.DrainNext == first })
 	if r := node(t, dir, "cut", "s1", "--data-dir", data); r.code != 0 {
 		t.Fatalf("cut:\n%s", r)
@@ -266,7 +256,7 @@ func TestBinaryFollowRewrittenTail(t *testing.T) {
 	if !strings.Contains(logs, "the followed log was rewritten") || !strings.Contains(logs, `"stream":"s1"`) || !strings.Contains(logs, "seen_next") || !strings.Contains(logs, "followed stream restarted") {
 		t.Fatalf("the rewrite was not logged with the stream and offsets:\n%s", logs)
 	}
-	rep, r := verifyStream(t, dir, "s1", "--config", cfg)
+	rep, r := verifyStream(t, dir, "s1", "--config", filepath.Join(dir, "node.yaml"))
 	if r.code != 0 || !rep.OK() || rep.NextOffset != second || rep.LocalCompared != rep.Chunks || rep.Chunks != 120-15+30 {
 		t.Fatalf("verify after the rewrite (want [0, %d), %d chunks, each compared with the rewritten log):\n%s", second, 120-15+30, r)
 	}
@@ -368,12 +358,7 @@ func TestBinaryFollowEpochNeverFalls(t *testing.T) {
 	logDir := filepath.Join(dir, "broker", "s1")
 	common := writeSeededLog(t, logDir, 31, 100)
 	first := appendEpoch(t, logDir, 32, 2, 20) // the deposed leader's tail, replicated
-	cfg := filepath.Join(dir, "node.yaml")
-	yaml := fmt.Sprintf("data_dir: %s\nfollow_interval: 100ms\nstreams:\n  - id: s1\n    log_dir: %s\n    follow: true\n", data, logDir)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	n := startNode(t, dir, "run", "--config", cfg, "--data-dir", data, "--progress", "off", "--fragment-target-size", "32KiB", "--persist-interval", "200ms")
+	n := startFollowing(t, dir, data, logDir, "")
 	waitFor(t, 30*time.Second, "the log drained", func() bool { return n.status().Pipeline.DrainNext == first })
 	if r := node(t, dir, "cut", "s1", "--data-dir", data); r.code != 0 {
 		t.Fatalf("cut:\n%s", r)
@@ -405,8 +390,21 @@ func TestBinaryFollowEpochNeverFalls(t *testing.T) {
 	if logs := n.stderr.String(); !strings.Contains(logs, "opening the stream at the epoch etcd stores") {
 		t.Fatalf("the raised epoch was not logged:\n%s", logs)
 	}
-	rep, r := verifyStream(t, dir, "s1", "--config", cfg)
+	rep, r := verifyStream(t, dir, "s1", "--config", filepath.Join(dir, "node.yaml"))
 	if r.code != 0 || !rep.OK() || rep.NextOffset != second || rep.LocalCompared != rep.Chunks || rep.Chunks != 100+30 {
 		t.Fatalf("verify after the new timeline (want [0, %d), %d chunks, each compared with the broker's log):\n%s", second, 100+30, r)
 	}
+}
+
+// startFollowing starts `node run` with data under data on a config that follows the osiris
+// directory logDir as stream s1 (looked at every 100 ms), extra YAML settings and args
+// added, small fragments and frequent persists.
+func startFollowing(t *testing.T, dir, data, logDir, extra string, args ...string) *running {
+	t.Helper()
+	cfg := filepath.Join(dir, "node.yaml")
+	yaml := fmt.Sprintf("data_dir: %s\nfollow_interval: 100ms\n%sstreams:\n  - id: s1\n    log_dir: %s\n    follow: true\n", data, extra, logDir)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startNode(t, dir, append([]string{"run", "--config", cfg, "--data-dir", data, "--progress", "off", "--fragment-target-size", "32KiB", "--persist-interval", "200ms"}, args...)...)
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -28,12 +26,7 @@ func TestBinaryFollowRestartListedWhileEtcdAway(t *testing.T) {
 	logDir := filepath.Join(dir, "broker", "s1")
 	common := writeSeededLog(t, logDir, 81, 30)
 	next := appendEpoch(t, logDir, 82, 1, 30)
-	cfg := filepath.Join(dir, "node.yaml")
-	yaml := fmt.Sprintf("data_dir: %s\nfollow_interval: 100ms\nstreams:\n  - id: s1\n    log_dir: %s\n    follow: true\n", data, logDir)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	n := startNode(t, dir, "run", "--config", cfg, "--data-dir", data, "--progress", "off", "--fragment-target-size", "32KiB", "--persist-interval", "200ms",
+	n := startFollowing(t, dir, data, logDir, "",
 		"--etcd-endpoints", proxy.Endpoint(), "--etcd-prefix", "/followstatus",
 		"--s3-endpoint", srv.Endpoint, "--s3-bucket", srv.Bucket, "--s3-path-style", "--s3-access-key", srv.AccessKey, "--s3-secret-key", srv.SecretKey)
 	waitFor(t, 30*time.Second, "the log persisted", func() bool {
