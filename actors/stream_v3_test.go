@@ -224,15 +224,35 @@ func TestV3TwoWritersRaceForASeq(t *testing.T) {
 	if err := w.Store.PutObjectIfAbsent(ctx, key, manifest.EncodeRootV3(other, obj.Manifest)); err != nil {
 		t.Fatal(err)
 	}
+	// Every record from here on: the reaper may delete the root at other.Seq as soon as a
+	// later persist supersedes it, so the records are what tell which root held that seq.
+	_, modRev := record(t, w.Meta, "race")
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watch := w.Meta.Client().Watch(wctx, metadata.ManifestKey(w.Meta.Prefix(), "race"), clientv3.WithRev(modRev+1))
 	reinits := n.Metrics().Reinitializations.Load()
 	writeLog(t, lg, 30, loadgen.Limit{Bytes: 20 << 10})
 	persisted(t, n, "race", lg.NextOffset(), 30*time.Second)
-	got, err := w.Store.GetObject(ctx, key)
-	if err != nil {
-		t.Fatal(err)
+	final, _ := record(t, w.Meta, "race")
+	named := map[uint64]uint64{} // seq -> root uid of every record that named it
+	for len(named) == 0 || named[final.Seq] == 0 {
+		resp := <-watch
+		if err := resp.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range resp.Events {
+			r, err := metadata.DecodeManifestRecord(string(ev.Kv.Key), ev.Kv.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if uid, ok := named[r.Seq]; ok && uid != r.RootUID {
+				t.Fatalf("seq %d named roots %x and %x: one root per seq", r.Seq, uid, r.RootUID)
+			}
+			named[r.Seq] = r.RootUID
+		}
 	}
-	if o, err := manifest.DecodeRootObject(got); err != nil || o.Lineage.UID != other.UID {
-		t.Fatalf("seq %d holds %+v (%v), want the other writer's root: one root per seq", other.Seq, o.Lineage, err)
+	if uid := named[other.Seq]; uid != other.UID {
+		t.Fatalf("the records named %x at seq %d, want the other writer's root %x: one root per seq (records %v)", uid, other.Seq, other.UID, named)
 	}
 	m := n.Metrics()
 	if m.Reinitializations.Load() <= reinits || m.Adoptions.Load() != 1 || m.PersistConflicts.Load() == 0 {

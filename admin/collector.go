@@ -80,7 +80,7 @@ var (
 	descStreamsParked = desc("streams_parked", "Streams parked now (their reader keeps failing).")
 	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving, while stalled (its local log cannot be read), while parked and once stopped for good.", "stream")
 
-	descS3Requests   = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success; not_found is a 404 answer, not an error).", "op", "class")
+	descS3Requests   = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success; not_found is a 404 answer, precondition_failed a conditional put refused because the key exists; neither is an error).", "op", "class")
 	descS3Bytes      = desc("s3_bytes_total", "Payload bytes sent or received by S3 operation.", "op")
 	descS3Latency    = desc("s3_request_duration_seconds", "S3 request latency by operation.", "op")
 	descBucketUp     = desc("s3_bucket_reachable", "1 when the last bucket probe (a one-key listing every s3_probe_interval) succeeded, 0 when it failed or none finished yet.")
@@ -263,6 +263,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descS3Requests, float64(v), name, s3io.Class(cl).String())
 		}
 		counter(descS3Requests, float64(op.NotFound), name, "not_found")
+		counter(descS3Requests, float64(op.Refused), name, "precondition_failed")
 		counter(descS3Bytes, float64(op.Bytes), name)
 		ch <- histogram(descS3Latency, op.Buckets[:], op.Sum, name)
 	}

@@ -279,7 +279,7 @@ func judgeRoot(k manifest.ObjectKey, st StreamState) (bool, string) {
 	case k.KeyVersion >= 3:
 		return false, fmt.Sprintf("version 3 root of seq %d above the record's seq %d: a persist in flight or evidence of a rollback", k.Seq, r.Seq)
 	case r.Seq > 0:
-		return true, fmt.Sprintf("superseded version 2 root (epoch %d; the manifest record names version 3 seq %d)", k.Epoch, r.Seq)
+		return true, fmt.Sprintf("superseded root (version 2, epoch %d; the manifest record names version 3 seq %d)", k.Epoch, r.Seq)
 	}
 	return true, fmt.Sprintf("superseded root (epoch %d; the manifest record names epoch %d uid %016x)", k.Epoch, r.Epoch, r.RootUID)
 }

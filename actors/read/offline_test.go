@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -54,5 +55,22 @@ func TestOpenOfflineFromBucket(t *testing.T) {
 	}
 	if _, err := OpenOffline(ctx, OfflineSource{Store: f.w.Store, Stream: f.st.ID}, From{Kind: AtFirst}); err == nil {
 		t.Fatal("no metadata store and no FromBucket: want an error")
+	}
+}
+
+// TestRestoreFromBucket restores a stream with no metadata store at all (FromBucket, Meta
+// nil): the default start (the last run) is found from the bucket too. It panicked on the
+// nil metadata store before: the last run's lookup read etcd whatever the source said.
+func TestRestoreFromBucket(t *testing.T) {
+	f := newRemoteFixture(t, 40)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := filepath.Join(t.TempDir(), "restored")
+	rep, err := Restore(ctx, RestoreOptions{Source: OfflineSource{Store: f.w.Store, Stream: f.st.ID, FromBucket: true}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Chunks != len(f.order) || rep.AfterGap != nil {
+		t.Fatalf("restored %d chunks (after gap %v), want the %d written", rep.Chunks, rep.AfterGap, len(f.order))
 	}
 }

@@ -111,10 +111,7 @@ func OpenOffline(ctx context.Context, o OfflineSource, from From) (*Reader, erro
 	if o.Metrics == nil {
 		o.Metrics = &Metrics{}
 	}
-	latest := offlineLatest(o)
-	if o.FromBucket {
-		latest = bucketLatest(o)
-	}
+	latest := o.latest()
 	m, _, err := latest(ctx)
 	if err != nil {
 		return nil, err
@@ -138,6 +135,15 @@ func OpenOffline(ctx context.Context, o OfflineSource, from From) (*Reader, erro
 // ErrNoManifest is returned offline for a stream that has no manifest record (never
 // persisted, or unknown).
 var ErrNoManifest = errors.New("no persisted manifest")
+
+// latest is the source of the newest persisted manifest: the bucket alone with FromBucket,
+// else etcd's record and the root it names.
+func (o OfflineSource) latest() latestManifest {
+	if o.FromBucket {
+		return bucketLatest(o)
+	}
+	return offlineLatest(o)
+}
 
 // offlineLatest reads the manifest record from etcd and the root it names (again only when
 // the revision moved).

@@ -156,18 +156,23 @@ func totalRequests(store *s3io.Store) uint64 {
 }
 
 // writeRecoverStreams writes n streams (a fragment and a version 3 root naming it each, 16
-// writers at a time) and the key prefix's claim, and returns the stream ids.
+// writers at a time) and the key prefix's claim when it has none, and returns the stream ids.
 func writeRecoverStreams(ctx context.Context, store *s3io.Store, keyPrefix, etcdPrefix string, n int) ([]string, error) {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("s%05d", i)
 	}
-	id, err := s3io.NewClusterID(rand.Reader)
-	if err != nil {
+	// The fixture's node claimed the key prefix when it started; a bucket without one gets it.
+	if _, found, err := store.ReadClaim(ctx, keyPrefix); err != nil {
 		return nil, err
-	}
-	if err := store.CreateClaim(ctx, keyPrefix, s3io.Claim{ClusterID: id, Generation: 1, EtcdPrefix: etcdPrefix, Created: time.Now().UTC()}); err != nil {
-		return nil, err
+	} else if !found {
+		id, err := s3io.NewClusterID(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		if err := store.CreateClaim(ctx, keyPrefix, s3io.Claim{ClusterID: id, Generation: 1, EtcdPrefix: etcdPrefix, Created: time.Now().UTC()}); err != nil {
+			return nil, err
+		}
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
