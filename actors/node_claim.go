@@ -55,13 +55,13 @@ func (s *claimState) err() error {
 // claimLostHint names what an operator does about a lost claim.
 const claimLostHint = "another cluster took the bucket over, or etcd was restored or replaced; restart the node once `node recover` reports this cluster's claim"
 
-// checkClaim re-reads the cluster record (claim.Check) and records a change; an etcd
+// checkClaim re-reads the cluster record and the bucket's claim (claim.Check) and records a change; an etcd
 // failure is returned (the caller retries) and changes nothing.
 func (n *Node) checkClaim(ctx context.Context) error {
 	if n.claim.lostReason() != "" {
 		return n.claim.err()
 	}
-	err := claim.Check(ctx, n.meta, n.claim.opened)
+	err := claim.Check(ctx, claim.Options{Store: n.store, Meta: n.meta, KeyPrefix: n.cfg.KeyPrefix}, n.claim.opened)
 	if errors.Is(err, claim.ErrChanged) {
 		n.loseClaim(err.Error())
 		return n.claim.err()

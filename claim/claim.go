@@ -2,7 +2,8 @@
 // checks that the object store honours conditional creates, reads etcd's cluster record and
 // the bucket's claim, decides with metadata.CheckClaim, and creates or completes the claim
 // when the decision says so (remote-format.md, "Bucket claim"). Check re-reads the record
-// for the periodic comparison (every 30 s, and before each reaper batch).
+// and the bucket's claim for the periodic comparison (every 30 s, and before each reaper
+// batch).
 package claim
 
 import (
@@ -28,7 +29,7 @@ var ErrRefused = errors.New("key prefix refused")
 // takeover, a restore, a lost etcd): stop persisting and deleting.
 var ErrChanged = errors.New("cluster claim changed")
 
-// RecheckInterval is how often a node reads the cluster record again.
+// RecheckInterval is how often a node reads the cluster record and the bucket's claim again.
 const RecheckInterval = 30 * time.Second
 
 // Options say which key prefix to open.
@@ -201,19 +202,37 @@ func firstPage(ctx context.Context, o Options) ([]string, bool, error) {
 	return streams, stored, nil
 }
 
-// Check reads the cluster record again and compares it with the one the caller opened
-// with: a different id or generation, or none, is an error wrapping ErrChanged (stop
-// persisting and deleting, and say so); an etcd failure is returned as is (retry).
-func Check(ctx context.Context, meta *metadata.Store, opened metadata.ClusterRecord) error {
-	now, _, found, err := meta.ReadCluster(ctx)
+
+// Check re-reads both halves of the claim the node opened with, etcd's cluster record and
+// the bucket's claim object, and returns an error wrapping ErrChanged when either moved: a
+// takeover by another cluster rewrites only the bucket's claim (it cannot reach this
+// cluster's etcd), a restore or a recover --after-restore only etcd's generation. Any
+// other error (etcd or S3 unreachable) changes nothing; the caller checks again later.
+func Check(ctx context.Context, o Options, opened metadata.ClusterRecord) error {
+	o, err := o.withDefaults()
+	if err != nil {
+		return err
+	}
+	now, _, found, err := o.Meta.ReadCluster(ctx)
 	if err != nil {
 		return fmt.Errorf("claim check: %w", err)
 	}
 	if !found {
-		return fmt.Errorf("%w: etcd's cluster record %s is gone (opened as cluster %s generation %d): the metadata was lost; `node recover`", ErrChanged, metadata.ClusterKey(meta.Prefix()), opened.ClusterID, opened.Generation)
+		return fmt.Errorf("%w: etcd's cluster record %s is gone (opened as cluster %s generation %d): the metadata was lost; `node recover`", ErrChanged, metadata.ClusterKey(o.Meta.Prefix()), opened.ClusterID, opened.Generation)
 	}
 	if !metadata.SameClaim(opened, now) {
 		return fmt.Errorf("%w: opened as cluster %s generation %d, etcd now holds cluster %s generation %d (a takeover or a restore fenced this node)", ErrChanged, opened.ClusterID, opened.Generation, now.ClusterID, now.Generation)
+	}
+	c, found, err := o.Store.ReadClaim(ctx, o.KeyPrefix)
+	if err != nil {
+		return fmt.Errorf("claim check: %w", err)
+	}
+	if !found {
+		return fmt.Errorf("%w: the bucket's claim %s is gone (opened as cluster %s generation %d): `node recover --claim` writes it again", ErrChanged, manifest.ClaimKey(o.KeyPrefix), opened.ClusterID, opened.Generation)
+	}
+	if c.ClusterID != opened.ClusterID || c.Generation != opened.Generation {
+		return fmt.Errorf("%w: opened as cluster %s generation %d, the bucket's claim %s now names cluster %s generation %d (etcd prefix %q): another cluster took the key prefix over",
+			ErrChanged, opened.ClusterID, opened.Generation, manifest.ClaimKey(o.KeyPrefix), c.ClusterID, c.Generation, c.EtcdPrefix)
 	}
 	return nil
 }

@@ -50,7 +50,7 @@ func TestOpen(t *testing.T) {
 	if err != nil || again != rec {
 		t.Fatalf("a second node: %+v %v", again, err)
 	}
-	if err := claim.Check(ctx, meta, rec); err != nil {
+	if err := claim.Check(ctx, claim.Options{Store: st, Meta: meta}, rec); err != nil {
 		t.Fatal(err)
 	}
 
@@ -60,7 +60,7 @@ func TestOpen(t *testing.T) {
 	if !errors.Is(err, claim.ErrRefused) || !strings.Contains(err.Error(), "node recover") || !strings.Contains(err.Error(), rec.ClusterID) {
 		t.Fatalf("a wiped etcd: %v", err)
 	}
-	if err := claim.Check(ctx, wiped, rec); !errors.Is(err, claim.ErrChanged) {
+	if err := claim.Check(ctx, claim.Options{Store: st, Meta: wiped}, rec); !errors.Is(err, claim.ErrChanged) {
 		t.Fatalf("check on a wiped etcd: %v", err)
 	}
 
@@ -74,6 +74,31 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("a second cluster: %v", err)
 	}
 
+	// Another cluster took the key prefix over: it rewrote the bucket's claim, and cannot
+	// reach this cluster's etcd, which still holds the record the node opened with.
+	c, _, err = st.ReadClaim(ctx, manifest.DefaultKeyPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := c
+	taken.ClusterID, taken.Generation, taken.EtcdPrefix = otherID, 2, "/other"
+	if err := st.ReplaceClaim(ctx, manifest.DefaultKeyPrefix, c, taken); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim.Check(ctx, claim.Options{Store: st, Meta: meta}, rec); !errors.Is(err, claim.ErrChanged) || !strings.Contains(err.Error(), otherID) || !strings.Contains(err.Error(), "took the key prefix over") {
+		t.Fatalf("check after another cluster's takeover of the bucket: %v", err)
+	}
+	back, _, err := st.ReadClaim(ctx, manifest.DefaultKeyPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ReplaceClaim(ctx, manifest.DefaultKeyPrefix, back, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim.Check(ctx, claim.Options{Store: st, Meta: meta}, rec); err != nil {
+		t.Fatalf("check with the claim put back: %v", err)
+	}
+
 	// A takeover raised the generation: the old record is fenced.
 	_, rev, _, _ := meta.ReadCluster(ctx)
 	next := rec
@@ -81,7 +106,7 @@ func TestOpen(t *testing.T) {
 	if _, err := meta.UpdateCluster(ctx, rev, next); err != nil {
 		t.Fatal(err)
 	}
-	if err := claim.Check(ctx, meta, rec); !errors.Is(err, claim.ErrChanged) || !strings.Contains(err.Error(), "generation 2") {
+	if err := claim.Check(ctx, claim.Options{Store: st, Meta: meta}, rec); !errors.Is(err, claim.ErrChanged) || !strings.Contains(err.Error(), "generation 2") {
 		t.Fatalf("check after a takeover: %v", err)
 	}
 }

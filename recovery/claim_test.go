@@ -51,7 +51,7 @@ func TestClaimCases(t *testing.T) {
 	if cp, err := recovery.Claim(ctx, restore); err != nil || cp.Action != "bump" || cp.Target.Generation != 2 {
 		t.Fatalf("--after-restore: %+v %v", cp, err)
 	}
-	if err := claim.Check(ctx, meta, opened); !errors.Is(err, claim.ErrChanged) {
+	if err := claim.Check(ctx, claim.Options{Store: store, Meta: meta, KeyPrefix: p}, opened); !errors.Is(err, claim.ErrChanged) {
 		t.Fatalf("a node opened at generation 1 after the restore's bump: %v", err)
 	}
 	// A bump that raised the claim and crashed before etcd.

@@ -74,9 +74,10 @@ func recoverJSON(t *testing.T, dir string, args ...string) (recoverOutput, resul
 // stream, gc refuses by name and deletes nothing, read, restore and verify --from-bucket
 // give the data byte for byte, recover refuses while the roots are younger than 10 minutes
 // and writes nothing, recover --yes --takeover rebuilds the records, verify through etcd
-// passes and the demo resumes from the recovered root. A second cluster (another etcd
-// prefix on the same bucket and key prefix) is refused by gc and recover, and its takeover
-// fences the first cluster's deleting commands.
+// passes and the demo resumes from the recovered root; `node run` on the wiped etcd is
+// refused, naming the repair. A second cluster (another etcd prefix on the same bucket and
+// key prefix) is refused by run, gc and recover, and its takeover stops the first
+// cluster's running node (claim_changed) and fences its deleting commands.
 func TestBinaryRecoverAfterEtcdWipe(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -120,6 +121,11 @@ func TestBinaryRecoverAfterEtcdWipe(t *testing.T) {
 
 	if r := node(t, dir, "status"); r.code != 0 || !strings.Contains(r.stdout, "(no streams)") {
 		t.Fatalf("offline status after the wipe:\n%s", r)
+	}
+	// The node refuses to start on a claimed bucket whose etcd lost the claim, naming the
+	// repair; it anchors nothing on the way.
+	if r := node(t, dir, demoFlags...); r.code != 1 || !strings.Contains(r.stderr, "node recover") {
+		t.Fatalf("node run after the wipe: want a refusal naming node recover:\n%s", r)
 	}
 	if r := node(t, dir, "gc", "--grace", "0"); r.code != 1 || !strings.Contains(r.stderr, "not claimed by this cluster") {
 		t.Fatalf("gc after the wipe: want a refusal by name:\n%s", r)
@@ -189,8 +195,8 @@ func TestBinaryRecoverAfterEtcdWipe(t *testing.T) {
 	}
 
 	// A second cluster: another etcd prefix, the same bucket and key prefix, through the
-	// host node's embedded servers.
-	host = startNode(t, dir, "run", "--progress", "off")
+	// embedded servers of the first cluster's node, which tiers the demo meanwhile.
+	host = startNode(t, dir, demoFlags...)
 	info, _, _ = backends.ReadRunInfo(host.dataDir)
 	other := []string{"--data-dir", filepath.Join(dir, "other"), "--etcd-endpoints", strings.Join(info.EtcdEndpoints, ","), "--etcd-prefix", "/other",
 		"--s3-endpoint", info.S3.Endpoint, "--s3-bucket", info.S3.Bucket, "--s3-region", info.S3.Region, "--s3-path-style",
@@ -204,9 +210,15 @@ func TestBinaryRecoverAfterEtcdWipe(t *testing.T) {
 	if r := node(t, dir, append([]string{"recover", "--yes"}, other...)...); r.code != 1 || !strings.Contains(r.stderr, `etcd prefix "/streamtier"`) || !strings.Contains(r.stderr, "--takeover") {
 		t.Fatalf("recover of a second cluster while the first is live:\n%s", r)
 	}
+	if r := node(t, dir, append([]string{"run", "--progress", "off"}, other...)...); r.code != 1 || !strings.Contains(r.stderr, "claim") {
+		t.Fatalf("node run of a second cluster: want a refusal naming the claim:\n%s", r)
+	}
 	if r := node(t, dir, append([]string{"recover", "--yes", "--takeover"}, other...)...); r.code != 0 {
 		t.Fatalf("recover --takeover of a second cluster:\n%s", r)
 	}
+	// The first cluster's running node sees the takeover at its next look at the claim
+	// (every 30 s) and stops persisting, saying why.
+	waitFor(t, 60*time.Second, "the first cluster's stream in claim_changed", func() bool { return host.status().Phase == "claim_changed" })
 	if code := host.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("host node: exit %d\n%s", code, host.stderr)
 	}
