@@ -202,7 +202,6 @@ func firstPage(ctx context.Context, o Options) ([]string, bool, error) {
 	return streams, stored, nil
 }
 
-
 // Check re-reads both halves of the claim the node opened with, etcd's cluster record and
 // the bucket's claim object, and returns an error wrapping ErrChanged when either moved: a
 // takeover by another cluster rewrites only the bucket's claim (it cannot reach this
