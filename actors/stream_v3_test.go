@@ -15,6 +15,7 @@ import (
 	"github.com/streamtier/streamtier/claim"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/recovery"
 	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/s3io/s3test"
 	"github.com/streamtier/streamtier/segments"
@@ -95,7 +96,8 @@ func bucketKeys(t *testing.T, store *s3io.Store) []string {
 // persisted exactly once more, another several times, and a third was created. With the
 // node started again: the first adopts its child by itself and goes on, the second stalls
 // in metadata_behind, the third in metadata_missing (status, gauges), and nothing in the
-// bucket is deleted.
+// bucket is deleted; after `node recover` (the Go API), with the node running, all three go
+// on.
 func TestV3RestoreFromSnapshot(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	ctx := context.Background()
@@ -198,6 +200,31 @@ func TestV3RestoreFromSnapshot(t *testing.T) {
 	}
 	if rec, _ := record(t, w.Meta, "many"); rec.Seq != manyRec.Seq {
 		t.Errorf("many: the record names seq %d, want the restored %d (nothing written)", rec.Seq, manyRec.Seq)
+	}
+
+	// The operator recovers from the bucket (node recover --yes) with the node running: the
+	// stalled streams resolve again by themselves and every one goes on from where the
+	// bucket says it was.
+	reps, errs, err := recovery.All(ctx, recovery.Options{Store: w.Store, Meta: w.Meta}, nil)
+	if err != nil || len(errs) != 0 {
+		t.Fatalf("recovery plan: %v %v", err, errs)
+	}
+	if _, errs := recovery.ApplyAll(ctx, w.Meta, reps, nil, 0); len(errs) != 0 {
+		t.Fatalf("recovery: %v", errs)
+	}
+	for i, s := range []string{"one", "many", "new"} {
+		writeLog(t, logs[s], 40+uint64(i), loadgen.Limit{Bytes: 20 << 10})
+		persisted(t, n2, s, logs[s].NextOffset(), 30*time.Second)
+		if st, err := n2.Status(ctx, s); err != nil || st.Phase != "running" {
+			t.Fatalf("%s after recovery: %+v %v", s, st, err)
+		}
+	}
+	// Superseded roots go to the reaper once a later persist names another; nothing else.
+	now := bucketKeys(t, w.Store)
+	for _, k := range before {
+		if !slices.Contains(now, k) && !strings.Contains(k, "/meta/root-") {
+			t.Errorf("%s was deleted", k)
+		}
 	}
 }
 
