@@ -468,3 +468,69 @@ func TestV3MarkerWithoutTombstone(t *testing.T) {
 		t.Fatalf("the bucket changed: %v, was %v", after, before)
 	}
 }
+
+// TestV3EtcdWipedUnderRunningNode (scenario c): every etcd key of the cluster goes while a
+// node tiers a stream. The node sees it (its cluster record is gone), stops persisting and
+// deleting and says so in status; the acknowledged offsets stay in the bucket. `node recover
+// --yes --takeover` (the Go API: the roots are seconds old) rebuilds the records; a node
+// started again goes on from the recovered root without losing an acknowledged offset.
+func TestV3EtcdWipedUnderRunningNode(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	ctx := context.Background()
+	cfg := v3Config(t)
+	cfg.ClaimRecheck = 100 * time.Millisecond
+	n1, err := Start(ctx, cfg, w.Store, w.Meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := openLog(t, segments.Options{})
+	writeLog(t, lg, 3, loadgen.Limit{Bytes: 48 << 10})
+	if err := n1.AddStream(StreamSpec{ID: "wiped", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n1, "wiped", lg.NextOffset(), 30*time.Second)
+	acked := lg.NextOffset()
+
+	if _, err := w.Meta.Client().Delete(ctx, w.Meta.Prefix()+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 10*time.Second, "the node sees its claim gone", func() (bool, string) {
+		st, err := n1.Status(ctx, "wiped")
+		return err == nil && st.Phase == "claim_changed" && strings.Contains(st.MetadataReason, "node recover"), fmt.Sprintf("%+v %v", st.Phase, err)
+	})
+	writeLog(t, lg, 4, loadgen.Limit{Bytes: 20 << 10}) // the broker goes on meanwhile
+	if _, _, found, err := w.Meta.ReadManifest(ctx, "wiped"); err != nil || found {
+		t.Fatalf("a record written after the wipe: found %t, %v", found, err)
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := n1.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	before := bucketKeys(t, w.Store)
+
+	if _, err := recovery.Claim(ctx, recovery.ClaimOptions{Store: w.Store, Meta: w.Meta, Takeover: true, Write: true}); err != nil {
+		t.Fatal(err)
+	}
+	reps, errs, err := recovery.All(ctx, recovery.Options{Store: w.Store, Meta: w.Meta}, nil)
+	if err != nil || len(errs) != 0 || len(reps) != 1 || reps[0].Next < acked {
+		t.Fatalf("recovery plan: %+v %v %v (acknowledged next %d)", reps, errs, err, acked)
+	}
+	if _, errs := recovery.ApplyAll(ctx, w.Meta, reps, nil, 0); len(errs) != 0 {
+		t.Fatalf("recovery: %v", errs)
+	}
+	for _, k := range before {
+		if !slices.Contains(bucketKeys(t, w.Store), k) {
+			t.Fatalf("%s deleted by recovery", k)
+		}
+	}
+
+	n2 := startNode(w, cfg)
+	if err := n2.AddStream(StreamSpec{ID: "wiped", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n2, "wiped", lg.NextOffset(), 30*time.Second)
+	if rec, _ := record(t, w.Meta, "wiped"); rec.FirstOffset != 0 || rec.NextOffset != lg.NextOffset() {
+		t.Fatalf("after recovery and restart the record holds [%d,%d), want [0,%d)", rec.FirstOffset, rec.NextOffset, lg.NextOffset())
+	}
+}
