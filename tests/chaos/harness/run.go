@@ -302,6 +302,7 @@ func (w *world) gcAgrees(ctx context.Context) (string, error) {
 		}
 		listed += len(objs)
 	}
+	listed += w.chk.OutsideObjects() // the claim (and probe leftovers): gc lists the whole key prefix
 	if code != 0 || len(g.Plan.Undecided) > 0 || len(g.Plan.Foreign) > 0 {
 		w.chk.Report("", "gc-disagrees", "node gc: exit %d, %d undecided, %d foreign %s", code, len(g.Plan.Undecided), len(g.Plan.Foreign), oneLine(errOut))
 	}
