@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/claim"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/s3io"
@@ -46,6 +48,8 @@ type Node struct {
 	readBudget *read.Budget
 	owners     atomic.Uint64 // numbers reader incarnations node-wide, for the governor
 
+	claim claimState // the cluster record the node opened with, and whether it changed
+
 	mu      sync.Mutex
 	streams map[string]*streamHandle
 	stopped bool
@@ -61,6 +65,12 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 		return nil, errors.New("start node: an object store and a metadata store are required")
 	}
 	cfg = cfg.withDefaults()
+	octx, cancel := context.WithTimeout(ctx, cfg.ResolveTimeout)
+	opened, err := claim.Open(octx, claim.Options{Store: store, Meta: meta, KeyPrefix: cfg.KeyPrefix})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("start node: %w", err)
+	}
 	if cfg.Stream.TransferDeadline == 0 {
 		// Four times the longest a fragment PUT may take: a deadline that fires while the
 		// upload may still succeed only duplicates it.
@@ -69,6 +79,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 	n := &Node{
 		cfg: cfg, store: store, meta: meta, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
 		metrics: &Metrics{}, streams: make(map[string]*streamHandle), readBudget: read.NewBudget(cfg.ReadBudgetBytes),
+		claim: claimState{opened: opened},
 	}
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	n.system = cfg.System
@@ -89,17 +100,18 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 		uploads: &n.uploads, nodeCtx: n.ctx,
 	}
 	var govInc, reaperInc incarnations
-	var err error
 	if n.governor, err = n.root.SpawnNamed(govInc.props(n.guardian, func(inc uint64) actor.Actor { return newGovernor(gd, inc) }), "governor"); err != nil {
 		return nil, fmt.Errorf("start node: spawn governor: %w", err)
 	}
 	rd := reaperDeps{
 		ctx: n.ctx, store: store, keyPrefix: cfg.KeyPrefix, log: n.log.With().Str("actor", "reaper").Logger(),
 		stats: &n.metrics.Reaper, clock: cfg.clock, ledger: &reaperLedger{attempts: make(map[string]int)}, faults: cfg.faults,
+		check: n.checkClaim,
 	}
 	if n.reaper, err = n.root.SpawnNamed(reaperInc.props(n.guardian, func(inc uint64) actor.Actor { return newReaper(rd, inc) }), "reaper"); err != nil {
 		return nil, fmt.Errorf("start node: spawn reaper: %w", err)
 	}
+	go n.watchClaim(cfg.ClaimRecheck)
 	n.log.Info().Str("governor_rate", rateString(cfg.Governor.RateBytesPerSec)).Dur("transfer_deadline", cfg.Stream.TransferDeadline).Msg("node started")
 	return n, nil
 }
@@ -221,10 +233,21 @@ func (n *Node) DeleteStream(ctx context.Context, id string) error {
 	if err := manifest.ValidateStreamID(id); err != nil {
 		return fmt.Errorf("delete stream: %w", err)
 	}
+	if err := n.claim.err(); err != nil {
+		return fmt.Errorf("delete stream %s: %w", id, err)
+	}
 	if err := n.RemoveStream(ctx, id); err != nil && !errors.Is(err, ErrUnknownStream) {
 		return err
 	}
-	if err := n.meta.DeleteStream(ctx, id); err != nil {
+	// The tombstone fences the writers, then the bucket's deletion marker, then the records.
+	marker := func(ctx context.Context) error {
+		m := s3io.Marker{Stream: id, ClusterID: n.claim.opened.ClusterID, Time: n.cfg.clock.Now()}
+		if err := n.store.CreateMarker(ctx, n.cfg.KeyPrefix, m); err != nil {
+			return fmt.Errorf("write the deletion marker: %w", err)
+		}
+		return nil
+	}
+	if err := n.meta.DeleteStreamMarked(ctx, id, marker); err != nil {
 		return fmt.Errorf("delete stream %s: etcd: %w", id, err)
 	}
 	var keys []string
@@ -235,6 +258,7 @@ func (n *Node) DeleteStream(ctx context.Context, id string) error {
 	}); err != nil {
 		return fmt.Errorf("delete stream %s: list %s: %w", id, prefix, err)
 	}
+	keys = slices.DeleteFunc(keys, func(k string) bool { return k == manifest.MarkerKey(n.cfg.KeyPrefix, id) })
 	failed, err := n.store.DeleteObjects(ctx, keys)
 	if err != nil {
 		return fmt.Errorf("delete stream %s: delete objects: %w", id, err)

@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"github.com/streamtier/streamtier/claim"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -47,6 +48,16 @@ type Config struct {
 	RetentionInterval time.Duration
 	// ResolveBackoffMax bounds the wait between attempts to resolve a manifest at start.
 	ResolveBackoffMax time.Duration
+	// ClaimRecheck is how often the node re-reads the cluster record (default
+	// claim.RecheckInterval, 30 s).
+	ClaimRecheck time.Duration
+	// StaleAfter: a writer whose last successful persist or resolution is older than this
+	// resolves again (with the listing) before its next persist (manifest.md, "Persist";
+	// default gc.MinDeleteGrace, 5 min, the shortest grace garbage collection deletes with).
+	StaleAfter time.Duration
+	// StallRetry is how often a stream stalled on lost or stale metadata (metadata_missing,
+	// metadata_behind) resolves again (default 10 s).
+	StallRetry time.Duration
 	// ResolveTimeout bounds one resolution (anchor, etcd record, root object) (default 30 s).
 	ResolveTimeout time.Duration
 	// PersistTimeout bounds one persist, the root PUT and the etcd transaction together
@@ -86,6 +97,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ResolveBackoffMax == 0 {
 		c.ResolveBackoffMax = 5 * time.Second
+	}
+	if c.ClaimRecheck == 0 {
+		c.ClaimRecheck = claim.RecheckInterval
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = 5 * time.Minute
+	}
+	if c.StallRetry == 0 {
+		c.StallRetry = 10 * time.Second
 	}
 	if c.ResolveTimeout == 0 {
 		c.ResolveTimeout = DefaultResolveTimeout

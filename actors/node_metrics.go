@@ -14,6 +14,22 @@ import (
 // Prometheus). Counters only rise; gauges say where the pipeline is now.
 type Metrics struct {
 	StreamsRunning atomic.Int64
+	// StreamsMetadataMissing and StreamsMetadataBehind are how many streams are stalled now
+	// because etcd lost their metadata or is behind the bucket (gauges, one per phase).
+	StreamsMetadataMissing atomic.Int64
+	StreamsMetadataBehind  atomic.Int64
+	// Resolutions counts resolutions that completed (the reader runs on what it resolved).
+	Resolutions atomic.Int64
+	// StalledResolutions counts resolutions that found a stream stalled on its metadata
+	// (each retry counts).
+	StalledResolutions atomic.Int64
+	// ClaimLost is 1 once the node found its cluster claim changed (it stopped persisting
+	// and deleting), 0 before.
+	ClaimLost atomic.Int64
+	// Adoptions counts roots adopted at resolution; Upgrades version 3 roots persisted at
+	// resolution for a record naming a version 1 or 2 root.
+	Adoptions atomic.Int64
+	Upgrades  atomic.Int64
 	// TransfersRunning is how many transfer tasks run now (each decrements it as it ends), the
 	// hung ones the governor abandoned included.
 	TransfersRunning atomic.Int64

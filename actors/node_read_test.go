@@ -234,9 +234,9 @@ func TestReaderFaults(t *testing.T) {
 // closed with read.ErrUnavailable, whatever the start.
 func TestReaderUnavailable(t *testing.T) {
 	w := newWorld(t, worldOptions{EtcdFaults: true})
-	w.Proxy.Partition()
 	log, _ := testLogger(t)
-	n := startNode(w, Config{Logger: log})
+	n := startNode(w, Config{Logger: log}) // a node opens its claim in etcd before it runs
+	w.Proxy.Partition()
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 5, loadgen.Limit{Chunks: 10})
 	if err := n.AddStream(StreamSpec{ID: "ru", Log: lg, Epoch: 1}); err != nil {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/chunk"
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/segments"
 )
 
@@ -64,6 +67,18 @@ const scaleLogIdle = 100 * time.Millisecond
 func newIdleFleet(t *testing.T, cfg Config) *idleFleet {
 	f := &idleFleet{t: t, w: newWorld(t, worldOptions{}), dir: t.TempDir()}
 	f.node = startNode(f.w, cfg)
+	// Format version 3 resolves every stream with S3 requests (the roots' listing, the
+	// marker's HEAD), so the start-up fills the S3 connection pool: a node-wide cost bounded
+	// by s3io's MaxConns, not a per-stream one. Fill it before the baseline.
+	var wg sync.WaitGroup
+	for i := 0; i < s3io.DefaultMaxConns; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = f.w.Store.HasMarker(context.Background(), manifest.DefaultKeyPrefix, "warm")
+		}()
+	}
+	wg.Wait()
 	f.goroutines = footprint(t).goroutines
 	t.Cleanup(func() {
 		for _, lg := range f.logs {
@@ -97,6 +112,11 @@ func (f *idleFleet) grow(n int) {
 			open += lg.OpenFiles()
 		}
 		return open == 0, fmt.Sprintf("%d descriptors held by logs", open)
+	})
+	// Format version 3 resolves each stream with S3 requests (the roots' listing, the
+	// marker): wait until every stream resolved, not only until its reader started.
+	until(t, 5*time.Minute, fmt.Sprintf("%d streams resolved", n), func() (bool, string) {
+		return m.Resolutions.Load() >= int64(n), fmt.Sprintf("%d resolved", m.Resolutions.Load())
 	})
 	// Streams that run have finished starting, but on a loaded machine their last start-up
 	// messages and tasks may still be on their way: wait until the goroutines are back to

@@ -33,6 +33,9 @@ type StreamStatus struct {
 	// deleted (then the reason names the stream and when), or its writer was deposed by a
 	// higher epoch ("deposed by epoch N ...").
 	StopReason string
+	// MetadataReason, with phase "metadata_missing", "metadata_behind" or "claim_changed",
+	// says what the resolution found and names the command that repairs it (`node recover`).
+	MetadataReason string
 	// LocalError is why the drain cannot read the local log now (phase "stalled"; it retries
 	// on its timer and the stream recovers by itself once the cause clears). Exhausted names
 	// the resource that ran out (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM), here or in
@@ -152,6 +155,13 @@ func (r *reader) status() StreamStatus {
 		if ts, ok := r.oldest.at(r.h.spec.Log, max(st.Core.PersistedNext, st.LocalFirst), st.LocalCommitted); ok {
 			st.LagSeconds = max(float64(now.UnixMilli()-ts)/1000, 0)
 		}
+	}
+	if ms := r.h.stall.Load(); ms != nil && !r.running {
+		st.Phase, st.MetadataReason = ms.Phase, ms.Reason
+	}
+	if reason := r.n.claim.lostReason(); reason != "" {
+		// Nothing persists or deletes any more: the stream stalls with the node's claim.
+		st.Phase, st.MetadataReason = "claim_changed", reason
 	}
 	if r.localErr != nil {
 		st.LocalError = r.localErr.Error()

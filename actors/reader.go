@@ -42,7 +42,10 @@ type resolvedMsg struct {
 	Resolved readercore.Resolved
 	Log      readercore.LogOpened
 	Deleted  string
-	Err      error
+	// Stall, when set, says the stream stalls on lost or stale metadata (or a changed
+	// claim): nothing is written; the resolution is retried every Config.StallRetry.
+	Stall *metadataStall
+	Err   error
 }
 
 // errReinitialize is the panic value with which a reader asks its supervisor for a fresh
@@ -249,6 +252,8 @@ func (r *reader) start(c actor.Context) {
 	r.persistDeps = persistDeps{
 		store: r.n.store, meta: r.n.meta, keyPrefix: r.n.cfg.KeyPrefix, timeout: r.n.cfg.PersistTimeout,
 		log: r.log.With().Str("actor", "persist").Logger(), metrics: r.n.metrics, faults: r.n.cfg.faults, clock: r.n.cfg.clock,
+		claim: &r.n.claim, stream: r.h.spec.ID, doubt: &r.h.doubt, lose: r.n.loseClaim,
+		fresh: &r.h.fresh, staleAfter: r.n.cfg.StaleAfter,
 	}
 	if sink := r.n.cfg.Replicas; sink != nil {
 		blog, metrics := r.log.With().Str("actor", "broadcast").Logger(), r.n.metrics
@@ -270,6 +275,13 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 		r.step(c, readercore.StreamDeleted{Reason: m.Deleted})
 		return
 	}
+	if m.Stall != nil {
+		r.stalledOnMetadata(c, m.Stall)
+		return
+	}
+	if r.h.setStall(r.n.metrics, nil) {
+		r.log.Info().Msg("the stream's metadata is repaired: resolution goes on")
+	}
 	if m.Err != nil {
 		r.retryResolve(c, m.Err)
 		return
@@ -285,6 +297,8 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 		return
 	}
 	r.running, r.resolveErr = true, ""
+	r.h.fresh.sureAt(r.n.cfg.clock.Now())
+	r.n.metrics.Resolutions.Add(1)
 	r.h.recovered()
 	for _, w := range r.h.outstanding() {
 		r.waiters[w.Waiter] = true
@@ -332,6 +346,18 @@ func (r *reader) checkLogGrowth(c actor.Context, m logGrowthCheckMsg) {
 
 // retryResolve counts a failed resolution, says why in status and the log, and tries again
 // after a growing delay.
+// stalledOnMetadata records a metadata stall (logged once per phase, counted in its
+// gauge, shown in status) and resolves again after Config.StallRetry.
+func (r *reader) stalledOnMetadata(c actor.Context, st *metadataStall) {
+	r.resolveErr = st.Reason
+	r.n.metrics.StalledResolutions.Add(1)
+	if r.h.setStall(r.n.metrics, st) {
+		r.log.Error().Str("phase", st.Phase).Str("reason", st.Reason).
+			Msg("the stream stalls: nothing is written, drained, retained or collected for it until its metadata is repaired")
+	}
+	r.timers.After(c.ActorSystem().Root, c.Self(), r.n.cfg.StallRetry, resolveRetryMsg{})
+}
+
 func (r *reader) retryResolve(c actor.Context, err error) {
 	r.resolveTries++
 	r.resolveErr = err.Error()
@@ -436,7 +462,8 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.retLog.note(r.log, r.n.cfg.clock.Now(), e.Edit, len(e.Deferred))
 	case readercore.UpdateRange:
 		r.h.noteRevision(e.Revision)
-		r.h.cache.Store(&Persisted{Manifest: e.Manifest, Revision: e.Revision})
+		r.h.noteSeq(e.Root.Seq)
+		r.h.cache.Store(&Persisted{Manifest: e.Manifest, Revision: e.Revision, Seq: e.Root.Seq, UID: e.Root.UID})
 	case readercore.Broadcast:
 		if r.broadcaster != nil {
 			c.Send(r.broadcaster, &broadcastEdits{Stream: stream, Edits: e})
@@ -561,6 +588,10 @@ func (r *reader) reap(c actor.Context, e readercore.DeleteObjects) {
 	}
 	req.Objects = append(req.Objects, e.Alone...) // groups a truncation expanded: their children stay
 	for _, root := range e.Roots {
+		if root.Seq > 0 {
+			req.Keys = append(req.Keys, manifest.SeqRootKey(prefix, stream, root.Seq))
+			continue
+		}
 		req.Keys = append(req.Keys, manifest.RootKey(prefix, stream, root.Epoch, root.UID))
 	}
 	c.Send(r.n.reaper, req)

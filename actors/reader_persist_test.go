@@ -13,6 +13,7 @@ import (
 
 	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/claim"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/segments"
@@ -30,6 +31,12 @@ type persistFixture struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	nextID  uint64
+	// Per stream: the seq the next attempt takes (every attempt a new one), the root of the
+	// last success (the next attempt's parent) and the attempt in doubt.
+	seqs   map[string]uint64
+	last   map[string]readercore.RootRef
+	doubts map[string]*atomic.Pointer[inDoubt]
+	sent   map[uint64]readercore.StartPersist
 }
 
 func newPersistFixture(t *testing.T, timeout time.Duration, faults *faultHooks) *persistFixture {
@@ -39,8 +46,14 @@ func newPersistFixture(t *testing.T, timeout time.Duration, faults *faultHooks) 
 	f.probe = newProbe(t, f.sys)
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	t.Cleanup(f.cancel)
+	opened, err := claim.Open(context.Background(), claim.Options{Store: f.w.Store, Meta: f.w.Meta})
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.deps = persistDeps{store: f.w.Store, meta: f.w.Meta, keyPrefix: manifest.DefaultKeyPrefix, timeout: timeout,
-		log: log, metrics: f.metrics, faults: faults}
+		log: log, metrics: f.metrics, faults: faults, claim: &claimState{opened: opened}}
+	f.seqs, f.last, f.doubts = map[string]uint64{}, map[string]readercore.RootRef{}, map[string]*atomic.Pointer[inDoubt]{}
+	f.sent = map[uint64]readercore.StartPersist{}
 	return f
 }
 
@@ -49,9 +62,16 @@ func newPersistFixture(t *testing.T, timeout time.Duration, faults *faultHooks) 
 func (f *persistFixture) send(stream string, epoch uint64, expected int64, root manifest.Manifest) uint64 {
 	f.nextID++
 	ctx, deps := f.ctx, f.deps
+	if f.doubts[stream] == nil {
+		f.doubts[stream] = &atomic.Pointer[inDoubt]{}
+	}
+	deps.stream, deps.doubt = stream, f.doubts[stream]
+	f.seqs[stream]++
+	sp := readercore.StartPersist{Ref: readercore.Ref(100 + f.nextID), Root: root, ExpectedRevision: expected, Epoch: epoch,
+		Seq: f.seqs[stream], Parent: f.last[stream]}
+	f.sent[f.nextID] = sp
 	pid := f.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return newPersister(ctx, deps) }))
-	f.sys.Root.Send(pid, &persistRequest{ID: f.nextID, Stream: stream, ReplyTo: f.probe.PID,
-		Persist: readercore.StartPersist{Ref: readercore.Ref(100 + f.nextID), Root: root, ExpectedRevision: expected, Epoch: epoch}})
+	f.sys.Root.Send(pid, &persistRequest{ID: f.nextID, Stream: stream, ReplyTo: f.probe.PID, Persist: sp})
 	return f.nextID
 }
 
@@ -67,6 +87,9 @@ func (f *persistFixture) persist(t *testing.T, stream string, epoch uint64, expe
 		t.Fatalf("answer %+v carries no time", d)
 	}
 	quiet[persistDone](t, f.probe, 20*time.Millisecond) // exactly one answer
+	if d.Result.Outcome == readercore.PersistOK {
+		f.last[stream] = readercore.RootRef{Seq: f.sent[id].Seq, Epoch: epoch, UID: d.Result.RootUID}
+	}
 	return d
 }
 
@@ -103,10 +126,10 @@ func TestPersistActorOutcomes(t *testing.T) {
 	if r := d.Result; r.Outcome != readercore.PersistOK || r.Revision != 1 || r.RootUID == 0 || d.Deleted != "" {
 		t.Fatalf("ok: %+v", d)
 	}
-	if _, err := f.w.Store.GetObject(ctx, manifest.RootKey(manifest.DefaultKeyPrefix, "ok", 1, d.Result.RootUID)); err != nil {
+	if _, err := f.w.Store.GetObject(ctx, manifest.SeqRootKey(manifest.DefaultKeyPrefix, "ok", 1)); err != nil {
 		t.Fatalf("ok: the root object the record names: %v", err)
 	}
-	if rec, rev, found, err := f.w.Meta.ReadManifest(ctx, "ok"); err != nil || !found || rev != 1 || rec.RootUID != d.Result.RootUID || rec.NextOffset != 10 {
+	if rec, rev, found, err := f.w.Meta.ReadManifest(ctx, "ok"); err != nil || !found || rev != 1 || rec.Seq != 1 || rec.RootUID != d.Result.RootUID || rec.NextOffset != 10 {
 		t.Fatalf("ok: stored record %+v at %d (found %t, %v)", rec, rev, found, err)
 	}
 	if d := f.persist(t, "ok", 1, 1, manifest.EmptyAt(20)); d.Result.Outcome != readercore.PersistOK || d.Result.Revision != 2 {
@@ -116,7 +139,7 @@ func TestPersistActorOutcomes(t *testing.T) {
 	f.anchor(t, "conflict")
 	otherWriter(t, f.w.Meta, "conflict", 1, 0, metadata.ManifestRecord{RootUID: 9, FirstOffset: 5, NextOffset: 5, FirstTimestamp: -1})
 	d = f.persist(t, "conflict", 1, 0, root)
-	if r := d.Result; r.Outcome != readercore.PersistConflict || !strings.Contains(r.Reason, "revision 1 at epoch 1 is stored, expected 0 at epoch 1") {
+	if r := d.Result; r.Outcome != readercore.PersistConflict || !strings.Contains(r.Reason, "expected version 0 at epoch 1") {
 		t.Fatalf("conflict: %+v", d)
 	}
 
@@ -128,7 +151,7 @@ func TestPersistActorOutcomes(t *testing.T) {
 	}
 
 	d = f.persist(t, "unanchored", 1, 0, root)
-	if r := d.Result; r.Outcome != readercore.PersistNotFound || !strings.Contains(r.Reason, "stream unanchored has no anchor") || d.Deleted != "" {
+	if r := d.Result; r.Outcome != readercore.PersistNotFound || !strings.Contains(r.Reason, "stream unanchored: the anchor") || d.Deleted != "" {
 		t.Fatalf("not-found at revision 0: %+v", d)
 	}
 	f.anchor(t, "vanished")
@@ -139,7 +162,7 @@ func TestPersistActorOutcomes(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = f.persist(t, "vanished", 1, 1, root)
-	if r := d.Result; r.Outcome != readercore.PersistNotFound || !strings.Contains(r.Reason, "no manifest record at revision 1") || d.Deleted != "" {
+	if r := d.Result; r.Outcome != readercore.PersistNotFound || !strings.Contains(r.Reason, "the manifest record at version 1") || d.Deleted != "" {
 		t.Fatalf("not-found after a success: %+v", d)
 	}
 
@@ -153,7 +176,7 @@ func TestPersistActorOutcomes(t *testing.T) {
 	for _, expected := range []int64{1, 0} { // whatever the writer expected
 		d = f.persist(t, "deleted", 1, expected, root)
 		ev, ok := d.event().(readercore.StreamDeleted)
-		if !ok || !strings.Contains(ev.Reason, "stream deleted was deleted at") || !strings.Contains(ev.Reason, deletedHint) {
+		if !ok || !strings.Contains(ev.Reason, "stream deleted was deleted") || !strings.Contains(ev.Reason, deletedHint) {
 			t.Fatalf("tombstone, expecting revision %d: %+v -> %+v", expected, d, d.event())
 		}
 	}
@@ -177,7 +200,7 @@ func TestPersistActorFailsAtDeadlineDuringPartition(t *testing.T) {
 	start := time.Now()
 	d := f.persist(t, "p", 1, 1, manifest.EmptyAt(2))
 	took := time.Since(start)
-	if r := d.Result; r.Outcome != readercore.PersistFailed || !strings.Contains(r.Reason, "persist p: etcd:") || !strings.Contains(r.Reason, "deadline exceeded") {
+	if r := d.Result; r.Outcome != readercore.PersistFailed || !strings.Contains(r.Reason, "persist p: etcd (outcome unknown") || !strings.Contains(r.Reason, "deadline exceeded") {
 		t.Fatalf("during the partition: %+v", d)
 	}
 	if took < timeout || took > timeout+2*time.Second {

@@ -135,11 +135,11 @@ func TestReaderNotFoundStops(t *testing.T) {
 }
 
 // TestReaderMissingAnchorReinitializesOnce: the stream's anchor is removed (no tombstone)
-// before every persist of a stream that never persisted. The first not-found makes the
-// reader reinitialize, and its resolution writes the anchor again; when the anchor is
-// missing again, the new incarnation does not reinitialize a second time: it retries at the
-// persist interval (no spin) and status says the anchor is missing. Once the anchor stays,
-// the stream persists by itself.
+// before every persist of a stream that never persisted. Format version 3: the not-found
+// makes the reader resolve again, which finds the root its persist PUT but no anchor: etcd
+// lost the stream, so it stalls in metadata_missing and writes nothing (before version 3 it
+// wrote the anchor again). Once an operator writes the anchor back, it adopts its root and
+// persists by itself.
 func TestReaderMissingAnchorReinitializesOnce(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	log, _ := testLogger(t)
@@ -155,34 +155,34 @@ func TestReaderMissingAnchorReinitializesOnce(t *testing.T) {
 			}
 		}
 	}}
-	n := startNode(w, Config{Logger: log, faults: faults,
+	n := startNode(w, Config{Logger: log, faults: faults, StallRetry: 100 * time.Millisecond, // resolved again soon after the repair
 		Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 200 * time.Millisecond}})
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 11, loadgen.Limit{Bytes: 48 << 10})
 	if err := n.AddStream(StreamSpec{ID: "na", Log: lg, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
-	until(t, 20*time.Second, "status says the anchor is missing", func() (bool, string) {
+	// Format version 3: the persist finds the anchor gone (metadata missing), the reader
+	// resolves again and finds roots but no anchor: it stalls in metadata_missing and
+	// writes nothing, not even the anchor, until an operator repairs etcd.
+	until(t, 20*time.Second, "status says the metadata is missing", func() (bool, string) {
 		st := status(t, n, "na")
-		return strings.Contains(st.Core.LastPersistError, "anchor is still missing"), st.Phase + " " + st.Core.LastPersistError
+		return st.Phase == "metadata_missing" && strings.Contains(st.MetadataReason, "node recover na"), st.Phase + " " + st.MetadataReason
 	})
-	h, _ := n.handle("na")
 	m := n.Metrics()
-	notFound := m.PersistNotFound.Load()
-	time.Sleep(2 * time.Second)
-	if d := m.PersistNotFound.Load() - notFound; d < 5 || d > 13 { // every 200 ms
-		t.Fatalf("%d persists in 2 s while the anchor is missing, want about 10", d)
+	if _, _, found, err := w.Meta.ReadManifest(context.Background(), "na"); err != nil || found {
+		t.Fatalf("a record was written for a stream stalled in metadata_missing (%v)", err)
 	}
-	if m.Reinitializations.Load() != 1 || h.incarnations.Load() != 2 || !h.anchorReinit.Load() {
-		t.Fatalf("%d reinitializations, %d incarnations", m.Reinitializations.Load(), h.incarnations.Load())
+	if ok, err := w.Meta.HasAnchor(context.Background(), "na", true); err != nil || ok {
+		t.Fatalf("the anchor was written back by the stalled stream (%v)", err)
 	}
 	removing.Store(false)
 	if err := w.Meta.Anchor(context.Background(), "na"); err != nil {
 		t.Fatal(err)
 	}
 	persisted(t, n, "na", lg.NextOffset(), 10*time.Second)
-	if st := status(t, n, "na"); st.Core.LastPersistError != "" || m.Reinitializations.Load() != 1 {
-		t.Fatalf("after the anchor came back: %q, %d reinitializations", st.Core.LastPersistError, m.Reinitializations.Load())
+	if st := status(t, n, "na"); st.Core.LastPersistError != "" || m.Adoptions.Load() != 1 || m.StreamsMetadataMissing.Load() != 0 {
+		t.Fatalf("after the anchor came back: %q, %d adoptions, %d streams missing", st.Core.LastPersistError, m.Adoptions.Load(), m.StreamsMetadataMissing.Load())
 	}
 }
 

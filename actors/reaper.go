@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,9 @@ type ReaperStats struct {
 	Retries   atomic.Int64 // delete attempts repeated after a failure
 	Queued    atomic.Int64 // keys waiting for a batch or a retry
 	GroupGets atomic.Int64 // group objects downloaded to expand a deletion
+	// Refused counts keys not deleted because the node's cluster claim changed: they are
+	// left for garbage collection by the cluster that holds the claim.
+	Refused atomic.Int64
 }
 
 const (
@@ -69,6 +73,8 @@ type reaperDeps struct {
 	clock     shell.Clock
 	ledger    *reaperLedger
 	faults    *faultHooks
+	// check re-reads the node's claim before each batch (Node.checkClaim); nil: none.
+	check func(context.Context) error
 }
 
 // reaper is the node's deleter: it batches deletions into DeleteObjects calls, retries
@@ -172,6 +178,21 @@ func (r *reaper) deleteKeys(c actor.Context, keys []string) {
 		n := min(len(keys), reaperBatch)
 		batch := keys[:n]
 		keys = keys[n:]
+		if r.check != nil {
+			if err := r.check(r.ctx); errors.Is(err, ErrClaimChanged) {
+				r.stats.Refused.Add(int64(len(batch) + len(keys)))
+				r.log.Error().Err(err).Int("keys", len(batch)+len(keys)).Msg("reaper: the cluster claim changed: nothing is deleted")
+				return
+			} else if err != nil {
+				// The claim could not be read: nothing is deleted now; the batch is retried.
+				r.log.Warn().Err(err).Msg("reaper: cannot re-read the cluster claim before a batch; retried later")
+				r.ledger.retry = append(r.ledger.retry, batch...)
+				r.ledger.retry = append(r.ledger.retry, keys...)
+				r.stats.Queued.Add(int64(len(batch) + len(keys)))
+				r.arm(c)
+				return
+			}
+		}
 		failed, err := r.store.DeleteObjects(r.ctx, batch)
 		if err != nil {
 			failed = make(map[string]error, len(batch))

@@ -224,7 +224,8 @@ func TestDeletedStreamNeverComesBack(t *testing.T) {
 
 // TestDeletedStreamRememberedByHandle: the stream's records are deleted without a tombstone
 // (by a tool that predates them); a reader restarted by its supervisor finds no record, but
-// the stream's handle knows it persisted, so it is deleted, not new: stop, write nothing.
+// the stream's handle knows it persisted, so it is not new: it stalls in metadata_missing
+// and writes nothing (format version 3; before, it stopped as deleted).
 func TestDeletedStreamRememberedByHandle(t *testing.T) {
 	e := newDeletedEnv(t)
 	lg, err := segments.Open(t.TempDir(), segments.Options{MaxSegmentBytes: 32 << 10})
@@ -242,9 +243,18 @@ func TestDeletedStreamRememberedByHandle(t *testing.T) {
 	}
 	e.emptyPrefix("gone")
 
+	// Format version 3: without a tombstone or a deletion marker a missing record is lost
+	// metadata, never "deleted": the restarted reader stalls in metadata_missing (the handle
+	// knows the stream persisted, so it is not new either) and writes nothing.
 	e.restartReader("gone")
-	err = e.awaitRefusal("gone", "reader restarted by its supervisor")
-	if !strings.Contains(err.Error(), "has no manifest record though it persisted revision") {
-		t.Fatalf("waiter's error %q does not say the stream was deleted", err)
+	until(t, 30*time.Second, "the restarted reader stalls in metadata_missing", func() (bool, string) {
+		st, err := e.node.Status(ctx, "gone")
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.Phase == "metadata_missing" && strings.Contains(st.MetadataReason, "after this writer saw it"), st.Phase + ": " + st.MetadataReason
+	})
+	if ok, err := e.meta.HasAnchor(ctx, "gone", true); err != nil || ok {
+		t.Fatalf("the stalled stream wrote its anchor again (%v)", err)
 	}
 }

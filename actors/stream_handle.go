@@ -14,15 +14,20 @@ import (
 
 // ReplicaSender carries a writer's persisted edits and syncs to its replica nodes. It must
 // not block: a send to a dead node is dropped, and the next persist's gap check repairs it.
+// Manifests are named by their root's seq and uid (the RootRef's epoch does not travel):
+// Broadcast's edits make root of parent, Sync's manifest is root.
 type ReplicaSender interface {
-	Broadcast(stream string, to []string, edits []manifest.Edit, seq int64, epoch uint64)
-	Sync(stream, replica string, m manifest.Manifest, revision int64, epoch uint64)
+	Broadcast(stream string, to []string, edits []manifest.Edit, root, parent readercore.RootRef, epoch uint64)
+	Sync(stream, replica string, m manifest.Manifest, root readercore.RootRef, epoch uint64)
 }
 
 // Persisted is a stream's manifest cache entry: the last manifest etcd accepted.
 type Persisted struct {
 	Manifest manifest.Manifest
 	Revision int64
+	// Seq and UID name the root object (Seq 0: a version 1 or 2 root); a version 3
+	// resolution takes the cache only when they equal the record's.
+	Seq, UID uint64
 }
 
 // streamHandle is the part of a stream that outlives its reader actor's restarts: the spec,
@@ -42,10 +47,22 @@ type streamHandle struct {
 	// persisted): above 0, the stream has persisted, so finding no record later means it was
 	// deleted, never that it is new.
 	seenRevision atomic.Int64
+	// seenSeq is the highest version 3 root seq any incarnation resolved or persisted: the
+	// next resolution lists the roots from it on.
+	seenSeq atomic.Uint64
 	// anchorReinit is set once an incarnation reinitialized because its first persist found
 	// no anchor: later cores get readercore.Config.AnchorReinitialized, so that a recurrence
 	// is retried and reported instead of reinitializing again and again.
 	anchorReinit atomic.Bool
+	// doubt is a persist attempt whose outcome is unknown: the next persist or resolution
+	// settles it (same root, same expected record) before anything new is built.
+	doubt atomic.Pointer[inDoubt]
+	// fresh is when a writer of the stream was last sure of its record (stale writers
+	// resolve again before they persist).
+	fresh freshness
+	// stall is the metadata stall the last resolution decided (nil: none), kept across
+	// incarnations so that it is logged and counted once, not at every retry.
+	stall atomic.Pointer[metadataStall]
 
 	mu sync.Mutex
 	// registered are the replicas registered at run time (Node.ReplicaRegistered); every
@@ -201,6 +218,36 @@ func (h *streamHandle) stopReason() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.reason
+}
+
+// noteSeq remembers that the stream's record named the version 3 root of seq.
+func (h *streamHandle) noteSeq(seq uint64) {
+	for {
+		cur := h.seenSeq.Load()
+		if seq <= cur || h.seenSeq.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// setStall records the stream's metadata stall (nil: none) and keeps the per-phase gauges;
+// it reports whether the phase changed (the caller logs then, not at every retry).
+func (h *streamHandle) setStall(m *Metrics, st *metadataStall) bool {
+	old := h.stall.Swap(st)
+	gauge := func(s *metadataStall, d int64) {
+		if s == nil {
+			return
+		}
+		switch s.Phase {
+		case "metadata_missing":
+			m.StreamsMetadataMissing.Add(d)
+		case "metadata_behind":
+			m.StreamsMetadataBehind.Add(d)
+		}
+	}
+	gauge(old, -1)
+	gauge(st, 1)
+	return (old == nil) != (st == nil) || (old != nil && old.Phase != st.Phase)
 }
 
 // noteRevision remembers that the stream's manifest record was seen at rev.

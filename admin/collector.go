@@ -39,6 +39,8 @@ var (
 	descGapOffsets     = desc("gap_offsets_total", "Offsets given up because the local log dropped them before upload.")
 	descReaper         = desc("reaper_total", "Reaper work by kind (deleted, failed, retries, group_gets).", "kind")
 	descStreams        = desc("streams_running", "Streams whose replica reader runs (stalled ones not counted).")
+	descMetaStalls     = desc("streams_metadata_stalled", "Streams stalled because etcd lost their metadata or is behind the bucket, by phase (metadata_missing, metadata_behind): repair with `node recover`.", "phase")
+	descClaimLost      = desc("claim_lost", "1 once the node found its cluster claim changed: it stopped persisting and deleting.")
 	descStalled        = desc("streams_stalled", "Streams whose drain cannot read the local log now, by cause (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM, other).", "cause")
 	descLocalErrors    = desc("local_errors_total", "Local log read failures reported by drains, by cause (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM, other).", "cause")
 	descFaults         = desc("node_faults", "Fatal failures outside the streams (an embedded server that stopped), by server and exhausted resource (empty when another cause).", "server", "exhausted")
@@ -78,7 +80,7 @@ var (
 	descStreamsParked = desc("streams_parked", "Streams parked now (their reader keeps failing).")
 	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving, while stalled (its local log cannot be read), while parked and once stopped for good.", "stream")
 
-	descS3Requests   = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success; not_found is a 404 answer, not an error).", "op", "class")
+	descS3Requests   = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success; not_found is a 404 answer, precondition_failed a conditional put refused because the key exists; neither is an error).", "op", "class")
 	descS3Bytes      = desc("s3_bytes_total", "Payload bytes sent or received by S3 operation.", "op")
 	descS3Latency    = desc("s3_request_duration_seconds", "S3 request latency by operation.", "op")
 	descBucketUp     = desc("s3_bucket_reachable", "1 when the last bucket probe (a one-key listing every s3_probe_interval) succeeded, 0 when it failed or none finished yet.")
@@ -161,6 +163,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descReaper, float64(m.Reaper.GroupGets.Load()), "group_gets")
 
 	gauge(descStreams, float64(m.StreamsRunning.Load()))
+	gauge(descMetaStalls, float64(m.StreamsMetadataMissing.Load()), "metadata_missing")
+	gauge(descMetaStalls, float64(m.StreamsMetadataBehind.Load()), "metadata_behind")
+	gauge(descClaimLost, float64(m.ClaimLost.Load()))
 	for _, f := range in.Faults {
 		gauge(descFaults, 1, f.Server, f.Exhausted)
 	}
@@ -258,6 +263,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descS3Requests, float64(v), name, s3io.Class(cl).String())
 		}
 		counter(descS3Requests, float64(op.NotFound), name, "not_found")
+		counter(descS3Requests, float64(op.Refused), name, "precondition_failed")
 		counter(descS3Bytes, float64(op.Bytes), name)
 		ch <- histogram(descS3Latency, op.Buckets[:], op.Sum, name)
 	}

@@ -241,11 +241,13 @@ type StageReport struct {
 
 // RequestReport counts requests to a backend by operation and errors by class. NotFound
 // counts S3's 404 answers (an object or bucket that does not exist yet), which are not
-// errors and are in no class.
+// errors and are in no class; PreconditionFailed counts conditional puts refused because
+// the key exists (a root seq another writer took, the claim, the probe), not errors either.
 type RequestReport struct {
-	Requests      map[string]uint64 `json:"requests"`
-	ErrorsByClass map[string]uint64 `json:"errors_by_class"`
-	NotFound      uint64            `json:"not_found,omitempty"`
+	Requests           map[string]uint64 `json:"requests"`
+	ErrorsByClass      map[string]uint64 `json:"errors_by_class"`
+	NotFound           uint64            `json:"not_found,omitempty"`
+	PreconditionFailed uint64            `json:"precondition_failed,omitempty"`
 }
 
 // StreamReport is one stream's status: local log, remote tier, pipeline, lag.
@@ -476,6 +478,7 @@ func BuildReport(in NodeInput, now time.Time) Report {
 	for _, op := range in.S3 {
 		n.S3.Requests[op.Op.String()] = op.Requests
 		n.S3.NotFound += op.NotFound
+		n.S3.PreconditionFailed += op.Refused
 		for c, v := range op.ByClass {
 			if c != int(s3io.ClassNone) {
 				n.S3.ErrorsByClass[s3io.Class(c).String()] += v

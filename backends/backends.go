@@ -116,6 +116,8 @@ type Backends struct {
 	S3   *embeds3.Server
 	// Attached is set when the backends are a running node's embedded servers.
 	Attached *RunInfo
+	// BucketOnly: no etcd was opened (ForBucket); Meta and EtcdClient are nil.
+	BucketOnly bool
 
 	lock       *DirLock
 	ownsClient bool // the etcd client is ours to close (external or attached)
@@ -158,11 +160,16 @@ func (b *Backends) Watch(ctx context.Context, report func(server string, err err
 // Describe says where the backends are, for messages.
 func (b *Backends) Describe() string {
 	etcd, s3 := "external etcd", "bucket "+b.Store.Bucket()
+	if b.BucketOnly {
+		etcd = "no etcd"
+	}
 	attachedEtcd := b.Attached != nil && len(b.Attached.EtcdEndpoints) > 0
 	attachedS3 := b.Attached != nil && b.Attached.S3 != nil
 	switch {
 	case b.Etcd != nil && b.S3 != nil:
 		return "embedded etcd and S3"
+	case b.BucketOnly && b.S3 != nil:
+		return "embedded S3, no etcd"
 	case attachedEtcd && attachedS3:
 		return fmt.Sprintf("the embedded etcd and S3 of node pid %d", b.Attached.PID)
 	}
@@ -248,7 +255,11 @@ func (b *Backends) ProbeS3(ctx context.Context) error {
 // started in this process under s.DataDir (which must be locked by the caller's lock,
 // passed in to be released by Close). ctx bounds the start.
 func Open(ctx context.Context, s nodeconfig.Settings, lock *DirLock) (*Backends, error) {
-	b := &Backends{lock: lock, KeyPrefix: s.KeyPrefix}
+	return open(ctx, s, lock, false)
+}
+
+func open(ctx context.Context, s nodeconfig.Settings, lock *DirLock, bucketOnly bool) (*Backends, error) {
+	b := &Backends{lock: lock, KeyPrefix: s.KeyPrefix, BucketOnly: bucketOnly}
 	if b.KeyPrefix == "" {
 		b.KeyPrefix = manifest.DefaultKeyPrefix
 	}
@@ -259,7 +270,9 @@ func Open(ctx context.Context, s nodeconfig.Settings, lock *DirLock) (*Backends,
 			b.Close()
 		}
 	}()
-	if s.EmbeddedEtcd() {
+	if bucketOnly {
+		// no etcd at all
+	} else if s.EmbeddedEtcd() {
 		e, err := metadata.StartEmbeddedConfig(ctx, metadata.EmbeddedConfig{DataDir: EtcdDir(s.DataDir)})
 		if err != nil {
 			return nil, err
@@ -268,7 +281,9 @@ func Open(ctx context.Context, s nodeconfig.Settings, lock *DirLock) (*Backends,
 	} else if err := b.connectEtcd(ctx, s.EtcdClientConfig()); err != nil {
 		return nil, err
 	}
-	b.Meta = metadata.NewStore(b.EtcdClient, s.EtcdPrefix)
+	if !bucketOnly {
+		b.Meta = metadata.NewStore(b.EtcdClient, s.EtcdPrefix)
+	}
 
 	cfg := s.S3Config()
 	if s.EmbeddedS3() {
@@ -295,7 +310,11 @@ func Open(ctx context.Context, s nodeconfig.Settings, lock *DirLock) (*Backends,
 // Attach opens a running node's embedded backends as a client (info from its run file);
 // the backends s names as external are opened directly.
 func Attach(ctx context.Context, s nodeconfig.Settings, info RunInfo) (*Backends, error) {
-	b := &Backends{Attached: &info, KeyPrefix: s.KeyPrefix}
+	return attach(ctx, s, info, false)
+}
+
+func attach(ctx context.Context, s nodeconfig.Settings, info RunInfo, bucketOnly bool) (*Backends, error) {
+	b := &Backends{Attached: &info, KeyPrefix: s.KeyPrefix, BucketOnly: bucketOnly}
 	if b.KeyPrefix == "" {
 		b.KeyPrefix = manifest.DefaultKeyPrefix
 	}
@@ -306,16 +325,20 @@ func Attach(ctx context.Context, s nodeconfig.Settings, info RunInfo) (*Backends
 		}
 	}()
 	ec := s.EtcdClientConfig()
-	if s.EmbeddedEtcd() {
+	if bucketOnly {
+		// no etcd at all
+	} else if s.EmbeddedEtcd() {
 		if len(info.EtcdEndpoints) == 0 {
 			return nil, fmt.Errorf("the node running on %s (pid %d) does not run an embedded etcd: give etcd_endpoints", s.DataDir, info.PID)
 		}
 		ec = metadata.ClientConfig{Endpoints: info.EtcdEndpoints, DialTimeout: s.EtcdDialTimeout}
 	}
-	if err := b.connectEtcd(ctx, ec); err != nil {
-		return nil, err
+	if !bucketOnly {
+		if err := b.connectEtcd(ctx, ec); err != nil {
+			return nil, err
+		}
+		b.Meta = metadata.NewStore(b.EtcdClient, s.EtcdPrefix)
 	}
-	b.Meta = metadata.NewStore(b.EtcdClient, s.EtcdPrefix)
 	cfg := s.S3Config()
 	if s.EmbeddedS3() {
 		if info.S3 == nil {
@@ -398,8 +421,19 @@ func randomHex(n int) string {
 // holds the lock), its servers are used through its run file; otherwise this process
 // takes the lock and starts the embedded servers itself over the stopped node's data.
 func ForCommand(ctx context.Context, s nodeconfig.Settings) (*Backends, error) {
-	if !s.EmbeddedEtcd() && !s.EmbeddedS3() {
-		return Open(ctx, s, nil)
+	return forCommand(ctx, s, false)
+}
+
+// ForBucket opens the bucket alone for a command that uses no etcd at all (--from-bucket:
+// the read-only mount an auditor uses): Meta and EtcdClient are nil, and no etcd is
+// contacted or started, embedded or not.
+func ForBucket(ctx context.Context, s nodeconfig.Settings) (*Backends, error) {
+	return forCommand(ctx, s, true)
+}
+
+func forCommand(ctx context.Context, s nodeconfig.Settings, bucketOnly bool) (*Backends, error) {
+	if !s.EmbeddedS3() && (bucketOnly || !s.EmbeddedEtcd()) {
+		return open(ctx, s, nil, bucketOnly)
 	}
 	if fi, err := os.Stat(s.DataDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("data dir %s: no such directory (run `node` there first, or pass --data-dir or external etcd_endpoints and s3_bucket)", s.DataDir)
@@ -413,7 +447,7 @@ func ForCommand(ctx context.Context, s nodeconfig.Settings) (*Backends, error) {
 		if !found {
 			return nil, fmt.Errorf("data dir %s is in use by another process that has not written %s yet (a node starting?): try again", s.DataDir, RunFile(s.DataDir))
 		}
-		return Attach(ctx, s, info)
+		return attach(ctx, s, info, bucketOnly)
 	}
 	if err != nil {
 		return nil, err
@@ -422,7 +456,7 @@ func ForCommand(ctx context.Context, s nodeconfig.Settings) (*Backends, error) {
 		lock.Unlock()
 		return nil, err
 	}
-	b, err := Open(ctx, s, lock)
+	b, err := open(ctx, s, lock, bucketOnly)
 	if err != nil {
 		lock.Unlock()
 		return nil, err

@@ -15,12 +15,13 @@ import (
 // TestDecide covers every rule of remote-format.md "Garbage: what may be collected" (below
 // the persisted next offset: older than the root or not; at or above it: fenced epoch,
 // current epoch, a successor's epoch, a version 1 key; superseded roots; a prefix without
-// an anchor; a stream that never persisted), the grace period, streams whose references
-// are unknown, and keys that are not streamtier's.
+// an anchor: unclaimed, never collected; a stream that never persisted: its root kept),
+// the grace period and its margin, streams whose references are unknown, and keys that are
+// not streamtier's.
 func TestDecide(t *testing.T) {
 	const p = manifest.DefaultKeyPrefix
 	now := time.Unix(1_800_000_000, 0)
-	old, young := now.Add(-3*time.Hour), now.Add(-time.Minute)
+	old, young := now.Add(-3*time.Hour), now.Add(-30*time.Second)
 	rootT := now.Add(-2 * time.Hour) // when a's root was written
 	afterRoot := rootT.Add(time.Minute)
 	rec := metadata.ManifestRecord{Epoch: 2, RootUID: 5, FirstOffset: 100, NextOffset: 500}
@@ -77,12 +78,12 @@ func TestDecide(t *testing.T) {
 		{manifest.RootKey(p, "a", 1, 6), old, want{"orphans", "superseded root"}},
 		{manifest.RootKey(p, "a", 2, 7), young, want{"young", "superseded root"}},
 		// Other streams.
-		{frag("gone", 0, 1, 1), old, want{"orphans", "no anchor"}},
-		{frag("gone", 10, 9, 2), old, want{"orphans", "no anchor"}},
-		{manifest.RootKey(p, "gone", 9, 3), old, want{"orphans", "no anchor"}},
+		{frag("gone", 0, 1, 1), old, want{"unclaimed", "no anchor"}},
+		{frag("gone", 10, 9, 2), old, want{"unclaimed", "never collected"}},
+		{manifest.RootKey(p, "gone", 9, 3), old, want{"unclaimed", "no anchor"}},
 		{frag("new", 0, 1, 1), old, want{"pending", "never persisted a manifest"}},
 		{v1("new", 10, 2, manifest.KindFragment), old, want{"pending", "version 1"}},
-		{manifest.RootKey(p, "new", 1, 3), old, want{"orphans", "root of epoch 1 that never persisted"}},
+		{manifest.RootKey(p, "new", 1, 3), old, want{"pending", "never collected for want of a record"}},
 		{frag("noroot", 0, 1, 1), old, want{"pending", "not in the listing"}},
 		{frag("noroot", 600, 1, 2), old, want{"orphans", "fenced"}},
 		{frag("bad", 0, 1, 1), old, want{"undecided", "corrupt"}},
@@ -96,7 +97,7 @@ func TestDecide(t *testing.T) {
 	check := func(plan Plan, grace time.Duration) {
 		t.Helper()
 		got := map[string]want{}
-		for list, os := range map[string][]Orphan{"orphans": plan.Orphans, "young": plan.Young, "pending": plan.Pending, "undecided": plan.Undecided} {
+		for list, os := range map[string][]Orphan{"orphans": plan.Orphans, "young": plan.Young, "pending": plan.Pending, "undecided": plan.Undecided, "unclaimed": plan.Unclaimed} {
 			for _, o := range os {
 				if _, dup := got[o.Key]; dup {
 					t.Errorf("%s in two lists", o.Key)
@@ -110,9 +111,7 @@ func TestDecide(t *testing.T) {
 		referenced := 0
 		for _, c := range cases {
 			w := c.want
-			if w.list == "young" && grace == 0 {
-				w.list = "orphans"
-			}
+			// Grace zero still keeps the clock margin: 30 s old is young.
 			if w.list == "referenced" {
 				referenced++
 				if g, ok := got[c.key]; ok {
@@ -134,7 +133,7 @@ func TestDecide(t *testing.T) {
 	if plan.Revisions["a"] != 4 {
 		t.Fatalf("revisions: %v", plan.Revisions)
 	}
-	// Grace zero collects the young garbage too, and still nothing pending.
+	// Grace zero keeps the one-minute margin, and still nothing pending.
 	check(Decide(objs, p, states, now, 0), 0)
 	// However old: a pending object stays pending a year on.
 	for _, o := range Decide(objs, p, states, now.Add(365*24*time.Hour), time.Hour).Orphans {

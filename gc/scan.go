@@ -19,28 +19,43 @@ type Options struct {
 	KeyPrefix string // default manifest.DefaultKeyPrefix
 	Stream    string // only this stream's prefix; empty for every stream under KeyPrefix
 	Grace     time.Duration
-	Now       func() time.Time // default time.Now
+	// Now, when set, replaces the object store's clock (tests age objects with it); by
+	// default ages are measured on the store's clock (s3io.Store.ServerTime).
+	Now func() time.Time
 }
 
 func (o Options) withDefaults() Options {
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = manifest.DefaultKeyPrefix
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
 	return o
 }
 
-// Scan lists the objects under the key prefix (or one stream's prefix), reads every
-// stream's anchor and persisted manifest, and decides which objects are garbage. It deletes
-// nothing. An error means gc could not run at all (S3 listing or etcd failing, unknown
-// stream); a stream whose manifest cannot be read is reported in the plan as Undecided,
-// with all its objects kept.
+// now is the time ages are measured at: the store's clock unless Now replaces it.
+func (o Options) now(ctx context.Context) (time.Time, error) {
+	if o.Now != nil {
+		return o.Now(), nil
+	}
+	t, err := o.Store.ServerTime(ctx, o.KeyPrefix+"/")
+	if err != nil {
+		return time.Time{}, fmt.Errorf("gc: the object store's clock: %w", err)
+	}
+	return t, nil
+}
+
+// Scan checks the key prefix's claim, lists the objects under the key prefix (or one
+// stream's prefix), reads every stream's anchor, tombstone, persisted manifest and the
+// roots above it, and decides which objects are garbage. It deletes nothing. An error means
+// gc could not run at all (a claim that does not match: ErrClaimMismatch; S3 listing or
+// etcd failing; unknown stream); a stream whose manifest cannot be read is reported in the
+// plan as Undecided, with all its objects kept.
 func Scan(ctx context.Context, o Options) (Plan, error) {
 	o = o.withDefaults()
 	if o.Store == nil || o.Meta == nil {
 		return Plan{}, errors.New("gc: an object store and a metadata store are required")
+	}
+	if err := checkClaim(ctx, o); err != nil {
+		return Plan{}, err
 	}
 	prefix := o.KeyPrefix + "/"
 	if o.Stream != "" {
@@ -58,29 +73,37 @@ func Scan(ctx context.Context, o Options) (Plan, error) {
 	}
 	streams := map[string]bool{}
 	index := manifest.NewKeyIndex(o.KeyPrefix)
+	roots := map[string][]rootInfo{}
 	for _, oi := range objects {
 		if k, err := index.Add(oi.Key); err == nil {
 			streams[k.Stream] = true
+			if k.Kind == manifest.ObjectRoot {
+				roots[k.Stream] = append(roots[k.Stream], rootInfo{key: oi.Key, k: k, modified: oi.LastModified})
+			}
 		}
 	}
 	if o.Stream != "" && !streams[o.Stream] {
-		st, err := examine(ctx, o, o.Stream, index)
+		st, err := examine(ctx, o, o.Stream, index, nil)
 		if err != nil {
 			return Plan{}, err
 		}
-		if !st.Anchored && !st.Recorded {
+		if !st.Anchored && !st.Recorded && !st.Tombstone {
 			return Plan{}, fmt.Errorf("gc: stream %q: %w (no objects under %s and no records in etcd)", o.Stream, ErrUnknownStream, prefix)
 		}
 	}
 	states := make(map[string]StreamState, len(streams))
 	for _, id := range sortedKeys(streams) {
-		st, err := examine(ctx, o, id, index)
+		st, err := examine(ctx, o, id, index, roots[id])
 		if err != nil {
 			return Plan{}, err
 		}
 		states[id] = st
 	}
-	return Decide(objects, o.KeyPrefix, states, o.Now(), o.Grace), nil
+	now, err := o.now(ctx)
+	if err != nil {
+		return Plan{}, err
+	}
+	return Decide(objects, o.KeyPrefix, states, now, o.Grace), nil
 }
 
 func sortedKeys(m map[string]bool) []string {
@@ -99,11 +122,11 @@ func sortedKeys(m map[string]bool) []string {
 //
 // The record is read before the epoch: a persist in between makes the epoch newer than the
 // record, never older, and a newer stored epoch only fences writers that are fenced indeed.
-func examine(ctx context.Context, o Options, stream string, index *manifest.KeyIndex) (StreamState, error) {
+func examine(ctx context.Context, o Options, stream string, index *manifest.KeyIndex, roots []rootInfo) (StreamState, error) {
 	// A live writer persists on: the root the record named may be gone (the reaper deletes
 	// a replaced root) by the time it is read. Then the record has moved on; read it again.
 	for attempt := 1; ; attempt++ {
-		st, err := examineOnce(ctx, o, stream, index)
+		st, err := examineOnce(ctx, o, stream, index, roots)
 		if err != nil || st.Err == nil || !s3io.IsNotFound(st.Err) || attempt == 5 {
 			return st, err
 		}
@@ -114,7 +137,7 @@ func examine(ctx context.Context, o Options, stream string, index *manifest.KeyI
 	}
 }
 
-func examineOnce(ctx context.Context, o Options, stream string, index *manifest.KeyIndex) (StreamState, error) {
+func examineOnce(ctx context.Context, o Options, stream string, index *manifest.KeyIndex, roots []rootInfo) (StreamState, error) {
 	st := StreamState{Stream: stream}
 	rec, rev, found, recErr := o.Meta.ReadManifest(ctx, stream)
 	if recErr != nil && !errors.Is(recErr, metadata.ErrCorruptRecord) {
@@ -122,6 +145,13 @@ func examineOnce(ctx context.Context, o Options, stream string, index *manifest.
 	}
 	var err error
 	if st.Anchored, err = o.Meta.HasAnchor(ctx, stream, true); err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	_, st.Tombstone, err = o.Meta.ReadTombstone(ctx, stream)
+	switch {
+	case errors.Is(err, metadata.ErrCorruptRecord):
+		st.Tombstone = true // an unreadable tombstone still says deleted
+	case err != nil:
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	if recErr != nil {
@@ -137,15 +167,20 @@ func examineOnce(ctx context.Context, o Options, stream string, index *manifest.
 		return st, fmt.Errorf("gc: %w", err)
 	}
 	st.Recorded, st.Record, st.Revision, st.Epoch = found, rec, rev, epoch
-	if !found {
-		return st, nil
+	if st.Tombstone || !st.Anchored {
+		return st, nil // deleted, or unclaimed: nothing to read
 	}
-	refs, err := references(ctx, o.Store, o.KeyPrefix, stream, rec, index)
-	if err != nil {
+	if found {
+		refs, err := references(ctx, o.Store, o.KeyPrefix, stream, rec, index)
+		if err != nil {
+			st.Err = err
+			return st, nil
+		}
+		st.Referenced = refs
+	}
+	if err := examineLineage(ctx, o, &st, index, roots); err != nil {
 		st.Err = err
-		return st, nil
 	}
-	st.Referenced = refs
 	return st, nil
 }
 
@@ -168,20 +203,33 @@ func References(ctx context.Context, store *s3io.Store, keyPrefix, stream string
 }
 
 func references(ctx context.Context, store *s3io.Store, keyPrefix, stream string, rec metadata.ManifestRecord, index *manifest.KeyIndex) (map[string]bool, error) {
-	rootKey := manifest.RootKey(keyPrefix, stream, rec.Epoch, rec.RootUID)
+	rootKey := rec.RootKey(keyPrefix, stream)
 	body, err := store.GetObject(ctx, rootKey)
 	if err != nil {
 		return nil, fmt.Errorf("root %s named by the manifest record: %w", rootKey, err)
 	}
-	m, err := manifest.DecodeRoot(body)
+	root, err := manifest.DecodeRootObject(body)
 	if err != nil {
 		return nil, fmt.Errorf("root %s: %w", rootKey, err)
 	}
+	if rec.Seq > 0 && (root.Version < 3 || root.Lineage.Seq != rec.Seq || root.Lineage.UID != rec.RootUID) {
+		return nil, fmt.Errorf("root %s is %v (version %d), the manifest record names seq %d uid %016x", rootKey, root.Lineage, root.Version, rec.Seq, rec.RootUID)
+	}
+	m := root.Manifest
 	if m.FirstOffset != rec.FirstOffset || m.NextOffset != rec.NextOffset || m.TotalSize != rec.TotalSize || m.FirstTimestamp != rec.FirstTimestamp {
 		return nil, fmt.Errorf("root %s disagrees with its etcd record: root [%d,%d) size %d, record [%d,%d) size %d",
 			rootKey, m.FirstOffset, m.NextOffset, m.TotalSize, rec.FirstOffset, rec.NextOffset, rec.TotalSize)
 	}
 	refs := map[string]bool{rootKey: true}
+	if err := walkReferences(ctx, store, keyPrefix, stream, m, index, refs); err != nil {
+		return nil, err
+	}
+	return refs, nil
+}
+
+// walkReferences adds to refs the key of every group holding live offsets of m and every
+// live fragment, checking each group (codec CRC, against its entry).
+func walkReferences(ctx context.Context, store *s3io.Store, keyPrefix, stream string, m manifest.Manifest, index *manifest.KeyIndex, refs map[string]bool) error {
 	var walk func(entries []manifest.Entry, end uint64, depth int) error
 	walk = func(entries []manifest.Entry, end uint64, depth int) error {
 		for i, e := range entries {
@@ -228,10 +276,7 @@ func references(ctx context.Context, store *s3io.Store, keyPrefix, stream string
 		}
 		return nil
 	}
-	if err := walk(m.Entries, m.NextOffset, 1); err != nil {
-		return nil, err
-	}
-	return refs, nil
+	return walk(m.Entries, m.NextOffset, 1)
 }
 
 // DeleteResult is what Delete did.
@@ -243,11 +288,18 @@ type DeleteResult struct {
 	Skipped []Orphan `json:"skipped,omitempty"`
 }
 
-// Delete deletes the plan's orphans. Just before, it reads each affected stream's record
-// again and skips the orphans of any stream whose manifest revision or anchor changed since
-// Scan (a writer persisted meanwhile: the plan may be stale for it).
+// Delete deletes the plan's orphans. It refuses a grace period below MinDeleteGrace and a
+// key prefix whose claim does not match (checked again). Just before deleting, it reads
+// each affected stream's record again and skips the orphans of any stream whose manifest
+// revision changed since Scan (a writer persisted meanwhile: the plan may be stale for it).
 func Delete(ctx context.Context, o Options, p Plan) (DeleteResult, error) {
 	o = o.withDefaults()
+	if o.Grace < MinDeleteGrace || p.Grace < MinDeleteGrace {
+		return DeleteResult{}, fmt.Errorf("gc delete: grace period %v (the plan's %v) is below %v: a root could be collected between its PUT and the etcd write that names it; refused", o.Grace, p.Grace, MinDeleteGrace)
+	}
+	if err := checkClaim(ctx, o); err != nil {
+		return DeleteResult{}, err
+	}
 	var res DeleteResult
 	byStream := map[string][]Orphan{}
 	for _, or := range p.Orphans {

@@ -65,7 +65,9 @@ type SweepResult struct {
 	// Counts of the plan: objects listed, referenced, orphans (garbage past the grace),
 	// young garbage, pending and undecided objects, foreign keys.
 	Scanned, Referenced, Orphans, Young, Pending, Undecided, Foreign int
-	OrphanBytes                                                      int64
+	// Unclaimed counts objects of prefixes etcd knows nothing of: reported, never collected.
+	Unclaimed   int
+	OrphanBytes int64
 	// Deleted, Failed and Skipped orphans (ModeDelete): Failed were refused by the server,
 	// StaleSkipped belong to streams that persisted since the scan.
 	Deleted, Failed, StaleSkipped int
@@ -134,6 +136,9 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	}
 	if o.Grace < 0 {
 		return nil, fmt.Errorf("gc sweeper: gc_grace_period %v: negative", o.Grace)
+	}
+	if cfg.Mode == ModeDelete && o.Grace < MinDeleteGrace {
+		return nil, fmt.Errorf("gc sweeper: gc_grace_period %v is below %v in gc_mode %s: a root could be collected between its PUT and the etcd write that names it", o.Grace, MinDeleteGrace, ModeDelete)
 	}
 	cfg.Options = o
 	return &Sweeper{
@@ -269,6 +274,7 @@ func (s *Sweeper) sweep(ctx context.Context, res *SweepResult) {
 	}
 	res.Scanned, res.Referenced, res.Orphans, res.Young = plan.Scanned, plan.Referenced, len(plan.Orphans), len(plan.Young)
 	res.Pending, res.Undecided, res.Foreign = len(plan.Pending), len(plan.Undecided), len(plan.Foreign)
+	res.Unclaimed = len(plan.Unclaimed)
 	for _, or := range plan.Orphans {
 		res.OrphanBytes += or.Size
 	}

@@ -32,7 +32,10 @@ func TestSweepersTakeTurns(t *testing.T) {
 	etcd, meta, inj, store := be.Etcd, be.Meta, be.Faults, be.Store
 	env := tiertest.Env{Store: store, Meta: meta}
 	p := manifest.DefaultKeyPrefix
-	const grace = 3 * time.Second
+	const grace = gc.MinDeleteGrace
+	if err := meta.DeleteStream(ctx, "gone"); err != nil { // a deleted stream's prefix is garbage
+		t.Fatal(err)
+	}
 
 	// Live data with an upload not yet persisted (pending at the next offset), and old
 	// garbage: a superseded root, a fenced writer's upload, a deleted stream's prefix.
@@ -46,10 +49,22 @@ func TestSweepersTakeTurns(t *testing.T) {
 	}
 	pending := []string{live.Pending[0].Key, manifest.FragmentKey(p, "live", next+500, 2, tiertest.UID())}
 	putAll(t, store, append(slices.Clone(oldGarbage), pending[1])...)
-	time.Sleep(grace + 1100*time.Millisecond) // age the garbage past the grace period
+	lastModifiedTick() // the old garbage's LastModified is a second before the young one's
 	young := []string{manifest.FragmentKey(p, "gone", 100, 1, tiertest.UID()), manifest.RootKey(p, "live", 1, tiertest.UID())}
 	putAll(t, store, young...)
-	youngAt := time.Now()
+	// The store's clock, frozen just inside the grace period (and its margin) of the young
+	// garbage: the old garbage, a second older, is past it.
+	var youngest time.Time
+	for _, k := range young {
+		info, err := store.Head(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if youngest.IsZero() || info.LastModified.Before(youngest) {
+			youngest = info.LastModified
+		}
+	}
+	storeNow := youngest.Add(grace + gc.ClockMargin - time.Millisecond)
 
 	inj.Add(s3test.Rule{Method: "GET", KeyRegexp: "^$", Fault: s3test.FaultDelay, Delay: 60 * time.Millisecond})
 	var mu sync.Mutex
@@ -57,7 +72,7 @@ func TestSweepersTakeTurns(t *testing.T) {
 	var sweepers []*gc.Sweeper
 	for _, node := range []string{"a", "b"} {
 		s, err := gc.NewSweeper(gc.SweeperConfig{
-			Options: gc.Options{Store: store, Meta: meta, Grace: grace}, Interval: 10 * time.Millisecond, Mode: gc.ModeDelete,
+			Options: gc.Options{Store: store, Meta: meta, Grace: grace, Now: func() time.Time { return storeNow }}, Interval: 10 * time.Millisecond, Mode: gc.ModeDelete,
 			NodeID: node, LockTTL: 5 * time.Second, Log: zerolog.Nop(),
 			Observe: func(r gc.SweepResult) {
 				mu.Lock()
@@ -73,15 +88,26 @@ func TestSweepersTakeTurns(t *testing.T) {
 	for _, s := range sweepers {
 		s.Start(ctx)
 	}
-	// Sweep for a second, well before the young garbage is past the grace period.
-	for time.Since(youngAt) < time.Second {
-		time.Sleep(50 * time.Millisecond)
+	// Sweep until several sweeps ran and a round found the lock taken (the store's clock is
+	// frozen, so the young garbage stays young however long that takes).
+	enough := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		ran, skipped := 0, 0
+		for _, r := range sweeps {
+			if r.Skipped {
+				skipped++
+			} else {
+				ran++
+			}
+		}
+		return ran >= 3 && skipped > 0
+	}
+	for !enough() && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond) // polls the recorded sweeps; not a synchronisation
 	}
 	for _, s := range sweepers {
 		s.Stop()
-	}
-	if time.Since(youngAt) > grace-time.Second {
-		t.Skipf("the sweeps ran too late (%v after the young garbage): the grace check below would not hold", time.Since(youngAt))
 	}
 
 	var ran []gc.SweepResult
@@ -157,7 +183,11 @@ func TestSweeperDryRun(t *testing.T) {
 	meta, store := be.Meta, be.Store
 	k := manifest.FragmentKey(manifest.DefaultKeyPrefix, "gone", 0, 1, tiertest.UID())
 	putAll(t, store, k)
-	s, err := gc.NewSweeper(gc.SweeperConfig{Options: gc.Options{Store: store, Meta: meta}, Interval: time.Hour, NodeID: "a",
+	if err := meta.DeleteStream(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	later := func() time.Time { return time.Now().Add(2 * time.Hour) }
+	s, err := gc.NewSweeper(gc.SweeperConfig{Options: gc.Options{Store: store, Meta: meta, Now: later}, Interval: time.Hour, NodeID: "a",
 		Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -173,6 +203,8 @@ func TestSweeperDryRun(t *testing.T) {
 		{Options: gc.Options{Store: store, Meta: meta}},
 		{Options: gc.Options{Store: store, Meta: meta}, Interval: time.Second, Mode: "sometimes"},
 		{Options: gc.Options{Store: store, Meta: meta, Stream: "s"}, Interval: time.Second},
+		{Options: gc.Options{Store: store, Meta: meta, Grace: gc.MinDeleteGrace - time.Second}, Interval: time.Second, Mode: gc.ModeDelete},
+		{Options: gc.Options{Store: store, Meta: meta}, Interval: time.Second, Mode: gc.ModeDelete},
 	} {
 		if _, err := gc.NewSweeper(bad); err == nil || !strings.Contains(err.Error(), "gc sweeper") {
 			t.Errorf("%+v accepted: %v", bad, err)

@@ -67,70 +67,103 @@ func RootSize(n int) int { return RootHeaderSize + EntrySize*n + CRCSize }
 func GroupSize(n int) int { return GroupHeaderSize + EntrySize*n + CRCSize }
 
 // EncodeRoot serialises the root manifest as remote-format.md lays it out, as version
-// FormatVersion. It encodes what it is given; callers keep m valid (Apply does).
-func EncodeRoot(m Manifest) []byte {
-	b := make([]byte, RootSize(len(m.Entries)))
+// FormatVersion (2, no identity: what buckets of versions 1 and 2 hold; new roots are
+// version 3, see EncodeRootV3). It encodes what it is given; callers keep m valid (Apply does).
+func EncodeRoot(m Manifest) []byte { return encodeRoot(FormatVersion, Lineage{}, m) }
+
+// encodeRoot lays out a root of the given version: version 3 puts the lineage's 40 bytes
+// after the version and shifts every later field by 40.
+func encodeRoot(version uint32, l Lineage, m Manifest) []byte {
+	base := rootBase(version)
+	b := make([]byte, base+RootSize(len(m.Entries)))
 	copy(b, RootMagic)
-	binary.BigEndian.PutUint32(b[4:], FormatVersion)
-	binary.BigEndian.PutUint64(b[8:], m.FirstOffset)
-	binary.BigEndian.PutUint64(b[16:], m.NextOffset)
-	binary.BigEndian.PutUint64(b[24:], uint64(m.FirstTimestamp))
-	binary.BigEndian.PutUint64(b[32:], uint64(m.FirstLastTimestamp))
-	binary.BigEndian.PutUint64(b[40:], m.TotalSize)
-	binary.BigEndian.PutUint32(b[48:], uint32(len(m.Entries)))
-	putEntries(b[RootHeaderSize:], m.Entries)
+	binary.BigEndian.PutUint32(b[4:], version)
+	if version >= 3 {
+		putLineage(b[8:], l)
+	}
+	h := b[base:]
+	binary.BigEndian.PutUint64(h[8:], m.FirstOffset)
+	binary.BigEndian.PutUint64(h[16:], m.NextOffset)
+	binary.BigEndian.PutUint64(h[24:], uint64(m.FirstTimestamp))
+	binary.BigEndian.PutUint64(h[32:], uint64(m.FirstLastTimestamp))
+	binary.BigEndian.PutUint64(h[40:], m.TotalSize)
+	binary.BigEndian.PutUint32(h[48:], uint32(len(m.Entries)))
+	putEntries(h[RootHeaderSize:], m.Entries)
 	putCRC(b)
 	return b
 }
 
-// DecodeRoot parses a root object of version 1 or 2, refusing (with a *CorruptError naming
-// the byte) a wrong magic or version, a length that does not match the entry count, a bad
-// CRC, entries of unknown kinds, with non-zero reserved bytes, unsorted or overlapping, gap
-// entries in a version 1 object, illegal (non-zero size or uid, timestamps not -1),
-// adjacent or at the head, and a header that contradicts the entries (see Manifest.Check).
+// DecodeRoot parses a root object of version 1, 2 or 3 and returns its manifest (a version
+// 3 root's identity and lineage are checked and dropped: DecodeRootObject keeps them). It
+// refuses (with a *CorruptError naming the byte) a wrong magic or version, a length that
+// does not match the entry count, a bad CRC, an impossible lineage, entries of unknown
+// kinds, with non-zero reserved bytes, unsorted or overlapping, gap entries in a version 1
+// object, illegal (non-zero size or uid, timestamps not -1), adjacent or at the head, and a
+// header that contradicts the entries (see Manifest.Check).
 func DecodeRoot(b []byte) (Manifest, error) {
+	r, err := DecodeRootObject(b)
+	return r.Manifest, err
+}
+
+// DecodeRootObject parses a root object of any version this package reads (see DecodeRoot)
+// and returns its version, its lineage (zero below version 3) and its manifest.
+func DecodeRootObject(b []byte) (Root, error) {
 	const obj = "root"
 	if len(b) < RootSize(0) {
-		return Manifest{}, corrupt(obj, len(b), "truncated: %d bytes, a root has at least %d", len(b), RootSize(0))
+		return Root{}, corrupt(obj, len(b), "truncated: %d bytes, a root has at least %d", len(b), RootSize(0))
 	}
 	if string(b[:4]) != RootMagic {
-		return Manifest{}, corrupt(obj, 0, "magic %q, want %q", b[:4], RootMagic)
+		return Root{}, corrupt(obj, 0, "magic %q, want %q", b[:4], RootMagic)
 	}
-	v, err := readVersion(obj, b)
-	if err != nil {
-		return Manifest{}, err
+	v := binary.BigEndian.Uint32(b[4:])
+	if v < MinFormatVersion || v > RootFormatVersion {
+		return Root{}, corrupt(obj, 4, "unknown version %d (this decoder reads roots of versions %d to %d)", v, MinFormatVersion, RootFormatVersion)
 	}
-	n := binary.BigEndian.Uint32(b[48:])
-	if err := checkLength(obj, b, 48, RootHeaderSize, n); err != nil {
-		return Manifest{}, err
+	base := rootBase(v)
+	if len(b) < base+RootSize(0) {
+		return Root{}, corrupt(obj, len(b), "truncated: %d bytes, a version %d root has at least %d", len(b), v, base+RootSize(0))
+	}
+	n := binary.BigEndian.Uint32(b[base+48:])
+	if err := checkLength(obj, b, base+48, base+RootHeaderSize, n); err != nil {
+		return Root{}, err
 	}
 	if err := checkCRC(obj, b); err != nil {
-		return Manifest{}, err
+		return Root{}, err
 	}
+	r := Root{Version: v}
+	if v >= 3 {
+		r.Lineage = readLineage(b[8:])
+		if err := r.Lineage.Validate(); err != nil {
+			return Root{}, corrupt(obj, 8, "%v", err)
+		}
+	}
+	h := b[base:]
 	m := Manifest{
-		FirstOffset:        binary.BigEndian.Uint64(b[8:]),
-		NextOffset:         binary.BigEndian.Uint64(b[16:]),
-		FirstTimestamp:     int64(binary.BigEndian.Uint64(b[24:])),
-		FirstLastTimestamp: int64(binary.BigEndian.Uint64(b[32:])),
-		TotalSize:          binary.BigEndian.Uint64(b[40:]),
+		FirstOffset:        binary.BigEndian.Uint64(h[8:]),
+		NextOffset:         binary.BigEndian.Uint64(h[16:]),
+		FirstTimestamp:     int64(binary.BigEndian.Uint64(h[24:])),
+		FirstLastTimestamp: int64(binary.BigEndian.Uint64(h[32:])),
+		TotalSize:          binary.BigEndian.Uint64(h[40:]),
 	}
-	entries, err := readEntries(obj, b, RootHeaderSize, int(n), v, KindFragment)
+	entryVersion := min(v, FormatVersion) // a version 3 root's entries are those of version 2
+	entries, err := readEntries(obj, b, base+RootHeaderSize, int(n), entryVersion, KindFragment)
 	if err != nil {
-		return Manifest{}, err
+		return Root{}, err
 	}
 	if len(entries) > 0 && entries[0].IsGap() {
-		return Manifest{}, corrupt(obj, RootHeaderSize+40, "entry 0 is a gap (a leading gap goes with the prefix)")
+		return Root{}, corrupt(obj, base+RootHeaderSize+40, "entry 0 is a gap (a leading gap goes with the prefix)")
 	}
 	m.Entries = entries
 	for i, e := range entries {
 		if e.FirstOffset >= m.NextOffset {
-			return Manifest{}, corrupt(obj, RootHeaderSize+EntrySize*i, "entry %d starts at offset %d, not below next offset %d", i, e.FirstOffset, m.NextOffset)
+			return Root{}, corrupt(obj, base+RootHeaderSize+EntrySize*i, "entry %d starts at offset %d, not below next offset %d", i, e.FirstOffset, m.NextOffset)
 		}
 	}
 	if err := m.Check(); err != nil {
-		return Manifest{}, corrupt(obj, 8, "header inconsistent with entries: %v", err)
+		return Root{}, corrupt(obj, base+8, "header inconsistent with entries: %v", err)
 	}
-	return m, nil
+	r.Manifest = m
+	return r, nil
 }
 
 // groupMagic is the magic of a group object of kind k; "OSI?" for a kind that has none,

@@ -117,7 +117,7 @@ func TestDecodeRootRejects(t *testing.T) {
 		{"empty", nil, 0, "truncated"},
 		{"short header", good[:40], 40, "truncated"},
 		{"wrong magic", mod(func(b []byte) []byte { b[3] = 'G'; return b }), 0, "magic"},
-		{"unknown version", mod(func(b []byte) []byte { b[7] = 3; return b }), 4, "unknown version 3"},
+		{"unknown version", mod(func(b []byte) []byte { b[7] = 4; return b }), 4, "unknown version 4"},
 		{"version zero", mod(func(b []byte) []byte { b[7] = 0; return b }), 4, "unknown version 0"},
 		{"truncated entry", good[:len(good)-10], 48, "truncated"},
 		{"trailing bytes", append(append([]byte(nil), good...), 0), 48, "count and length disagree"},

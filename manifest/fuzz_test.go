@@ -7,9 +7,10 @@ import (
 	"testing"
 )
 
-// asVersion2 is b (a decoded object) as this package encodes it: version 2, CRC redone.
+// asVersion2 is b (a decoded object) as this package encodes it: a version 1 object as
+// version 2, CRC redone; versions 2 and 3 as they are.
 func asVersion2(b []byte) []byte {
-	if binary.BigEndian.Uint32(b[4:]) == FormatVersion {
+	if binary.BigEndian.Uint32(b[4:]) != 1 {
 		return b
 	}
 	c := append([]byte(nil), b...)
@@ -50,13 +51,17 @@ func fuzzSeedRoots() [][]byte {
 
 // FuzzDecodeRoot: no input panics; whatever decodes is a valid root that encodes back to
 // the same bytes (version 1 input re-encodes as version 2: the same bytes but the version
-// and the CRC); every refusal is classified as ErrCorrupt.
+// and the CRC; version 3 keeps its lineage); every refusal is classified as ErrCorrupt.
 func FuzzDecodeRoot(f *testing.F) {
 	for _, b := range fuzzSeedRoots() {
 		f.Add(b)
 	}
+	for _, b := range fuzzSeedRootsV3() {
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := DecodeRoot(b)
+		r, err := DecodeRootObject(b)
+		m := r.Manifest
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("refusal not classified as corrupt: %v", err)
@@ -71,12 +76,19 @@ func FuzzDecodeRoot(f *testing.F) {
 				t.Fatalf("entry %d: a gap decoded from a version-1 root", i)
 			}
 		}
-		if again := EncodeRoot(m); !bytes.Equal(again, asVersion2(b)) {
+		if r.Version >= 3 {
+			if err := r.Lineage.Validate(); err != nil {
+				t.Fatalf("decoded an invalid lineage: %v", err)
+			}
+		} else if r.Lineage != (Lineage{}) {
+			t.Fatalf("a version %d root decoded with lineage %v", r.Version, r.Lineage)
+		}
+		if again := EncodeRootObject(r); !bytes.Equal(again, asVersion2(b)) {
 			t.Fatalf("decode then encode changed the bytes")
 		}
-		back, err := DecodeRoot(EncodeRoot(m))
-		if err != nil || !back.Equal(m) {
-			t.Fatalf("decode(encode(m)) != m: %v", err)
+		back, err := DecodeRootObject(EncodeRootObject(r))
+		if err != nil || !back.Manifest.Equal(m) || back.Lineage != r.Lineage {
+			t.Fatalf("decode(encode(r)) != r: %v", err)
 		}
 	})
 }

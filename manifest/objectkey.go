@@ -16,6 +16,8 @@ const (
 	ObjectKiloGroup ObjectKind = "kgroup"
 	ObjectMegaGroup ObjectKind = "mgroup"
 	ObjectRoot      ObjectKind = "root"
+	// ObjectMarker is a stream's deletion marker (<stream prefix>deleted), never collected.
+	ObjectMarker ObjectKind = "deleted"
 )
 
 // ObjectKey is a parsed object key of the remote tier.
@@ -24,11 +26,14 @@ type ObjectKey struct {
 	Kind   ObjectKind
 	// KeyVersion is 1 for the fragment and group keys of earlier buckets (<off20>-<uid16>,
 	// no epoch: Epoch is then 0) and 2 for keys that carry the writer's epoch; root keys
-	// have always carried it and parse as version 2.
+	// of versions 1 and 2 (root-<epoch20>-<uid16>) parse as version 2, version 3 root keys
+	// (root-<seq20>, Seq set, Epoch and UID in the object only) as version 3. A deletion
+	// marker has version 0.
 	KeyVersion int
 	Offset     uint64 // first offset (fragments and groups)
 	Epoch      uint64 // the uploading writer's epoch (version 2 keys)
 	UID        uint64
+	Seq        uint64 // a version 3 root's seq
 }
 
 // EntryKind is the manifest entry kind naming an object of this key; false for a root.
@@ -65,7 +70,8 @@ func EntryListPrefix(keyPrefix, stream string, e Entry) string {
 }
 
 // ParseKey parses key as remote-format.md lays keys out under keyPrefix (version 1 and
-// version 2 fragment and group keys, root keys), checking the hash partition against the
+// version 2 fragment and group keys, root keys of versions 1 to 3, deletion markers; the
+// claim is not a stream's key and is refused), checking the hash partition against the
 // stream id; anything else is an error saying what is wrong.
 func ParseKey(keyPrefix, key string) (ObjectKey, error) {
 	rest, ok := strings.CutPrefix(key, keyPrefix+"/")
@@ -73,8 +79,11 @@ func ParseKey(keyPrefix, key string) (ObjectKey, error) {
 		return ObjectKey{}, fmt.Errorf("key %q: not under prefix %q", key, keyPrefix+"/")
 	}
 	parts := strings.Split(rest, "/")
+	if len(parts) == 3 && parts[2] == string(ObjectMarker) {
+		return parseMarkerKey(keyPrefix, key, parts[0], parts[1])
+	}
 	if len(parts) != 4 {
-		return ObjectKey{}, fmt.Errorf("key %q: want <h4>/<stream>/data|meta/<name>", key)
+		return ObjectKey{}, fmt.Errorf("key %q: want <h4>/<stream>/data|meta/<name> or <h4>/<stream>/deleted", key)
 	}
 	h4, stream, dir, name := parts[0], parts[1], parts[2], parts[3]
 	if err := ValidateStreamID(stream); err != nil {
@@ -97,13 +106,22 @@ func ParseKey(keyPrefix, key string) (ObjectKey, error) {
 		if base, ok := strings.CutSuffix(name, ".manifest"); ok {
 			b, ok := strings.CutPrefix(base, "root-")
 			if !ok {
-				return ObjectKey{}, fmt.Errorf("key %q: manifest objects are named root-<epoch20>-<uid16>.manifest", key)
+				return ObjectKey{}, fmt.Errorf("key %q: manifest objects are named root-<seq20>.manifest or root-<epoch20>-<uid16>.manifest", key)
+			}
+			k.Kind = ObjectRoot
+			if !strings.Contains(b, "-") {
+				k.KeyVersion = 3
+				k.Seq, err = number(b, 20, 10)
+				if err == nil && k.Seq == 0 {
+					err = fmt.Errorf("%q: seq 0 (seqs start at 1)", b)
+				}
+				break
 			}
 			var v int
 			if v, k.Epoch, _, k.UID, err = parseName(b); err == nil && v != 1 {
 				err = fmt.Errorf("%q: want <20 digits>-<16 hex digits>", b)
 			}
-			k.Kind, k.KeyVersion = ObjectRoot, 2
+			k.KeyVersion = 2
 			break
 		}
 		dot := strings.LastIndexByte(name, '.')
@@ -124,6 +142,17 @@ func ParseKey(keyPrefix, key string) (ObjectKey, error) {
 		return ObjectKey{}, fmt.Errorf("key %q: %w", key, err)
 	}
 	return k, nil
+}
+
+// parseMarkerKey parses <key-prefix>/<h4>/<stream>/deleted, checking the partition.
+func parseMarkerKey(keyPrefix, key, h4, stream string) (ObjectKey, error) {
+	if err := ValidateStreamID(stream); err != nil {
+		return ObjectKey{}, fmt.Errorf("key %q: %w", key, err)
+	}
+	if want := MarkerKey(keyPrefix, stream); key != want || len(h4) != 4 {
+		return ObjectKey{}, fmt.Errorf("key %q: partition %q does not match stream %q (want %s)", key, h4, stream, want)
+	}
+	return ObjectKey{Stream: stream, Kind: ObjectMarker}, nil
 }
 
 // parseName parses <off20>-<uid16> (version 1) or <off20>-<epoch20>-<uid16> (version 2).
@@ -183,13 +212,13 @@ func NewKeyIndex(keyPrefix string) *KeyIndex {
 }
 
 // Add parses key and indexes it if it is a fragment or group; it returns the parsed key
-// (roots are parsed but not indexed) or the parse error.
+// (roots and markers are parsed but not indexed) or the parse error.
 func (x *KeyIndex) Add(key string) (ObjectKey, error) {
 	k, err := ParseKey(x.keyPrefix, key)
 	if err != nil {
 		return k, err
 	}
-	if k.Kind != ObjectRoot {
+	if _, entry := k.EntryKind(); entry {
 		x.byUID[k.UID] = append(x.byUID[k.UID], indexedKey{key: key, k: k})
 	}
 	return k, nil

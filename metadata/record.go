@@ -7,16 +7,25 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+
+	"github.com/streamtier/streamtier/manifest"
 )
 
-// ManifestRecordVersion is the version of the manifest record document; a decoder refuses
-// any other, so a record format change must bump it.
-const ManifestRecordVersion = 1
+// ManifestRecordVersion is the newest version of the manifest record document: 2, which
+// names a version 3 root by seq and uid. A decoder refuses any version it does not know, so
+// a binary that reads only version 1 never persists over a version 3 lineage.
+const ManifestRecordVersion = 2
 
-// ManifestRecord is the persisted manifest pointer: it names the root object (the writer's
-// epoch and the object's uid; the key follows from manifest.RootKey) and repeats the root's
-// summary so that status and resolution need no S3 request.
+// MinManifestRecordVersion is the oldest record version still read: 1, which names a
+// version 1 or 2 root by the writer's epoch and the root's uid.
+const MinManifestRecordVersion = 1
+
+// ManifestRecord is the persisted manifest pointer: it names the root object and repeats
+// the root's summary so that status and resolution need no S3 request. Seq > 0 names a
+// version 3 root (manifest.SeqRootKey; record version 2); Seq 0 a version 1 or 2 root by
+// Epoch and RootUID (manifest.RootKey; record version 1).
 type ManifestRecord struct {
+	Seq            uint64 // the root's seq (version 3 roots); 0 for a version 1 or 2 root
 	Epoch          uint64 // epoch of the writer that wrote the root object
 	RootUID        uint64 // uid of the root object
 	FirstOffset    uint64 // first offset held remotely (= NextOffset when nothing is held)
@@ -29,6 +38,7 @@ type ManifestRecord struct {
 // root object's key, so that tools in languages without 64-bit integers read it exactly.
 type manifestRecordJSON struct {
 	Version        *int    `json:"version"`
+	Seq            *uint64 `json:"seq,omitempty"`
 	Epoch          *uint64 `json:"epoch"`
 	RootUID        *string `json:"rootUid"`
 	FirstOffset    *uint64 `json:"firstOffset"`
@@ -49,18 +59,41 @@ func (r ManifestRecord) Validate() error {
 	return nil
 }
 
-// MarshalJSON encodes the record as its stored document (version 1).
+// RecordVersion is the version of the document r is stored as: 2 when it names a root by
+// seq, 1 otherwise.
+func (r ManifestRecord) RecordVersion() int {
+	if r.Seq > 0 {
+		return 2
+	}
+	return 1
+}
+
+// RootKey is the key of the root object the record names under keyPrefix.
+func (r ManifestRecord) RootKey(keyPrefix, stream string) string {
+	if r.Seq > 0 {
+		return manifest.SeqRootKey(keyPrefix, stream, r.Seq)
+	}
+	return manifest.RootKey(keyPrefix, stream, r.Epoch, r.RootUID)
+}
+
+// MarshalJSON encodes the record as its stored document: version 2 with the seq when it
+// names a version 3 root, version 1 otherwise.
 func (r ManifestRecord) MarshalJSON() ([]byte, error) {
-	v := ManifestRecordVersion
+	v := r.RecordVersion()
 	uid := fmt.Sprintf("%016x", r.RootUID)
+	var seq *uint64
+	if r.Seq > 0 {
+		seq = &r.Seq
+	}
 	return json.Marshal(manifestRecordJSON{
-		Version: &v, Epoch: &r.Epoch, RootUID: &uid, FirstOffset: &r.FirstOffset,
+		Version: &v, Seq: seq, Epoch: &r.Epoch, RootUID: &uid, FirstOffset: &r.FirstOffset,
 		NextOffset: &r.NextOffset, TotalSize: &r.TotalSize, FirstTimestamp: &r.FirstTimestamp,
 	})
 }
 
 // UnmarshalJSON decodes a stored document strictly: every field present, no unknown field,
-// version 1, a 16-hex-digit uid, nothing after the document, and a valid record.
+// version 1 (no seq) or 2 (a seq of at least 1), a 16-hex-digit uid, nothing after the
+// document, and a valid record.
 func (r *ManifestRecord) UnmarshalJSON(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -75,8 +108,14 @@ func (r *ManifestRecord) UnmarshalJSON(data []byte) error {
 	switch {
 	case doc.Version == nil:
 		return missing("version")
-	case *doc.Version != ManifestRecordVersion:
-		return fmt.Errorf("manifest record: version %d, this build reads version %d", *doc.Version, ManifestRecordVersion)
+	case *doc.Version < MinManifestRecordVersion || *doc.Version > ManifestRecordVersion:
+		return fmt.Errorf("manifest record: version %d, this build reads versions %d to %d", *doc.Version, MinManifestRecordVersion, ManifestRecordVersion)
+	case *doc.Version == 1 && doc.Seq != nil:
+		return errors.New("manifest record: version 1 with a seq (a seq came with version 2)")
+	case *doc.Version == 2 && doc.Seq == nil:
+		return missing("seq")
+	case *doc.Version == 2 && *doc.Seq == 0:
+		return errors.New("manifest record: version 2 with seq 0 (seqs start at 1)")
 	case doc.Epoch == nil:
 		return missing("epoch")
 	case doc.RootUID == nil:
@@ -97,6 +136,9 @@ func (r *ManifestRecord) UnmarshalJSON(data []byte) error {
 	rec := ManifestRecord{
 		Epoch: *doc.Epoch, RootUID: uid, FirstOffset: *doc.FirstOffset,
 		NextOffset: *doc.NextOffset, TotalSize: *doc.TotalSize, FirstTimestamp: *doc.FirstTimestamp,
+	}
+	if doc.Seq != nil {
+		rec.Seq = *doc.Seq
 	}
 	if err := rec.Validate(); err != nil {
 		return err

@@ -51,7 +51,7 @@ func TestManifestRecordGarbage(t *testing.T) {
 		{"array", `[1,2]`, "cannot unmarshal array"},
 		{"missing field", `{` + good + `}`, `"firstTimestamp" missing`},
 		{"missing version", `{"epoch":7,"rootUid":"00000000000000ab","firstOffset":10,"nextOffset":20,"totalSize":300,"firstTimestamp":-1}`, `"version" missing`},
-		{"wrong version", `{"version":2,` + good[12:] + `,"firstTimestamp":-1}`, "version 2"},
+		{"wrong version", `{"version":3,` + good[12:] + `,"firstTimestamp":-1}`, "version 3"},
 		{"unknown field", `{` + good + `,"firstTimestamp":-1,"extra":1}`, `unknown field "extra"`},
 		{"trailing data", `{` + good + `,"firstTimestamp":-1}{}`, "data after the document"},
 		{"short uid", `{"version":1,"epoch":7,"rootUid":"ab","firstOffset":10,"nextOffset":20,"totalSize":300,"firstTimestamp":-1}`, "not 16 hex digits"},

@@ -185,6 +185,14 @@ const maxDeleteAttempts = 8
 // stream fenced (deleted to every reader) and is completed by the next DeleteStream.
 // Deleting a deleted stream again keeps the first tombstone.
 func (s *Store) DeleteStream(ctx context.Context, stream string) error {
+	return s.DeleteStreamMarked(ctx, stream, nil)
+}
+
+// DeleteStreamMarked is DeleteStream with fenced called once the tombstone fences the
+// writers and before the records go: version 3 writes the bucket's deletion marker there
+// (remote-format.md, "Protocol"). An error from fenced stops the deletion with the stream
+// fenced; the next deletion completes it.
+func (s *Store) DeleteStreamMarked(ctx context.Context, stream string, fenced func(context.Context) error) error {
 	if err := manifest.ValidateStreamID(stream); err != nil {
 		return fmt.Errorf("delete stream: %w", err)
 	}
@@ -197,6 +205,11 @@ func (s *Store) DeleteStream(ctx context.Context, stream string) error {
 	if _, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(tKey), "=", 0)).
 		Then(clientv3.OpPut(tKey, string(value))).Commit(); err != nil {
 		return fmt.Errorf("delete stream %s: fence with a tombstone: %w", stream, err)
+	}
+	if fenced != nil {
+		if err := fenced(ctx); err != nil {
+			return fmt.Errorf("delete stream %s: fenced, but: %w", stream, err)
+		}
 	}
 	for attempt := 1; attempt <= maxDeleteAttempts; attempt++ {
 		done, err := s.completeDeletion(ctx, stream)

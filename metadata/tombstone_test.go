@@ -1,6 +1,7 @@
 package metadata_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -226,5 +227,35 @@ func TestInterruptedDeletionFencesAndCompletes(t *testing.T) {
 	resp, err := e.Client().Get(ctx, metadata.StreamPrefix(s.Prefix(), "s1"), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || resp.Count != 0 {
 		t.Fatalf("records left after completing the deletion: %v %v", resp.Count, err)
+	}
+}
+
+// TestDeleteStreamMarkedOrder: the callback runs once the tombstone fences the writers and
+// before the records go (where version 3 writes the deletion marker); its error stops the
+// deletion with the stream fenced, and the next deletion completes it.
+func TestDeleteStreamMarkedOrder(t *testing.T) {
+	_, s, ctx := anchored(t, 10*time.Second)
+	mustPersist(t, ctx, s, "s1", 0, record(1, 10), metadata.PersistOK)
+	calls := 0
+	fail := errors.New("marker PUT refused")
+	err := s.DeleteStreamMarked(ctx, "s1", func(ctx context.Context) error {
+		calls++
+		if _, found, err := s.ReadTombstone(ctx, "s1"); err != nil || !found {
+			t.Errorf("in the callback: tombstone found %t, %v", found, err)
+		}
+		if _, _, found, err := s.ReadManifest(ctx, "s1"); err != nil || !found {
+			t.Errorf("in the callback: record found %t, %v", found, err)
+		}
+		return fail
+	})
+	if !errors.Is(err, fail) || calls != 1 {
+		t.Fatalf("deletion with a failing callback: %v (%d calls)", err, calls)
+	}
+	mustPersist(t, ctx, s, "s1", 1, record(1, 20), metadata.PersistDeleted)
+	if err := s.DeleteStreamMarked(ctx, "s1", func(context.Context) error { calls++; return nil }); err != nil || calls != 2 {
+		t.Fatalf("second deletion: %v (%d calls)", err, calls)
+	}
+	if _, _, found, err := s.ReadManifest(ctx, "s1"); err != nil || found {
+		t.Fatalf("after the deletion: record found %t, %v", found, err)
 	}
 }

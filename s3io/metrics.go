@@ -74,6 +74,7 @@ type Metrics struct {
 type opMetrics struct {
 	byClass  [NumClasses]atomic.Uint64
 	notFound atomic.Uint64 // 404 answers, not in byClass
+	refused  atomic.Uint64 // 412 answers to conditional puts, not in byClass
 	bytes    atomic.Uint64
 	buckets  [len(LatencyBuckets) + 1]atomic.Uint64
 	sumNs    atomic.Int64
@@ -84,9 +85,12 @@ type opMetrics struct {
 func (m *Metrics) observe(op Op, key string, d time.Duration, n int64, err error) {
 	m.streams.add(key, op)
 	o := &m.ops[op]
-	if expectedNotFound(op, err) {
+	switch {
+	case expectedNotFound(op, err):
 		o.notFound.Add(1)
-	} else {
+	case op == OpPutObject && IsPreconditionFailed(err):
+		o.refused.Add(1) // only conditional puts carry a precondition
+	default:
 		o.byClass[Classify(err)].Add(1)
 	}
 	if n > 0 {
@@ -123,13 +127,16 @@ type OpSnapshot struct {
 	Requests uint64                          // all requests
 	ByClass  [NumClasses]uint64              // requests by Class of their outcome (ClassNone = success), 404s aside
 	NotFound uint64                          // requests answered 404: an answer, not an error
+	Refused  uint64                          // conditional puts answered 412 (the key exists, or its ETag moved): an answer, not an error
 	Bytes    uint64                          // payload bytes sent or received
 	Buckets  [len(LatencyBuckets) + 1]uint64 // latency histogram (non-cumulative), last is +Inf
 	Sum      time.Duration                   // total latency
 }
 
-// Errors is the number of failed requests; a 404 is not one.
-func (s OpSnapshot) Errors() uint64 { return s.Requests - s.ByClass[ClassNone] - s.NotFound }
+// Errors is the number of failed requests; a 404 or a refused conditional put is not one.
+func (s OpSnapshot) Errors() uint64 {
+	return s.Requests - s.ByClass[ClassNone] - s.NotFound - s.Refused
+}
 
 // MetricsSnapshot holds every operation's counters, indexed by Op.
 type MetricsSnapshot [NumOps]OpSnapshot
@@ -140,8 +147,8 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	var out MetricsSnapshot
 	for op := range out {
 		o := &m.ops[op]
-		s := OpSnapshot{Op: Op(op), Bytes: o.bytes.Load(), Sum: time.Duration(o.sumNs.Load()), NotFound: o.notFound.Load()}
-		s.Requests = s.NotFound
+		s := OpSnapshot{Op: Op(op), Bytes: o.bytes.Load(), Sum: time.Duration(o.sumNs.Load()), NotFound: o.notFound.Load(), Refused: o.refused.Load()}
+		s.Requests = s.NotFound + s.Refused
 		for c := range s.ByClass {
 			s.ByClass[c] = o.byClass[c].Load()
 			s.Requests += s.ByClass[c]

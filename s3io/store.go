@@ -349,6 +349,11 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(ObjectInfo) err
 	return s.list(ctx, listInput{prefix: prefix}, fn)
 }
 
+// ListAfter is List of the keys under prefix that sort after startAfter ("" lists all).
+func (s *Store) ListAfter(ctx context.Context, prefix, startAfter string, fn func(ObjectInfo) error) error {
+	return s.list(ctx, listInput{prefix: prefix, startAfter: startAfter}, fn)
+}
+
 func (s *Store) list(ctx context.Context, li listInput, fn func(ObjectInfo) error) error {
 	prefix := li.prefix
 	in := &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(prefix), StartAfter: li.startAfterPtr(), ExpectedBucketOwner: s.cfg.owner()}

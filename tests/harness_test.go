@@ -118,7 +118,7 @@ func (e *env) remote(stream string) (manifest.Manifest, metadata.ManifestRecord,
 		if err != nil || !found {
 			e.t.Fatalf("read manifest record of %s: found=%t err=%v", stream, found, err)
 		}
-		body, err = e.store.GetObject(ctx, manifest.RootKey(prefix(e.cfg), stream, rec.Epoch, rec.RootUID))
+		body, err = e.store.GetObject(ctx, rec.RootKey(prefix(e.cfg), stream))
 		if err == nil {
 			break
 		}

@@ -337,7 +337,7 @@ func TestCorruptRootIsNeverEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, rec, rev := e.remote("fragile")
-	key := manifest.RootKey(prefix(e.cfg), "fragile", rec.Epoch, rec.RootUID)
+	key := rec.RootKey(prefix(e.cfg), "fragile")
 	good, err := e.store.GetObject(ctx, key)
 	if err != nil {
 		t.Fatal(err)

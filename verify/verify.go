@@ -18,7 +18,9 @@ import (
 	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/manifest/resolve"
 	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/recovery"
 	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/segments"
 )
@@ -32,6 +34,10 @@ type Options struct {
 	// LogDir is the stream's local log directory to compare with; empty skips the
 	// comparison (noted in the report).
 	LogDir string
+	// FromBucket verifies the newest persisted manifest the bucket alone names (the root
+	// choice of `node recover`, recovery.Latest) and never asks etcd: Meta may be nil.
+	// Revision is then the root's seq.
+	FromBucket bool
 }
 
 // Finding is one problem: the object (or etcd key) it is in, the offset where it applies
@@ -82,8 +88,8 @@ func (r *Report) find(key string, offset uint64, format string, args ...any) {
 // Stream verifies one stream. Problems in the data are findings in the report; the error
 // is for what stops the check (etcd or S3 failing, an unknown stream).
 func Stream(ctx context.Context, o Options) (Report, error) {
-	if o.Store == nil || o.Meta == nil {
-		return Report{}, errors.New("verify: an object store and a metadata store are required")
+	if o.Store == nil || o.Meta == nil && !o.FromBucket {
+		return Report{}, errors.New("verify: an object store and a metadata store (or FromBucket) are required")
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = manifest.DefaultKeyPrefix
@@ -92,46 +98,40 @@ func Stream(ctx context.Context, o Options) (Report, error) {
 		return Report{}, fmt.Errorf("verify: %w", err)
 	}
 	r := Report{Stream: o.Stream, Findings: []Finding{}, LocalDir: o.LogDir, keyPrefix: o.KeyPrefix}
-	recKey := metadata.ManifestKey(o.Meta.Prefix(), o.Stream)
-	rec, rev, found, err := o.Meta.ReadManifest(ctx, o.Stream)
-	switch {
-	case errors.Is(err, metadata.ErrCorruptRecord):
-		r.find(recKey, 0, "%v", err)
-		return r, nil
-	case err != nil:
-		return r, fmt.Errorf("verify: %w", err)
-	case !found:
-		anchored, err := o.Meta.HasAnchor(ctx, o.Stream, true)
+	var root manifest.Root
+	if o.FromBucket {
+		in, err := recovery.Choose(ctx, o.Store, o.KeyPrefix, o.Stream)
 		if err != nil {
 			return r, fmt.Errorf("verify: %w", err)
 		}
-		if !anchored {
-			return r, fmt.Errorf("verify: stream %q: %w (no anchor and no manifest record under %s)", o.Stream, ErrUnknownStream, o.Meta.Prefix())
+		if in.Choice.Outcome == resolve.TopEmpty {
+			return r, fmt.Errorf("verify: stream %q: %w (nothing under %s in the bucket)", o.Stream, ErrUnknownStream, manifest.StreamPrefix(o.KeyPrefix, o.Stream))
 		}
-		r.Notes = append(r.Notes, "the stream is anchored but never persisted a manifest: nothing remote to verify")
-		return r, nil
-	}
-	r.Epoch, r.Revision = rec.Epoch, rev
-	r.RootKey = manifest.RootKey(o.KeyPrefix, o.Stream, rec.Epoch, rec.RootUID)
-	r.FirstOffset, r.NextOffset, r.TotalSize = rec.FirstOffset, rec.NextOffset, rec.TotalSize
-
-	body, err := o.Store.GetObject(ctx, r.RootKey)
-	if err != nil {
-		if s3io.IsNotFound(err) {
-			r.find(r.RootKey, 0, "root object named by the manifest record (%s) is missing", recKey)
+		r.RootKey = in.Choice.Root.Key
+		if in.Check != nil || !in.Chosen() {
+			why := in.Choice.Reason
+			if in.Check != nil {
+				why = in.Check.Error()
+			}
+			r.find(r.RootKey, 0, "the bucket names no root to verify (%s): %s", in.Choice.Outcome, why)
 			return r, nil
 		}
-		return r, fmt.Errorf("verify: get root: %w", err)
+		root = in.Root
+		r.Epoch, r.Revision = root.Lineage.Epoch, int64(root.Lineage.Seq)
+		if root.Version < 3 {
+			r.Epoch = in.Choice.Root.Epoch
+		}
+		m := root.Manifest
+		r.FirstOffset, r.NextOffset, r.TotalSize = m.FirstOffset, m.NextOffset, m.TotalSize
+		r.Notes = append(r.Notes, "from the bucket alone: the root recover would choose, etcd not read")
+	} else {
+		var done bool
+		var err error
+		if root, done, err = fromRecord(ctx, o, &r); err != nil || done {
+			return r, err
+		}
 	}
-	m, err := manifest.DecodeRoot(body)
-	if err != nil {
-		r.find(r.RootKey, 0, "root object: %v", err)
-		return r, nil
-	}
-	if m.FirstOffset != rec.FirstOffset || m.NextOffset != rec.NextOffset || m.TotalSize != rec.TotalSize || m.FirstTimestamp != rec.FirstTimestamp {
-		r.find(r.RootKey, 0, "root [%d,%d) size %d first ts %d disagrees with its etcd record [%d,%d) size %d first ts %d",
-			m.FirstOffset, m.NextOffset, m.TotalSize, m.FirstTimestamp, rec.FirstOffset, rec.NextOffset, rec.TotalSize, rec.FirstTimestamp)
-	}
+	m := root.Manifest
 
 	// Entries do not carry the uploader's epoch: one listing of the stream's prefix finds
 	// the key (of either layout) of every object the manifest names.
@@ -248,6 +248,57 @@ func (r *Report) checkKeyEpoch(key string, offset uint64) {
 	if k, err := manifest.ParseKey(r.keyPrefix, key); err == nil && k.KeyVersion >= 2 && k.Epoch > r.Epoch {
 		r.find(key, offset, "object of epoch %d referenced by a root of epoch %d", k.Epoch, r.Epoch)
 	}
+}
+
+// fromRecord reads etcd's manifest record and the root it names into r; done is true when
+// the report is complete (a finding, or nothing to verify) or err is set.
+func fromRecord(ctx context.Context, o Options, r *Report) (root manifest.Root, done bool, err error) {
+	recKey := metadata.ManifestKey(o.Meta.Prefix(), o.Stream)
+	rec, rev, found, err := o.Meta.ReadManifest(ctx, o.Stream)
+	switch {
+	case errors.Is(err, metadata.ErrCorruptRecord):
+		r.find(recKey, 0, "%v", err)
+		return root, true, nil
+	case err != nil:
+		return root, true, fmt.Errorf("verify: %w", err)
+	case !found:
+		anchored, err := o.Meta.HasAnchor(ctx, o.Stream, true)
+		if err != nil {
+			return root, true, fmt.Errorf("verify: %w", err)
+		}
+		if !anchored {
+			return root, true, fmt.Errorf("verify: stream %q: %w (no anchor and no manifest record under %s)", o.Stream, ErrUnknownStream, o.Meta.Prefix())
+		}
+		r.Notes = append(r.Notes, "the stream is anchored but never persisted a manifest: nothing remote to verify")
+		return root, true, nil
+	}
+	r.Epoch, r.Revision = rec.Epoch, rev
+	r.RootKey = rec.RootKey(o.KeyPrefix, o.Stream)
+	r.FirstOffset, r.NextOffset, r.TotalSize = rec.FirstOffset, rec.NextOffset, rec.TotalSize
+
+	body, err := o.Store.GetObject(ctx, r.RootKey)
+	if err != nil {
+		if s3io.IsNotFound(err) {
+			r.find(r.RootKey, 0, "root object named by the manifest record (%s) is missing", recKey)
+			return root, true, nil
+		}
+		return root, true, fmt.Errorf("verify: get root: %w", err)
+	}
+	root, err = manifest.DecodeRootObject(body)
+	if err != nil {
+		r.find(r.RootKey, 0, "root object: %v", err)
+		return root, true, nil
+	}
+	if rec.Seq > 0 && (root.Version < 3 || root.Lineage.Seq != rec.Seq || root.Lineage.UID != rec.RootUID) {
+		r.find(r.RootKey, 0, "root object is %v (version %d), the manifest record names seq %d uid %016x", root.Lineage, root.Version, rec.Seq, rec.RootUID)
+		return root, true, nil
+	}
+	m := root.Manifest
+	if m.FirstOffset != rec.FirstOffset || m.NextOffset != rec.NextOffset || m.TotalSize != rec.TotalSize || m.FirstTimestamp != rec.FirstTimestamp {
+		r.find(r.RootKey, 0, "root [%d,%d) size %d first ts %d disagrees with its etcd record [%d,%d) size %d first ts %d",
+			m.FirstOffset, m.NextOffset, m.TotalSize, m.FirstTimestamp, rec.FirstOffset, rec.NextOffset, rec.TotalSize, rec.FirstTimestamp)
+	}
+	return root, false, nil
 }
 
 // CheckFragment compares a fragment object's layout with the manifest entry that names it

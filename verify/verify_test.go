@@ -89,6 +89,14 @@ func TestVerify(t *testing.T) {
 	if r := run("a", ""); !r.OK() || r.LocalCompared != 0 || len(r.Notes) == 0 {
 		t.Fatalf("without a local log: %+v", r)
 	}
+	// From the bucket alone (no metadata store): the same root, the same checks.
+	fb, err := verify.Stream(ctx, verify.Options{Store: store, Stream: "a", LogDir: a.Dir, FromBucket: true})
+	if err != nil || !fb.OK() || fb.Fragments != r.Fragments || fb.Groups != r.Groups || fb.LocalCompared != r.LocalCompared || fb.NextOffset != r.NextOffset || fb.RootKey != r.RootKey {
+		t.Fatalf("from the bucket: %+v %v (through etcd: %+v)", fb, err, r)
+	}
+	if _, err := verify.Stream(ctx, verify.Options{Store: store, Stream: "absent", FromBucket: true}); !errors.Is(err, verify.ErrUnknownStream) {
+		t.Fatalf("an absent stream from the bucket: %v", err)
+	}
 	// The same with the version 1 keys of earlier buckets.
 	a1 := tiertest.Write(t, env, tiertest.Spec{Stream: "a1", Seed: 1, Chunks: 80, Rebalance: 3, RetainBytes: 60_000, DeleteDropped: true, KeyVersion: 1})
 	if r := run("a1", a1.Dir); !r.OK() || r.Fragments != live || r.Groups == 0 || r.LocalCompared != r.Chunks {

@@ -160,16 +160,21 @@ func TestClusterFenceStopsDeposedWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Another writer at epoch 5 persists (same root, its own epoch) without any placement.
-	root, err := e.store.GetObject(context.Background(), manifest.RootKey(manifest.DefaultKeyPrefix, "s1", rec.Epoch, rec.RootUID))
+	// Another writer at epoch 5 persists (same manifest, its own version 3 root: a child of
+	// the record at the next seq) without any placement.
+	body, err := e.store.GetObject(context.Background(), rec.RootKey(manifest.DefaultKeyPrefix, "s1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := manifest.RootKey(manifest.DefaultKeyPrefix, "s1", 5, 77)
-	if err := e.store.PutObject(context.Background(), key, root); err != nil {
+	obj, err := manifest.DecodeRootObject(body)
+	if err != nil {
 		t.Fatal(err)
 	}
-	rec.Epoch, rec.RootUID = 5, 77
+	lin := manifest.Lineage{Seq: rec.Seq + 1, Epoch: 5, UID: 77, ParentSeq: rec.Seq, ParentUID: rec.RootUID}
+	if err := e.store.PutObjectIfAbsent(context.Background(), manifest.SeqRootKey(manifest.DefaultKeyPrefix, "s1", lin.Seq), manifest.EncodeRootV3(lin, obj.Manifest)); err != nil {
+		t.Fatal(err)
+	}
+	rec.Seq, rec.Epoch, rec.RootUID = lin.Seq, 5, 77
 	if res, err := e.meta.Persist(context.Background(), "s1", 5, rev, rec); err != nil || res.Outcome != metadata.PersistOK {
 		t.Fatalf("persist at epoch 5: %+v %v", res, err)
 	}
@@ -299,8 +304,9 @@ func TestClusterSendToDeadNodeDoesNotBlock(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range 5000 {
-			n1.Broadcast("s1", []string{"ghost"}, edits, int64(i), 1)
-			n1.Sync("s1", "ghost", manifest.Empty(), int64(i), 1)
+			root := readercore.RootRef{Seq: uint64(i + 1), Epoch: 1, UID: uint64(i + 1)}
+			n1.Broadcast("s1", []string{"ghost"}, edits, root, readercore.RootRef{Seq: uint64(i), Epoch: 1, UID: uint64(i)}, 1)
+			n1.Sync("s1", "ghost", manifest.Empty(), root, 1)
 		}
 	}()
 	select {

@@ -13,6 +13,7 @@ import (
 	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/recovery"
 	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/segments"
 )
@@ -89,13 +90,17 @@ type OfflineSource struct {
 	Stream    string
 	Log       zerolog.Logger
 	Metrics   *Metrics // may be nil
+	// FromBucket reads the newest persisted manifest from the bucket alone, with the root
+	// choice of `node recover` (recovery.Latest), and never asks etcd: Meta may be nil. It
+	// is the read-only mount of an auditor, or of a cluster whose etcd was lost.
+	FromBucket bool
 }
 
 // OpenOffline opens a reader of the remote tier alone; its Next returns io.EOF at the
 // end of what the freshest persisted manifest holds.
 func OpenOffline(ctx context.Context, o OfflineSource, from From) (*Reader, error) {
-	if o.Store == nil || o.Meta == nil {
-		return nil, errors.New("open offline reader: an object store and a metadata store are required")
+	if o.Store == nil || o.Meta == nil && !o.FromBucket {
+		return nil, errors.New("open offline reader: an object store and a metadata store (or FromBucket) are required")
 	}
 	if err := manifest.ValidateStreamID(o.Stream); err != nil {
 		return nil, fmt.Errorf("open offline reader: %w", err)
@@ -106,7 +111,7 @@ func OpenOffline(ctx context.Context, o OfflineSource, from From) (*Reader, erro
 	if o.Metrics == nil {
 		o.Metrics = &Metrics{}
 	}
-	latest := offlineLatest(o)
+	latest := o.latest()
 	m, _, err := latest(ctx)
 	if err != nil {
 		return nil, err
@@ -131,6 +136,15 @@ func OpenOffline(ctx context.Context, o OfflineSource, from From) (*Reader, erro
 // persisted, or unknown).
 var ErrNoManifest = errors.New("no persisted manifest")
 
+// latest is the source of the newest persisted manifest: the bucket alone with FromBucket,
+// else etcd's record and the root it names.
+func (o OfflineSource) latest() latestManifest {
+	if o.FromBucket {
+		return bucketLatest(o)
+	}
+	return offlineLatest(o)
+}
+
 // offlineLatest reads the manifest record from etcd and the root it names (again only when
 // the revision moved).
 func offlineLatest(o OfflineSource) latestManifest {
@@ -152,7 +166,7 @@ func offlineLatest(o OfflineSource) latestManifest {
 			if have && r == rev {
 				return m, rev, nil
 			}
-			key := manifest.RootKey(o.KeyPrefix, o.Stream, rec.Epoch, rec.RootUID)
+			key := rec.RootKey(o.KeyPrefix, o.Stream)
 			body, err := o.Store.GetObject(ctx, key)
 			if err != nil {
 				// A persist meanwhile replaced the root and the reaper deleted the old one:
@@ -172,6 +186,26 @@ func offlineLatest(o OfflineSource) latestManifest {
 			m, rev, have = dm, r, true
 			return m, rev, nil
 		}
+	}
+}
+
+// bucketLatest chooses the newest persisted manifest from the bucket alone each time it
+// is asked (the listing shows persists since); its revision is the root's seq (version 3)
+// or 1 (a single version 1 or 2 root).
+func bucketLatest(o OfflineSource) latestManifest {
+	return func(ctx context.Context) (manifest.Manifest, int64, error) {
+		r, err := recovery.Latest(ctx, o.Store, o.KeyPrefix, o.Stream)
+		if err != nil {
+			if errors.Is(err, recovery.ErrNoRoot) {
+				return manifest.Manifest{}, 0, fmt.Errorf("%w: %w", ErrNoManifest, err)
+			}
+			return manifest.Manifest{}, 0, err
+		}
+		rev := int64(1)
+		if r.Version >= 3 {
+			rev = int64(r.Lineage.Seq)
+		}
+		return r.Manifest, rev, nil
 	}
 }
 

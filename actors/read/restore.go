@@ -160,7 +160,7 @@ func lastRun(ctx context.Context, o OfflineSource) (uint64, *GapRange, error) {
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = manifest.DefaultKeyPrefix
 	}
-	m, _, err := offlineLatest(o)(ctx)
+	m, _, err := o.latest()(ctx)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -1,6 +1,7 @@
 package readercore
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -215,5 +216,85 @@ func TestSupersededPersistKeepsWaitersWhileResetPending(t *testing.T) {
 	}
 	if st := c.Status(); st.Waiters != 1 || !st.ResetPending {
 		t.Fatalf("after the superseded persist: %d waiters, reset pending %v", st.Waiters, st.ResetPending)
+	}
+}
+
+// TestPersistSeqs: the seq of each version 3 root and its parent. The first root after a
+// resolution takes Resolved.NextSeq (a seq a stray took is skipped) with the resolved root
+// as parent; a failed attempt keeps its seq for the retry; a success makes the next seq one
+// above it with the new root as parent, and hands the replaced root to the reaper by seq.
+// Replica messages name the same roots: a sync the resolved root, the persist's broadcast
+// the new root and its parent (never the record's etcd Version).
+func TestPersistSeqs(t *testing.T) {
+	c, err := New(Config{StreamID: "s", FragmentTargetSize: 100, PersistThreshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolved := RootRef{Seq: 4, Epoch: 1, UID: 40}
+	mustStep(t, c, Resolved{Manifest: manifest.Empty(), Revision: 3, Root: resolved, NextSeq: 6})
+	mustStep(t, c, LogOpened{})
+	var synced []SyncReplica
+	for _, e := range mustStep(t, c, ReplicaRegistered{Replica: "r1"}) {
+		if s, ok := e.(SyncReplica); ok {
+			synced = append(synced, s)
+		}
+	}
+	if len(synced) != 1 || synced[0].Root != resolved || synced[0].Replica != "r1" {
+		t.Fatalf("registration of r1: syncs %+v, want one of the resolved root %+v", synced, resolved)
+	}
+	h := chunk.Header{Records: 1, DataLen: 52}
+	persistOf := func(effs []Effect) StartPersist {
+		t.Helper()
+		for _, e := range effs {
+			if p, ok := e.(StartPersist); ok {
+				return p
+			}
+		}
+		t.Fatalf("no persist in %v", effs)
+		return StartPersist{}
+	}
+	effs := mustStep(t, c, ChunkDrained{Header: h, Location: chunk.Location{Segment: "s", Position: 8, Size: 100}})
+	sub := effs[0].(SubmitTransfer)
+	p := persistOf(mustStep(t, c, TransferResult{Ref: sub.Ref, Attempt: 1, Outcome: OK, UID: 7}))
+	if p.Seq != 6 || p.Parent != resolved || p.ExpectedRevision != 3 {
+		t.Fatalf("first persist: seq %d parent %+v expected %d, want seq 6 (NextSeq) on the resolved root", p.Seq, p.Parent, p.ExpectedRevision)
+	}
+	effs = mustStep(t, c, PersistResult{Ref: p.Ref, Outcome: PersistFailed, Reason: "timeout"})
+	if c.inflight == nil { // retried on the timer, not at once
+		effs = mustStep(t, c, PersistTimer{Ref: c.timer})
+	}
+	retry := persistOf(effs)
+	if retry.Seq != 6 || retry.Parent != resolved {
+		t.Fatalf("retry: seq %d parent %+v, want the same seq 6 on the resolved root", retry.Seq, retry.Parent)
+	}
+	effs = mustStep(t, c, PersistResult{Ref: retry.Ref, Outcome: PersistOK, Revision: 4, RootUID: 60})
+	var del DeleteObjects
+	var bc []Broadcast
+	for _, e := range effs {
+		switch e := e.(type) {
+		case DeleteObjects:
+			del = e
+		case Broadcast:
+			bc = append(bc, e)
+		}
+	}
+	if len(del.Roots) != 1 || del.Roots[0] != resolved {
+		t.Fatalf("replaced roots %+v, want the resolved root %+v", del.Roots, resolved)
+	}
+	if want := (RootRef{Seq: 6, Epoch: c.epoch, UID: 60}); len(bc) != 1 || bc[0].Root != want || bc[0].Parent != resolved || !slices.Equal(bc[0].To, []string{"r1"}) {
+		t.Fatalf("broadcasts %+v, want one to r1 of root %+v on the resolved root %+v", bc, want, resolved)
+	}
+	h2 := h
+	h2.ChunkID = 1
+	effs = mustStep(t, c, ChunkDrained{Header: h2, Location: chunk.Location{Segment: "s", Position: 108, Size: 100}})
+	var sub2 SubmitTransfer
+	for _, e := range effs {
+		if s, ok := e.(SubmitTransfer); ok {
+			sub2 = s
+		}
+	}
+	next := persistOf(mustStep(t, c, TransferResult{Ref: sub2.Ref, Attempt: 1, Outcome: OK, UID: 8}))
+	if want := (RootRef{Seq: 6, Epoch: c.epoch, UID: 60}); next.Seq != 7 || next.Parent != want || next.ExpectedRevision != 4 {
+		t.Fatalf("after a success: seq %d parent %+v expected %d, want seq 7 on %+v at 4", next.Seq, next.Parent, next.ExpectedRevision, want)
 	}
 }

@@ -21,8 +21,10 @@ type Ref uint64
 // WaiterID is the shell's handle for one await_offset caller.
 type WaiterID uint64
 
-// RootRef names a root manifest object: the writer's epoch and the object's uid.
+// RootRef names a root manifest object: the writer's epoch and the object's uid, and for
+// a version 3 root its seq (0 for a root of format version 1 or 2).
 type RootRef struct {
+	Seq   uint64
 	Epoch uint64
 	UID   uint64
 }
@@ -34,6 +36,9 @@ type Resolved struct {
 	Manifest manifest.Manifest
 	Revision int64   // the manifest record's etcd Version
 	Root     RootRef // the root object the record names (zero when Revision is 0)
+	// NextSeq is the seq the next persisted root takes (one above every version 3 root the
+	// resolution listed; a seq a fenced writer took is skipped). 0 means Root.Seq + 1.
+	NextSeq uint64
 	// Comparison is how the manifest compares with the local log chunk by chunk (the shell
 	// runs divergence.Find against the log LogOpened reports). Its zero value, NotCompared,
 	// lets the core's offset rules decide alone.

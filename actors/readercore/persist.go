@@ -54,13 +54,16 @@ func (c *Core) startPersist() {
 		edits:    append([]pendingEdit(nil), c.pending...),
 		reset:    c.reset,
 		expected: c.revision,
+		seq:      max(c.nextSeq, c.root.Seq+1),
+		parent:   c.root,
 	}
 	c.inflight = op
 	edits := make([]manifest.Edit, len(op.edits))
 	for i, p := range op.edits {
 		edits[i] = p.edit
 	}
-	c.emit(StartPersist{Ref: op.ref, Root: op.root, ExpectedRevision: op.expected, Epoch: c.epoch, Edits: edits, Reset: op.reset != nil})
+	c.emit(StartPersist{Ref: op.ref, Root: op.root, ExpectedRevision: op.expected, Epoch: c.epoch, Edits: edits, Reset: op.reset != nil,
+		Seq: op.seq, Parent: op.parent})
 }
 
 // maybeArmTimer arms the persist timer when the first edit not carried by a persist appears,
@@ -175,7 +178,8 @@ func (c *Core) persistSucceeded(op *persistOp, e PersistResult) {
 	prevRoot, hadRoot := c.root, c.hasRoot
 	c.persisted = op.root
 	c.revision = e.Revision
-	c.root = RootRef{Epoch: c.epoch, UID: e.RootUID}
+	c.root = RootRef{Seq: op.seq, Epoch: c.epoch, UID: e.RootUID}
+	c.nextSeq = op.seq + 1
 	c.hasRoot = true
 	c.persistFailures = 0
 	c.lastPersistErr = ""
@@ -196,7 +200,7 @@ func (c *Core) persistSucceeded(op *persistOp, e PersistResult) {
 		c.reset = nil
 	}
 
-	c.emit(UpdateRange{Manifest: c.persisted, Revision: c.revision})
+	c.emit(UpdateRange{Manifest: c.persisted, Revision: c.revision, Root: c.root})
 	if op.reset != nil {
 		c.syncAll()
 	} else {
@@ -204,7 +208,7 @@ func (c *Core) persistSucceeded(op *persistOp, e PersistResult) {
 		for i, p := range op.edits {
 			edits[i] = p.edit
 		}
-		c.emit(Broadcast{To: append([]string(nil), c.replicas...), Edits: edits, Seq: c.revision, Epoch: c.epoch})
+		c.emit(Broadcast{To: append([]string(nil), c.replicas...), Edits: edits, Root: c.root, Parent: op.parent, Epoch: c.epoch})
 	}
 	c.emit(EvaluateLocalRetention{PersistedNext: c.persisted.NextOffset})
 	if c.reset == nil {

@@ -121,6 +121,7 @@ func (c *Core) start() error {
 	c.revision = r.Revision
 	c.root = r.Root
 	c.hasRoot = r.Revision > 0
+	c.nextSeq = max(r.NextSeq, r.Root.Seq+1)
 	c.mem = c.persisted
 	c.knowGaps(p)
 	c.sealed, c.lookup, c.lookupOffs = sealedSpans(p), 0, nil
@@ -178,7 +179,7 @@ func trailingGapCut(p manifest.Manifest, localFirst uint64) *divergence.Truncati
 func (c *Core) resume() {
 	p := c.persisted
 	c.drainNext = p.NextOffset
-	c.emit(UpdateRange{Manifest: p, Revision: c.revision})
+	c.emit(UpdateRange{Manifest: p, Revision: c.revision, Root: c.root})
 	c.syncAll()
 	c.emit(EvaluateLocalRetention{PersistedNext: p.NextOffset})
 	c.releaseWaiters()

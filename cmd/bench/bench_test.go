@@ -45,6 +45,8 @@ func TestSubcommandsAtTinySizes(t *testing.T) {
 			[]string{"ratio A/B requests (node/raw)"}},
 		{[]string{"read", "--bytes", "8MiB", "--fragment", "1MiB", "--segment", "512KiB", "--raw-range", "256KiB", "--raw-n", "2,4", "--rounds", "2", "--warmup", "0", "--set", "persist_interval=100ms"},
 			[]string{"ratio A/B throughput (node/raw)", "A node peak heap / read budget"}},
+		{[]string{"recover", "--streams", "20", "--rounds", "2"},
+			[]string{"ratio A/B time (recover/raw)", "ratio A/B requests"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args[:1], ""), func(t *testing.T) {

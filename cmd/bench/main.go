@@ -7,6 +7,7 @@
 //	go run ./cmd/bench latency  [flags]  commit-to-persisted latency vs an ideal single PUT
 //	go run ./cmd/bench requests [flags]  S3 requests per GiB by kind vs raw PutObject
 //	go run ./cmd/bench read     [flags]  remote read throughput through a node vs raw range GETs
+//	go run ./cmd/bench recover  [flags]  node recover --yes after an etcd wipe vs raw listing
 //
 // `go run ./cmd/bench <subcommand> -h` lists a subcommand's flags; docs/performance.md
 // explains how to read the output.
@@ -43,6 +44,7 @@ var subcommands = []subcommand{
 	{"idle", "idle cost per stream (RSS, heap, goroutines, descriptors, CPU) vs the node without them", runIdle},
 	{"latency", "commit-to-persisted latency at a write rate vs an ideal tierer's single PUT", runLatency},
 	{"requests", "S3 requests per GiB tiered, by kind, vs raw PutObject of the same objects", runRequests},
+	{"recover", "node recover --yes of every stream after an etcd wipe vs raw listing of the same prefixes", runRecover},
 	{"read", "remote read throughput through a node (OpenReader from first) vs raw parallel range GETs of the same objects", runRead},
 }
 

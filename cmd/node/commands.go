@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -22,7 +21,6 @@ import (
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/nodeconfig"
-	"github.com/streamtier/streamtier/verify"
 )
 
 // commandTimeout bounds a whole operator command.
@@ -91,9 +89,10 @@ func streamArg(stderr io.Writer, cmd, id string) bool {
 // statusCmd prints a running node's status, or the persisted state of the streams when
 // no node runs.
 func statusCmd(args []string, stdout, stderr io.Writer) int {
-	var asJSON bool
+	var asJSON, fromBucket bool
 	s, pos, code, ok := parseFlags("status", nodeconfig.ModeRun, args, stderr, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
+		fs.BoolVar(&fromBucket, "from-bucket", false, "what the bucket alone says of the streams (the roots `node recover` would choose), no etcd")
 	})
 	if !ok {
 		return code
@@ -104,6 +103,9 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
+	if fromBucket {
+		return bucketStatus(ctx, s, stream, asJSON, stdout, stderr)
+	}
 	if c, ok := runningNode(ctx, s); ok {
 		rep, err := c.Status(ctx)
 		if err != nil {
@@ -346,7 +348,7 @@ func offlineStatus(ctx context.Context, s nodeconfig.Settings, stream string, as
 		if found {
 			o.Persisted, o.Epoch, o.Revision = true, rec.Epoch, rev
 			o.FirstOffset, o.NextOffset, o.TotalSize, o.FirstTimestamp = rec.FirstOffset, rec.NextOffset, rec.TotalSize, rec.FirstTimestamp
-			o.RootKey = manifest.RootKey(b.KeyPrefix, id, rec.Epoch, rec.RootUID)
+			o.RootKey = rec.RootKey(b.KeyPrefix, id)
 		}
 		out = append(out, o)
 	}
@@ -502,99 +504,6 @@ func sortedStrings(m map[string]string) []string {
 	return out
 }
 
-func verifyCmd(args []string, stdout, stderr io.Writer) int {
-	var asJSON bool
-	var logDir string
-	s, pos, code, ok := parseFlags("verify", nodeconfig.ModeRun, args, stderr, func(fs *flag.FlagSet) {
-		fs.BoolVar(&asJSON, "json", false, "print JSON")
-		fs.StringVar(&logDir, "log-dir", "", "the stream's local log directory to compare with (default: the declared or demo stream's)")
-	})
-	if !ok {
-		return code
-	}
-	if len(pos) != 1 {
-		return badUsage(stderr, "verify", "give exactly one stream")
-	}
-	stream := pos[0]
-	if !streamArg(stderr, "verify", stream) {
-		return exitBadInput
-	}
-	if logDir == "" {
-		logDir = defaultLogDir(s, stream)
-	} else if abs, err := filepath.Abs(logDir); err == nil {
-		logDir = abs // before the embedded S3 endpoint changes the working directory
-	}
-	ctx, cancel := commandContext()
-	defer cancel()
-	b, err := backends.ForCommand(ctx, s)
-	if err != nil {
-		return fail(stderr, "verify", err)
-	}
-	defer b.Close()
-	rep, err := verify.Stream(ctx, verify.Options{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream, LogDir: logDir})
-	if err != nil {
-		return fail(stderr, "verify", err)
-	}
-	if asJSON {
-		writeJSON(stdout, rep)
-	} else {
-		printVerify(stdout, b, rep)
-	}
-	if !rep.OK() {
-		if asJSON {
-			fmt.Fprintf(stderr, "node verify: %s: %d findings\n", stream, len(rep.Findings))
-		}
-		return exitFailed
-	}
-	return exitOK
-}
-
-// defaultLogDir is the local log of a declared stream, or the data directory's stream
-// directory when it exists (the demo's).
-func defaultLogDir(s nodeconfig.Settings, stream string) string {
-	for _, st := range s.Streams {
-		if st.ID == stream {
-			return st.LogDir
-		}
-	}
-	dir := backends.StreamDir(s.DataDir, stream)
-	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
-		return dir
-	}
-	return ""
-}
-
-func printVerify(out io.Writer, b *backends.Backends, r verify.Report) {
-	verdict := "OK"
-	if !r.OK() {
-		verdict = fmt.Sprintf("%d FINDINGS", len(r.Findings))
-	}
-	fmt.Fprintf(out, "verify %s: %s (%s)\n", r.Stream, verdict, b.Describe())
-	if r.RootKey != "" {
-		fmt.Fprintf(out, "  root %s (epoch %d, revision %d): offsets [%d, %d), %s\n", r.RootKey, r.Epoch, r.Revision, r.FirstOffset, r.NextOffset, human(r.TotalSize))
-		fmt.Fprintf(out, "  %d fragments (%d chunks, %s) and %d groups checked: layout, index, every chunk CRC, coverage and sizes\n",
-			r.Fragments, r.Chunks, human(r.FragmentBytes), r.Groups)
-		if r.Gaps > 0 {
-			fmt.Fprintf(out, "  %d declared gaps covering %d offsets: lost from the local log before upload, never held remotely\n", r.Gaps, r.GapOffsets)
-		}
-	}
-	if r.LocalDir != "" {
-		fmt.Fprintf(out, "  %d chunks compared byte for byte with the local log %s; %d no longer held locally\n", r.LocalCompared, r.LocalDir, r.LocalAbsent)
-	}
-	for _, n := range r.Notes {
-		fmt.Fprintf(out, "  note: %s\n", n)
-	}
-	if !r.OK() {
-		fmt.Fprintln(out)
-		t := newTable(out)
-		t.row("OFFSET", "OBJECT", "PROBLEM")
-		for _, f := range r.Findings {
-			t.row(fmt.Sprint(f.Offset), orDash(f.Key), f.Problem)
-		}
-		t.flush()
-	}
-}
-
 // printCluster prints the cluster part of a member's status: members, placements and the
 // replica manifests held.
 func printCluster(out io.Writer, c admin.ClusterReport) {
@@ -615,7 +524,7 @@ func printCluster(out io.Writer, c admin.ClusterReport) {
 			if e, ok := c.Writers[p.Stream]; ok {
 				here = fmt.Sprintf("writer (epoch %d)", e)
 			} else if r, ok := c.Replicas[p.Stream]; ok {
-				here = fmt.Sprintf("replica: revision %d epoch %d, offsets [%d, %d)", r.Revision, r.Epoch, r.FirstOffset, r.NextOffset)
+				here = fmt.Sprintf("replica: root seq %d uid %s epoch %d, offsets [%d, %d)", r.Seq, r.UID, r.Epoch, r.FirstOffset, r.NextOffset)
 				if !r.Synced {
 					here = "replica: not synced yet"
 				}

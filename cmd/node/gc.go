@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/claim"
 	"github.com/streamtier/streamtier/gc"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/nodeconfig"
@@ -32,6 +33,11 @@ func gcCmd(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	if del && s.GCGracePeriod < gc.MinDeleteGrace {
+		// Refused before anything is read: delete mode never runs below the minimum, even
+		// when nothing would be old enough to delete.
+		return fail(stderr, "gc", fmt.Errorf("--delete with grace period %v: below %v a root could be collected between its PUT and the etcd write that names it; refused, nothing deleted (give --grace 5m or more, or run without --delete)", s.GCGracePeriod, gc.MinDeleteGrace))
+	}
 	ctx, cancel := commandContext()
 	defer cancel()
 	b, err := backends.ForCommand(ctx, s)
@@ -39,6 +45,14 @@ func gcCmd(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "gc", err)
 	}
 	defer b.Close()
+	if del {
+		// A command that deletes opens the key prefix as a node does: the store's
+		// conditional creates, then the claim (created on a version 2 prefix whose streams
+		// are anchored here; refused by name on a mismatch).
+		if _, err := claim.Open(ctx, claim.Options{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix}); err != nil {
+			return fail(stderr, "gc", fmt.Errorf("--delete: nothing deleted: %w", err))
+		}
+	}
 	opts := gc.Options{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream, Grace: s.GCGracePeriod}
 	plan, err := gc.Scan(ctx, opts)
 	if err != nil {

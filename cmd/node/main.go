@@ -1,7 +1,7 @@
 // Command node is the streamtier node binary. With no command it runs the demo: an
 // embedded etcd and S3 endpoint under ./streamtier-data and a stream fed by the load
 // generator, tiered live. `node run` runs a node on the configured etcd and S3; the other
-// commands inspect and operate one (status, cut, await, retention, gc, verify, read, restore), place a stream's
+// commands inspect and operate one (status, cut, await, retention, gc, recover, verify, read, restore), place a stream's
 // writer and replicas for cluster members (place), or read a local log (segments dump). See docs/operations.md.
 package main
 
@@ -58,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return retentionCmd(rest, stdout, stderr)
 	case cmd == "gc":
 		return gcCmd(rest, stdout, stderr)
+	case cmd == "recover":
+		return recoverCmd(rest, stdout, stderr)
 	case cmd == "verify":
 		return verifyCmd(rest, stdout, stderr)
 	case cmd == "read":
@@ -105,7 +107,9 @@ const usage = `usage:
                                     fed by the load generator, tiered live (Ctrl-C stops cleanly)
   node run [--config node.yaml]     a node on the configured etcd and S3 with the declared streams
                                     (--cluster: a cluster member; placements say what it writes)
-  node status [stream] [--json]     a running node's status (or the persisted state of a stopped one)
+  node status [stream] [--json] [--from-bucket]
+                                    a running node's status (or the persisted state of a stopped one;
+                                    --from-bucket: what the bucket alone says, no etcd)
   node cut <stream>                 cut the stream's current fragment now (running node)
   node await <stream> [--offset N|committed] [--timeout D] [--json]
                                     wait until the offset (default: everything committed now) is
@@ -116,12 +120,15 @@ const usage = `usage:
                                     evaluate remote retention now, optionally with a new policy
   node gc [stream] [--delete] [--json] [--grace DURATION]
                                     list (or delete) objects no persisted manifest references
-  node verify <stream> [--json] [--log-dir DIR]
+  node recover [stream...] [--yes] [--verify] [--takeover] [--after-restore] [--claim] [--json]
+                                    rebuild etcd's records from the bucket (dry run without --yes;
+                                    see "metadata disaster recovery" in docs/operations.md)
+  node verify <stream> [--json] [--log-dir DIR] [--from-bucket]
                                     check the stream's remote tier object by object
-  node read <stream> [--from first|last|next|OFFSET|@TIME] [--to OFFSET] [--format json|records|raw] [--follow]
+  node read <stream> [--from first|last|next|OFFSET|@TIME] [--to OFFSET] [--format json|records|raw] [--follow] [--from-bucket]
                                     read the stream's chunks across the tiers (running node: up to the
                                     committed next offset, or on with --follow; else the remote tier)
-  node restore <stream> --to DIR [--from first|last|OFFSET|@TIME] [--until OFFSET]
+  node restore <stream> --to DIR [--from first|last|OFFSET|@TIME] [--until OFFSET] [--from-bucket]
                                     rebuild an osiris stream directory from the remote tier
   node place <stream> --writer NODE --epoch N [--replicas A,B]
                                     write the stream's placement (cluster mode: who writes, who replicates)

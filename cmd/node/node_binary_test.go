@@ -387,7 +387,8 @@ func TestBinaryDemo(t *testing.T) {
 		t.Fatalf("verify after a clean stop:\n%s", r)
 	}
 	plan, r := gcJSON(t, dir)
-	if r.code != 0 || len(plan.Plan.Orphans) != 0 || len(plan.Plan.Undecided) != 0 || plan.Plan.Referenced != plan.Plan.Scanned {
+	// Every object but the bucket claim the node created (format version 3) is referenced.
+	if r.code != 0 || len(plan.Plan.Orphans) != 0 || len(plan.Plan.Undecided) != 0 || plan.Plan.Referenced != plan.Plan.Scanned-1 {
 		t.Fatalf("gc after a clean stop found garbage:\n%s", r)
 	}
 	if r := node(t, dir, "status"); r.code != 0 || !strings.Contains(r.stdout, "no node is running") || !strings.Contains(r.stdout, "demo") {
@@ -464,8 +465,9 @@ func hostStore(t *testing.T, host *running) *s3io.Store {
 
 // TestBinaryKillAndRestart kills the demo while uploads are not yet persisted, restarts it
 // (it resumes from what is persisted and the load resumes where the log ends), stops it
-// cleanly, and checks that verify passes and that gc lists the orphans the kill left and
-// deletes exactly those.
+// cleanly, and checks that verify passes, that gc lists the garbage the kill left as young
+// (the store's clock, a one-minute margin) and that delete mode refuses a grace of 0 by
+// name and deletes nothing.
 func TestBinaryKillAndRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -511,40 +513,43 @@ func TestBinaryKillAndRestart(t *testing.T) {
 	if rep, r := verifyJSON(t, dir); r.code != 0 || !rep.OK() {
 		t.Fatalf("verify after kill and restart:\n%s", r)
 	}
+	// The garbage the kill left is seconds old: gc judges ages on the store's clock with a
+	// one-minute margin, so even with --grace 0 a dry run lists it as young (kept), and
+	// delete mode refuses a grace below 5 minutes by name and deletes nothing. The deletion
+	// of aged garbage is gc's package tests' (a frozen store clock), not this one's: no
+	// test hook shifts the binary's clock, and the rule is not weakened for a test.
 	plan, r := gcJSON(t, dir)
-	if r.code != 0 || len(plan.Plan.Orphans) < killedAt.Pipeline.UnpersistedEdits {
-		t.Fatalf("gc after a kill: want at least the %d unpersisted uploads as orphans:\n%s", killedAt.Pipeline.UnpersistedEdits, r)
+	// At least one upload the kill left unpersisted and the stale root (an upload in flight
+	// at the kill may never have reached the bucket).
+	if r.code != 0 || len(plan.Plan.Orphans) != 0 || len(plan.Plan.Young) < 2 {
+		t.Fatalf("gc after a kill: want the unpersisted uploads and the stale root as young garbage, no orphan:\n%s", r)
 	}
-	var orphans []string
-	if !slices.ContainsFunc(plan.Plan.Orphans, func(o gc.Orphan) bool { return o.Key == staleRoot && strings.Contains(o.Reason, "superseded root") }) {
+	if !slices.ContainsFunc(plan.Plan.Young, func(o gc.Orphan) bool { return o.Key == staleRoot && strings.Contains(o.Reason, "superseded root") }) {
 		t.Fatalf("gc does not list the stale root %s:\n%s", staleRoot, r)
 	}
-	for _, o := range plan.Plan.Orphans {
-		orphans = append(orphans, o.Key)
+	for _, o := range plan.Plan.Young {
 		if !strings.Contains(o.Reason, "never persisted") && !strings.Contains(o.Reason, "superseded root") {
-			t.Errorf("orphan %s: unexpected reason %q", o.Key, o.Reason)
+			t.Errorf("garbage %s: unexpected reason %q", o.Key, o.Reason)
 		}
 	}
-	if r := node(t, dir, "gc", "--grace", "0"); r.code != 0 || !strings.Contains(r.stdout, "dry run") || !strings.Contains(r.stdout, orphans[0]) {
-		t.Fatalf("gc table:\n%s", r)
+	refused := node(t, dir, "gc", "--delete", "--grace", "0")
+	if refused.code != 1 || !strings.Contains(refused.stderr, "grace period 0s") || !strings.Contains(refused.stderr, "below 5m0s") {
+		t.Fatalf("gc --delete --grace 0: want a refusal naming the grace and the minimum:\n%s", refused)
 	}
-	del, r := gcJSON(t, dir, "--delete")
-	if r.code != 0 || del.Deleted == nil {
-		t.Fatalf("gc --delete:\n%s", r)
+	del, r := gcJSON(t, dir, "--delete", "--grace", "5m")
+	if r.code != 0 || del.Deleted == nil && len(del.Plan.Orphans) != 0 || del.Deleted != nil && len(del.Deleted.Deleted) != 0 {
+		t.Fatalf("gc --delete --grace 5m deleted garbage of seconds ago:\n%s", r)
 	}
-	got := slices.Clone(del.Deleted.Deleted)
-	sort.Strings(got)
-	sort.Strings(orphans)
-	if !slices.Equal(got, orphans) {
-		t.Fatalf("gc --delete removed %v, the dry run listed %v", got, orphans)
-	}
+	// Nothing deleted: the same garbage and references (the scan counts one object more:
+	// the claim `gc --delete` wrote when it opened this version 2 prefix).
 	after, r := gcJSON(t, dir)
-	if r.code != 0 || len(after.Plan.Orphans) != 0 || after.Plan.Scanned != plan.Plan.Scanned-len(orphans) || after.Plan.Referenced != plan.Plan.Referenced {
-		t.Fatalf("gc after --delete: %d scanned (was %d, %d deleted), %d referenced (was %d):\n%s",
-			after.Plan.Scanned, plan.Plan.Scanned, len(orphans), after.Plan.Referenced, plan.Plan.Referenced, r)
+	key := func(o gc.Orphan) string { return o.Key }
+	if r.code != 0 || after.Plan.Referenced != plan.Plan.Referenced || !slices.Equal(mapKeys(after.Plan.Young, key), mapKeys(plan.Plan.Young, key)) {
+		t.Fatalf("gc after the refused deletes: %d referenced (was %d), %d young (was %d):\n%s",
+			after.Plan.Referenced, plan.Plan.Referenced, len(after.Plan.Young), len(plan.Plan.Young), r)
 	}
 	if rep, r := verifyJSON(t, dir); r.code != 0 || !rep.OK() {
-		t.Fatalf("verify after gc --delete:\n%s", r)
+		t.Fatalf("verify after gc:\n%s", r)
 	}
 }
 
@@ -601,4 +606,14 @@ func TestBinaryBadInput(t *testing.T) {
 	if r := node(t, dir, "settings"); r.code != 0 || !strings.Contains(r.stdout, "STREAMTIER_FRAGMENT_TARGET_SIZE") {
 		t.Fatalf("settings:\n%s", r)
 	}
+}
+
+// mapKeys maps xs by f and sorts the result.
+func mapKeys[T any](xs []T, f func(T) string) []string {
+	out := make([]string, 0, len(xs))
+	for _, x := range xs {
+		out = append(out, f(x))
+	}
+	sort.Strings(out)
+	return out
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -26,13 +27,14 @@ import (
 func readCmd(args []string, stdout, stderr io.Writer) int {
 	var from, format string
 	var to uint64
-	var follow, offline bool
+	var follow, offline, fromBucket bool
 	s, pos, code, ok := parseFlags("read", nodeconfig.ModeRun, args, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&from, "from", "first", "where to start: first, last, next, an offset, or @TIME (ms since the epoch or RFC 3339)")
 		fs.Uint64Var(&to, "to", 0, "stop before the first chunk starting at or above this offset (0: at the end)")
 		fs.StringVar(&format, "format", "json", "json (a line per chunk, gap or skip), records (a line per record) or raw (chunk bytes as written)")
 		fs.BoolVar(&follow, "follow", false, "on a running node, wait for new chunks instead of stopping at the committed next offset")
 		fs.BoolVar(&offline, "offline", false, "read the remote tier from etcd and the bucket even if a node runs")
+		fs.BoolVar(&fromBucket, "from-bucket", false, "read the remote tier from the bucket alone, no etcd (the root `node recover` would choose)")
 	})
 	if !ok {
 		return code
@@ -56,7 +58,10 @@ func readCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
-	if !offline {
+	if fromBucket && follow {
+		return badUsage(stderr, "read", "--follow needs a running node; --from-bucket reads the bucket alone")
+	}
+	if !offline && !fromBucket {
 		if c, found := runningNode(ctx, s); found {
 			err := c.Read(ctx, stream, admin.ReadQuery{From: spec.String(), To: to, Follow: follow}, func(ri admin.ReadInfo) error {
 				noteAttached(stderr, ri.Attached)
@@ -71,12 +76,12 @@ func readCmd(args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "read", errors.New("--follow needs a running node (none found)"))
 		}
 	}
-	b, err := backends.ForCommand(ctx, s)
+	b, err := openFor(ctx, s, fromBucket)
 	if err != nil {
 		return fail(stderr, "read", err)
 	}
 	defer b.Close()
-	r, err := read.OpenOffline(ctx, read.OfflineSource{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream}, spec)
+	r, err := read.OpenOffline(ctx, read.OfflineSource{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream, FromBucket: fromBucket}, spec)
 	if err != nil {
 		return fail(stderr, "read", err)
 	}
@@ -97,6 +102,15 @@ func readCmd(args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "read", err)
 		}
 	}
+}
+
+// openFor opens the backends of an offline command: the bucket alone with --from-bucket
+// (no etcd contacted or started), etcd and the bucket otherwise.
+func openFor(ctx context.Context, s nodeconfig.Settings, fromBucket bool) (*backends.Backends, error) {
+	if fromBucket {
+		return backends.ForBucket(ctx, s)
+	}
+	return backends.ForCommand(ctx, s)
 }
 
 func noteAttached(stderr io.Writer, a *read.Attached) {
@@ -212,12 +226,13 @@ func compressionName(c segments.Compression) string {
 func restoreCmd(args []string, stdout, stderr io.Writer) int {
 	var dir, from string
 	var until uint64
-	var asJSON bool
+	var asJSON, fromBucket bool
 	s, pos, code, ok := parseFlags("restore", nodeconfig.ModeRun, args, stderr, func(fs *flag.FlagSet) {
 		fs.StringVar(&dir, "to", "", "the stream directory to write (must be empty or absent)")
 		fs.StringVar(&from, "from", "", "where the restored log starts: first, last, an offset or @TIME (default: the run after the last gap, which a broker can continue; an earlier run stops at its gap and must not be continued)")
 		fs.Uint64Var(&until, "until", 0, "end the restored log before the first chunk at or above this offset (0: the remote tier's end)")
 		fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+		fs.BoolVar(&fromBucket, "from-bucket", false, "restore from the bucket alone, no etcd (the root `node recover` would choose)")
 	})
 	if !ok {
 		return code
@@ -244,13 +259,13 @@ func restoreCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
-	b, err := backends.ForCommand(ctx, s)
+	b, err := openFor(ctx, s, fromBucket)
 	if err != nil {
 		return fail(stderr, "restore", err)
 	}
 	defer b.Close()
 	rep, err := read.Restore(ctx, read.RestoreOptions{
-		Source: read.OfflineSource{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream},
+		Source: read.OfflineSource{Store: b.Store, Meta: b.Meta, KeyPrefix: b.KeyPrefix, Stream: stream, FromBucket: fromBucket},
 		Dir:    dir, From: spec, To: until,
 	})
 	if err == nil || rep.Chunks > 0 {

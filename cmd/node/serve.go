@@ -18,6 +18,7 @@ import (
 	"github.com/streamtier/streamtier/actors/cluster"
 	"github.com/streamtier/streamtier/admin"
 	"github.com/streamtier/streamtier/backends"
+	"github.com/streamtier/streamtier/claim"
 	"github.com/streamtier/streamtier/gc"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/nodeconfig"
@@ -123,7 +124,7 @@ func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 		byID: map[string]*openStream{}}
 	defer p.close()
 	if err := p.start(startCtx); err != nil {
-		fmt.Fprintf(stderr, "node: %v\n", err)
+		printStartError(stderr, err)
 		return exitFailed
 	}
 	cancelStart()
@@ -253,7 +254,7 @@ func (p *process) start(ctx context.Context) error {
 	opts := admin.Options{
 		Node: adminNode, NodeID: s.NodeID, Started: p.started, S3: p.b.Store.Metrics(), Etcd: p.etcdMetrics,
 		RebalanceThreshold: s.RebalanceThreshold, Log: p.log, Faults: p.faultList,
-		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}},
+		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}, {Name: "metadata", Check: node.MetadataReady}},
 		Prices: &admin.Prices{PutPer1000: s.CostPutPer1000, ListPer1000: s.CostListPer1000, GetPer1000: s.CostGetPer1000,
 			StoragePerGBMonth: s.CostStoragePerGBMonth},
 	}
@@ -495,7 +496,7 @@ func (p *process) roots(ctx context.Context, stream string) (map[string]bool, er
 	}
 	current := ""
 	if found {
-		current = manifest.RootKey(p.b.KeyPrefix, stream, rec.Epoch, rec.RootUID)
+		current = rec.RootKey(p.b.KeyPrefix, stream)
 	}
 	out := map[string]bool{}
 	err = p.b.Store.List(ctx, manifest.StreamPrefix(p.b.KeyPrefix, stream)+"meta/root-", func(o s3io.ObjectInfo) error {
@@ -524,4 +525,15 @@ func exhaustedHint(err error) string {
 		return " (" + actors.ExhaustedResource(err) + ": the disk under the stream's log is full)"
 	}
 	return ""
+}
+
+// printStartError reports why the node did not start; a refused key prefix (the claim, or a
+// store without conditional creates) is said as such, with where to look next.
+func printStartError(stderr io.Writer, err error) {
+	if errors.Is(err, claim.ErrRefused) || errors.Is(err, claim.ErrChanged) || errors.Is(err, s3io.ErrNoConditionalCreate) {
+		fmt.Fprintf(stderr, "node: REFUSED to start, nothing written: %v\n"+
+			"  `node status --from-bucket` shows what the bucket holds without etcd; docs/operations.md, \"Metadata disaster recovery\", says how to recover\n", err)
+		return
+	}
+	fmt.Fprintf(stderr, "node: %v\n", err)
 }

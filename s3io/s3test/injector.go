@@ -64,6 +64,9 @@ const (
 	// again, so the server neither verifies nor reports a checksum: an S3-compatible server
 	// that ignores the header. The body passes unchanged.
 	FaultIgnoreChecksum
+	// FaultIgnoreConditions strips If-None-Match and If-Match from the request and signs it
+	// again: an S3-compatible server that ignores conditional writes.
+	FaultIgnoreConditions
 	// FaultKeepPartial forwards a request whose body arrives whole; when the client aborts
 	// the request before its body is whole, it stores what arrived under the request's key
 	// as a complete, shorter object and sends its size on Rule.Kept: a server that commits
@@ -99,6 +102,8 @@ func (f Fault) String() string {
 		return "corrupt response body"
 	case FaultIgnoreChecksum:
 		return "checksum header ignored"
+	case FaultIgnoreConditions:
+		return "conditional headers ignored"
 	case FaultKeepPartial:
 		return "aborted request kept"
 	}
@@ -367,6 +372,12 @@ func (i *Injector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		i.proxy.ServeHTTP(w, r)
+	case FaultIgnoreConditions:
+		if err := i.stripHeaders(r, func(l string) bool { return l == "if-none-match" || l == "if-match" }); err != nil {
+			writeS3Error(w, r, http.StatusInternalServerError, "InternalError", "s3test: "+err.Error())
+			return
+		}
+		i.proxy.ServeHTTP(w, r)
 	default:
 		writeS3Error(w, r, http.StatusInternalServerError, "InternalError", "s3test: unknown fault "+rule.Fault.String())
 	}
@@ -407,6 +418,14 @@ func (i *Injector) keepPartial(w http.ResponseWriter, r *http.Request, rule Rule
 // r and signs it again (SigV4, UNSIGNED-PAYLOAD) over the headers the client signed but
 // those, with the server's credentials.
 func (i *Injector) stripChecksum(r *http.Request) error {
+	return i.stripHeaders(r, func(l string) bool {
+		return strings.HasPrefix(l, "x-amz-checksum-") || l == "x-amz-sdk-checksum-algorithm"
+	})
+}
+
+// stripHeaders removes the headers whose lower-case name drop selects from r and signs it
+// again over the headers the client signed but those.
+func (i *Injector) stripHeaders(r *http.Request, drop func(lower string) bool) error {
 	auth := r.Header.Get("Authorization")
 	_, list, ok := strings.Cut(auth, "SignedHeaders=")
 	if !ok {
@@ -414,7 +433,7 @@ func (i *Injector) stripChecksum(r *http.Request) error {
 	}
 	list, _, _ = strings.Cut(list, ",")
 	for k := range r.Header {
-		if l := strings.ToLower(k); strings.HasPrefix(l, "x-amz-checksum-") || l == "x-amz-sdk-checksum-algorithm" {
+		if drop(strings.ToLower(k)) {
 			r.Header.Del(k)
 		}
 	}
