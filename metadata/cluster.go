@@ -2,9 +2,12 @@ package metadata
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
+	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/strictjson"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -29,13 +32,13 @@ type clusterJSON struct {
 // EncodeClusterRecord renders r as stored. The encoding is canonical (one document per
 // record), so that a persist can compare the stored bytes with the record a node opened with.
 func EncodeClusterRecord(r ClusterRecord) ([]byte, error) {
-	if err := validateClusterID(r.ClusterID); err != nil {
+	if err := manifest.ValidateClusterID(r.ClusterID); err != nil {
 		return nil, fmt.Errorf("%w: cluster record: %w", ErrInvalidArgument, err)
 	}
 	if r.Generation == 0 {
 		return nil, fmt.Errorf("%w: cluster record: generation 0 (generations start at 1)", ErrInvalidArgument)
 	}
-	return jsonMarshal(clusterJSON{ClusterID: &r.ClusterID, Generation: &r.Generation, Claimed: &r.Claimed})
+	return json.Marshal(clusterJSON{ClusterID: &r.ClusterID, Generation: &r.Generation, Claimed: &r.Claimed})
 }
 
 // DecodeClusterRecord decodes the value stored under key strictly, wrapping any failure
@@ -45,7 +48,7 @@ func DecodeClusterRecord(key string, value []byte) (ClusterRecord, error) {
 		return ClusterRecord{}, fmt.Errorf("%w: %s: cluster record: %w", ErrCorruptRecord, key, err)
 	}
 	var doc clusterJSON
-	if err := jsonDecodeStrict(value, &doc); err != nil {
+	if err := strictjson.Decode(value, &doc); err != nil {
 		return fail(err)
 	}
 	switch {
@@ -54,22 +57,10 @@ func DecodeClusterRecord(key string, value []byte) (ClusterRecord, error) {
 	case *doc.Generation == 0:
 		return fail(errors.New("generation 0"))
 	}
-	if err := validateClusterID(*doc.ClusterID); err != nil {
+	if err := manifest.ValidateClusterID(*doc.ClusterID); err != nil {
 		return fail(err)
 	}
 	return ClusterRecord{ClusterID: *doc.ClusterID, Generation: *doc.Generation, Claimed: *doc.Claimed}, nil
-}
-
-func validateClusterID(id string) error {
-	if len(id) != 32 {
-		return fmt.Errorf("cluster id %q: want 32 lowercase hex digits", id)
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return fmt.Errorf("cluster id %q: %q at %d is not a lowercase hex digit", id, c, i)
-		}
-	}
-	return nil
 }
 
 // ReadCluster reads the cluster record linearizably; modRevision is its etcd ModRevision

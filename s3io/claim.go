@@ -1,7 +1,6 @@
 package s3io
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/strictjson"
 )
 
 // ClaimFormat is the format the bucket claim's "format" field carries.
@@ -38,22 +38,9 @@ type claimJSON struct {
 	Created    *string `json:"created"`
 }
 
-// ValidateClusterID refuses anything but 32 lowercase hex digits.
-func ValidateClusterID(id string) error {
-	if len(id) != 32 {
-		return fmt.Errorf("cluster id %q: want 32 lowercase hex digits", id)
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return fmt.Errorf("cluster id %q: %q at %d is not a lowercase hex digit", id, c, i)
-		}
-	}
-	return nil
-}
-
 // EncodeClaim renders c as stored: JSON with format 3 and the creation time in RFC 3339.
 func EncodeClaim(c Claim) ([]byte, error) {
-	if err := ValidateClusterID(c.ClusterID); err != nil {
+	if err := manifest.ValidateClusterID(c.ClusterID); err != nil {
 		return nil, fmt.Errorf("encode claim: %w", err)
 	}
 	if c.Generation == 0 {
@@ -71,7 +58,7 @@ func DecodeClaim(key string, b []byte) (Claim, error) {
 		return Claim{}, fmt.Errorf("%w: %s: claim: %w", ErrCorruptBucketObject, key, err)
 	}
 	var doc claimJSON
-	if err := decodeStrict(b, &doc); err != nil {
+	if err := strictjson.Decode(b, &doc); err != nil {
 		return fail(err)
 	}
 	switch {
@@ -82,7 +69,7 @@ func DecodeClaim(key string, b []byte) (Claim, error) {
 	case *doc.Generation == 0:
 		return fail(errors.New("generation 0"))
 	}
-	if err := ValidateClusterID(*doc.ClusterID); err != nil {
+	if err := manifest.ValidateClusterID(*doc.ClusterID); err != nil {
 		return fail(err)
 	}
 	created, err := time.Parse(time.RFC3339, *doc.Created)
@@ -90,19 +77,6 @@ func DecodeClaim(key string, b []byte) (Claim, error) {
 		return fail(fmt.Errorf("created: %w", err))
 	}
 	return Claim{ClusterID: *doc.ClusterID, Generation: *doc.Generation, EtcdPrefix: *doc.EtcdPrefix, Created: created.UTC()}, nil
-}
-
-// decodeStrict decodes one JSON document into v: no unknown field, nothing after it.
-func decodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("data after the document")
-	}
-	return nil
 }
 
 // NewClusterID draws a random 128-bit cluster id from r (crypto/rand.Reader in production).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/strictjson"
 )
 
 // Marker is a stream's deletion marker <stream prefix>deleted: the bucket's tombstone,
@@ -41,7 +42,7 @@ func DecodeMarker(key, stream string, b []byte) (Marker, error) {
 		return Marker{}, fmt.Errorf("%w: %s: deletion marker: %w", ErrCorruptBucketObject, key, err)
 	}
 	var doc markerJSON
-	if err := decodeStrict(b, &doc); err != nil {
+	if err := strictjson.Decode(b, &doc); err != nil {
 		return fail(err)
 	}
 	if doc.Stream == nil || doc.ClusterID == nil || doc.Time == nil {
