@@ -271,21 +271,36 @@ func (n *Node) DeleteStream(ctx context.Context, id string) error {
 }
 
 // AwaitOffset blocks until offset is persisted: its fragment and a root referencing it are
-// in S3, etcd accepted the root, the cache is updated and retention evaluated. An offset the
+// in S3, etcd accepted the root, the cache is updated and retention evaluated. It does not
+// hurry the offset: a quiet stream's tail waits for the idle cut (see Flush). An offset the
 // local log lost before its upload gets ErrOffsetInGap (the stream goes on), one whose
 // answer needs a group object that could not be read ErrAwaitUndecided (ask again), and a
 // stream that stopped ErrStreamStopped.
 func (n *Node) AwaitOffset(ctx context.Context, id string, offset uint64) error {
+	return n.await(ctx, id, offset, false)
+}
+
+// Flush persists the stream through offset now and returns once it is persisted, with
+// AwaitOffset's answers: the fragment holding offset is cut as soon as it is drained (not
+// at its target size or idle age) and the manifest persisted as soon as the uploads up to
+// it are applied. offset must be committed in the local log for the flush to finish (until
+// then it waits, like AwaitOffset). What a broker calls before it confirms to a publisher
+// that data is in S3, and what a test calls instead of waiting for the idle cut.
+func (n *Node) Flush(ctx context.Context, id string, offset uint64) error {
+	return n.await(ctx, id, offset, true)
+}
+
+func (n *Node) await(ctx context.Context, id string, offset uint64, flush bool) error {
 	h, err := n.handle(id)
 	if err != nil {
 		return err
 	}
-	wid, ch, err := h.addWaiter(offset)
+	wid, ch, err := h.addWaiter(offset, flush)
 	if err != nil {
 		return err
 	}
 	if pid := h.readerPID(); pid != nil {
-		n.root.Send(pid, readercore.AwaitOffset{Offset: offset, Waiter: wid})
+		n.root.Send(pid, readercore.AwaitOffset{Offset: offset, Waiter: wid, Flush: flush})
 	} // else: the reader's first incarnation picks it up from the handle when it resolves
 	select {
 	case err := <-ch:
@@ -295,7 +310,11 @@ func (n *Node) AwaitOffset(ctx context.Context, id string, offset uint64) error 
 		if pid := h.readerPID(); pid != nil {
 			n.root.Send(pid, readercore.CancelAwait{Waiter: wid})
 		}
-		return fmt.Errorf("await offset %d of %s: %w", offset, id, ctx.Err())
+		what := "await"
+		if flush {
+			what = "flush"
+		}
+		return fmt.Errorf("%s offset %d of %s: %w", what, offset, id, ctx.Err())
 	}
 }
 

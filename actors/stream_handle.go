@@ -138,6 +138,7 @@ func (h *streamHandle) parkedState() (parkState, bool) {
 
 type waiterEntry struct {
 	offset uint64
+	flush  bool // Node.Flush: the reader hurries the offset
 	reply  chan error
 }
 
@@ -147,7 +148,7 @@ func newStreamHandle(spec StreamSpec) *streamHandle {
 
 // addWaiter registers an await_offset caller; the reader learns of it by message (and every
 // new incarnation re-reads them all).
-func (h *streamHandle) addWaiter(offset uint64) (readercore.WaiterID, chan error, error) {
+func (h *streamHandle) addWaiter(offset uint64, flush bool) (readercore.WaiterID, chan error, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopped != nil {
@@ -155,7 +156,7 @@ func (h *streamHandle) addWaiter(offset uint64) (readercore.WaiterID, chan error
 	}
 	h.nextID++
 	ch := make(chan error, 1)
-	h.waiters[h.nextID] = waiterEntry{offset: offset, reply: ch}
+	h.waiters[h.nextID] = waiterEntry{offset: offset, flush: flush, reply: ch}
 	return h.nextID, ch, nil
 }
 
@@ -183,7 +184,7 @@ func (h *streamHandle) outstanding() []readercore.AwaitOffset {
 	defer h.mu.Unlock()
 	out := make([]readercore.AwaitOffset, 0, len(h.waiters))
 	for id, w := range h.waiters {
-		out = append(out, readercore.AwaitOffset{Offset: w.offset, Waiter: id})
+		out = append(out, readercore.AwaitOffset{Offset: w.offset, Waiter: id, Flush: w.flush})
 	}
 	return out
 }

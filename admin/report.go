@@ -30,6 +30,7 @@ type Node interface {
 	SetRetention(id string, p manifest.Policy) error
 	TruncateRemote(ctx context.Context, id string) error
 	AwaitOffset(ctx context.Context, id string, offset uint64) error
+	Flush(ctx context.Context, id string, offset uint64) error
 	CommittedNext(id string) (uint64, error)
 }
 

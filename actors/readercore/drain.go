@@ -37,6 +37,7 @@ func (c *Core) onChunk(e ChunkDrained) error {
 		c.cut()
 	} else {
 		c.armCutTimer() // the first chunk of a new assembly: its arrival starts the idle cut
+		c.flushCut()
 	}
 	if c.held() >= c.cfg.MaxUnpersistedBytes {
 		c.pause()

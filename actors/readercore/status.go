@@ -210,6 +210,9 @@ func (s Status) String() string {
 	if k.IdleCuts > 0 || s.CutTimerArmed {
 		fmt.Fprintf(&b, "\nidle-cut: armed=%t idle-cuts=%d", s.CutTimerArmed, k.IdleCuts)
 	}
+	if k.FlushCuts > 0 {
+		fmt.Fprintf(&b, "\nflush-cuts=%d", k.FlushCuts)
+	}
 	return b.String()
 }
 
