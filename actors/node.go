@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -163,6 +164,9 @@ func (n *Node) AddStream(spec StreamSpec) error {
 	if err := n.cfg.coreConfig(spec).Validate(); err != nil {
 		return fmt.Errorf("add stream %s: %w", spec.ID, err)
 	}
+	if err := n.refuseDeleted(spec.ID); err != nil {
+		return err
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.stopped {
@@ -183,6 +187,53 @@ func (n *Node) AddStream(spec StreamSpec) error {
 	n.streams[spec.ID] = h
 	log.Info().Uint64("epoch", spec.Epoch).Msg("stream added")
 	return nil
+}
+
+// refuseDeleted reads the stream's etcd tombstone (one read, bounded by ResolveTimeout):
+// a deleted id is refused at once, wrapping metadata.ErrStreamDeleted, rather than by a
+// reader that stops later. A failed read refuses nothing: the resolution reads the
+// tombstone again (and the bucket's deletion marker) and stops a deleted stream then.
+func (n *Node) refuseDeleted(id string) error {
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ResolveTimeout)
+	defer cancel()
+	t, found, err := n.meta.ReadTombstone(ctx, id)
+	if err != nil || !found {
+		return nil
+	}
+	return fmt.Errorf("add stream %s: %w (a stream id is never reused: give the re-created stream a new id)", id, &metadata.DeletedError{Tombstone: t})
+}
+
+// AwaitReady waits until the stream has resolved its manifest and opened its local log:
+// from then on readers open and awaits are answered (before, OpenReader answers
+// read.ErrUnavailable). It returns ErrStreamStopped (with the reason) for a stream that
+// stopped for good first, and on ctx's end an error naming the stream's phase and what it
+// waits for (etcd or S3 away, lost metadata).
+func (n *Node) AwaitReady(ctx context.Context, id string) error {
+	h, err := n.handle(id)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-h.ready:
+		return nil
+	case <-h.done:
+		if reason := h.stopReason(); reason != "" {
+			return fmt.Errorf("stream %s: %s: %w", id, reason, ErrStreamStopped)
+		}
+		return fmt.Errorf("stream %s: %w", id, ErrStreamStopped)
+	case <-ctx.Done():
+		why := ""
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		if st, err := n.Status(sctx, id); err == nil {
+			why = fmt.Sprintf(" (phase %s", st.Phase)
+			if w := cmp.Or(st.Waiting, st.MetadataReason, st.ResolveError); w != "" {
+				why += ": " + w
+			}
+			why += ")"
+		}
+		return fmt.Errorf("stream %s not ready%s: %w", id, why, ctx.Err())
+	}
 }
 
 func (n *Node) handle(id string) (*streamHandle, error) {

@@ -38,9 +38,11 @@ func TestFlushQuietTail(t *testing.T) {
 	cancel()
 	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	started := time.Now()
 	if err := n.Flush(ctx, "quiet", last); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("flush of a quiet tail: %v (the idle cut it replaces: %v by default)", time.Since(started), readercore.DefaultFragmentMaxAge)
 	if p, ok := n.Cached("quiet"); !ok || p.Manifest.NextOffset <= last {
 		t.Fatalf("flushed through %d, the cache holds %+v", last, p.Manifest)
 	}

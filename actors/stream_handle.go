@@ -37,6 +37,8 @@ type streamHandle struct {
 	spec       StreamSpec
 	supervisor *actor.PID
 	done       chan struct{} // closed when the stream's actors have stopped for good
+	ready      chan struct{} // closed when a reader first resolved and opened the log
+	readyOnce  sync.Once
 
 	incarnations atomic.Uint64
 	cache        atomic.Pointer[Persisted]
@@ -143,8 +145,12 @@ type waiterEntry struct {
 }
 
 func newStreamHandle(spec StreamSpec) *streamHandle {
-	return &streamHandle{spec: spec, done: make(chan struct{}), waiters: make(map[readercore.WaiterID]waiterEntry)}
+	return &streamHandle{spec: spec, done: make(chan struct{}), ready: make(chan struct{}), waiters: make(map[readercore.WaiterID]waiterEntry)}
 }
+
+// markReady records that a reader resolved the stream and opened its log (once per stream:
+// later incarnations resolve again, but readers and awaits already work across them).
+func (h *streamHandle) markReady() { h.readyOnce.Do(func() { close(h.ready) }) }
 
 // addWaiter registers an await_offset caller; the reader learns of it by message (and every
 // new incarnation re-reads them all).

@@ -167,6 +167,7 @@ type Core struct {
 	persistBackoff  bool
 	persistFailures int
 	lastPersistErr  string
+	lastUploadErr   string // the last failed upload attempt's reason, "" once one succeeds
 	lastPersistAt   int64
 
 	rebalance     *rebalanceOp

@@ -1,6 +1,7 @@
 package readercore
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -109,6 +110,7 @@ func (c *Core) onTransferResult(e TransferResult) error {
 		waited := t.state == transferWaiting
 		t.state = transferDone
 		t.uid = e.UID
+		c.lastUploadErr = ""
 		if t.stalled {
 			t.stalled = false
 			c.emit(Unstalled{Offset: t.desc.FirstOffset, Ref: t.ref})
@@ -124,6 +126,7 @@ func (c *Core) onTransferResult(e TransferResult) error {
 		}
 		t.transient++
 		c.stats.TransientRetries++
+		c.lastUploadErr = cmp.Or(e.Reason, "retriable upload failure")
 		if t.transient == 1 {
 			c.resubmit(t)
 			return nil
@@ -164,6 +167,7 @@ func (c *Core) nonTransientFailure(t *transfer, reason string) {
 	}
 	t.nonTransient++
 	c.stats.NonTransientRetries++
+	c.lastUploadErr = reason
 	t.stalled = true
 	c.emit(Stalled{Offset: t.desc.FirstOffset, Ref: t.ref, Failures: t.nonTransient, Reason: reason})
 	c.waitRetry(t, c.uploadRetryDelay(t.nonTransient))
