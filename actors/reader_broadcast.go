@@ -29,8 +29,8 @@ type syncReplica struct {
 
 // broadcaster is the broadcast actor of one reader incarnation, its child: it carries the
 // core's Broadcast and SyncReplica effects, in order, to Config.Replicas (the cluster
-// layer). It answers nothing: a replica that misses edits sees the gap in their sequence
-// and asks for a resync (ResyncRequested).
+// layer). It answers nothing: a replica that misses edits sees that the next broadcast is not
+// built on the root it holds and asks for a resync (ResyncRequested).
 //
 // A sink that blocks holds only the broadcaster's sender goroutine, never the reader: the
 // actor queues each request and returns at once, and the sender (started with the actor,
@@ -68,10 +68,10 @@ func (b *broadcaster) Receive(c actor.Context) {
 		}
 	case *broadcastEdits:
 		e := m.Edits
-		b.enqueue(func() { b.sink.Broadcast(m.Stream, e.To, e.Edits, e.Seq, e.Epoch) })
+		b.enqueue(func() { b.sink.Broadcast(m.Stream, e.To, e.Edits, e.Root, e.Parent, e.Epoch) })
 	case *syncReplica:
 		e := m.Sync
-		b.enqueue(func() { b.sink.Sync(m.Stream, e.Replica, e.Manifest, e.Revision, e.Epoch) })
+		b.enqueue(func() { b.sink.Sync(m.Stream, e.Replica, e.Manifest, e.Root, e.Epoch) })
 	}
 }
 

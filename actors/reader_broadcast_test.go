@@ -19,21 +19,22 @@ import (
 
 // sinkCall is one call a fakeSink received.
 type sinkCall struct {
-	sync     bool // Sync; otherwise Broadcast
-	stream   string
-	to       []string // Broadcast
-	replica  string   // Sync
-	seq, rev int64
-	epoch    uint64
-	edits    int
-	next     uint64 // Sync: the manifest's next offset
+	sync    bool // Sync; otherwise Broadcast
+	stream  string
+	to      []string // Broadcast
+	replica string   // Sync
+	root    readercore.RootRef
+	parent  readercore.RootRef // Broadcast
+	epoch   uint64
+	edits   int
+	next    uint64 // Sync: the manifest's next offset
 }
 
 func (c sinkCall) String() string {
 	if c.sync {
-		return fmt.Sprintf("sync %s to %s rev %d next %d", c.stream, c.replica, c.rev, c.next)
+		return fmt.Sprintf("sync %s to %s root %d/%d next %d", c.stream, c.replica, c.root.Seq, c.root.UID, c.next)
 	}
-	return fmt.Sprintf("broadcast %s to %v seq %d (%d edits)", c.stream, c.to, c.seq, c.edits)
+	return fmt.Sprintf("broadcast %s to %v root %d/%d parent %d/%d (%d edits)", c.stream, c.to, c.root.Seq, c.root.UID, c.parent.Seq, c.parent.UID, c.edits)
 }
 
 // fakeSink is a ReplicaSender standing for the cluster layer: it records every call.
@@ -63,12 +64,12 @@ func (s *fakeSink) call(c sinkCall) {
 	s.mu.Unlock()
 }
 
-func (s *fakeSink) Broadcast(stream string, to []string, edits []manifest.Edit, seq int64, epoch uint64) {
-	s.call(sinkCall{stream: stream, to: slices.Clone(to), seq: seq, epoch: epoch, edits: len(edits)})
+func (s *fakeSink) Broadcast(stream string, to []string, edits []manifest.Edit, root, parent readercore.RootRef, epoch uint64) {
+	s.call(sinkCall{stream: stream, to: slices.Clone(to), root: root, parent: parent, epoch: epoch, edits: len(edits)})
 }
 
-func (s *fakeSink) Sync(stream, replica string, m manifest.Manifest, revision int64, epoch uint64) {
-	s.call(sinkCall{sync: true, stream: stream, replica: replica, rev: revision, epoch: epoch, next: m.NextOffset})
+func (s *fakeSink) Sync(stream, replica string, m manifest.Manifest, root readercore.RootRef, epoch uint64) {
+	s.call(sinkCall{sync: true, stream: stream, replica: replica, root: root, epoch: epoch, next: m.NextOffset})
 }
 
 func (s *fakeSink) unblock() { s.once.Do(func() { close(s.blocked) }) }
@@ -96,17 +97,18 @@ func TestBroadcastActorCarriesEditsAndSyncs(t *testing.T) {
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return newBroadcaster(sink, log, m) }))
 	t.Cleanup(func() { sys.Root.Stop(pid) })
 	edit := manifest.Edit{}
-	sys.Root.Send(pid, &broadcastEdits{Stream: "b", Edits: readercore.Broadcast{To: []string{"r1", "r2"}, Edits: []manifest.Edit{edit}, Seq: 3, Epoch: 2}})
-	sys.Root.Send(pid, &syncReplica{Stream: "b", Sync: readercore.SyncReplica{Replica: "r3", Manifest: manifest.EmptyAt(40), Revision: 3, Epoch: 2}})
-	sys.Root.Send(pid, &broadcastEdits{Stream: "b", Edits: readercore.Broadcast{To: []string{"r1", "r2", "r3"}, Edits: []manifest.Edit{edit, edit}, Seq: 4, Epoch: 2}})
-	sys.Root.Send(pid, &broadcastEdits{Stream: "b", Edits: readercore.Broadcast{To: []string{"r1"}, Seq: 5, Epoch: 2}}) // the sink panics
-	sys.Root.Send(pid, &syncReplica{Stream: "b", Sync: readercore.SyncReplica{Replica: "r1", Manifest: manifest.EmptyAt(50), Revision: 5, Epoch: 2}})
+	root := func(seq, uid uint64) readercore.RootRef { return readercore.RootRef{Seq: seq, Epoch: 2, UID: uid} }
+	sys.Root.Send(pid, &broadcastEdits{Stream: "b", Edits: readercore.Broadcast{To: []string{"r1", "r2"}, Edits: []manifest.Edit{edit}, Root: root(3, 33), Parent: root(2, 22), Epoch: 2}})
+	sys.Root.Send(pid, &syncReplica{Stream: "b", Sync: readercore.SyncReplica{Replica: "r3", Manifest: manifest.EmptyAt(40), Root: root(3, 33), Epoch: 2}})
+	sys.Root.Send(pid, &broadcastEdits{Stream: "b", Edits: readercore.Broadcast{To: []string{"r1", "r2", "r3"}, Edits: []manifest.Edit{edit, edit}, Root: root(5, 55), Parent: root(3, 33), Epoch: 2}})
+	sys.Root.Send(pid, &broadcastEdits{Stream: "b", Edits: readercore.Broadcast{To: []string{"r1"}, Root: root(6, 66), Parent: root(5, 55), Epoch: 2}}) // the sink panics
+	sys.Root.Send(pid, &syncReplica{Stream: "b", Sync: readercore.SyncReplica{Replica: "r1", Manifest: manifest.EmptyAt(50), Root: root(6, 66), Epoch: 2}})
 	until(t, 5*time.Second, "every request handled", func() (bool, string) { return sink.enteredCalls() == 5, fmt.Sprint(sink.snapshot()) })
 	want := []string{
-		"broadcast b to [r1 r2] seq 3 (1 edits)",
-		"sync b to r3 rev 3 next 40",
-		"broadcast b to [r1 r2 r3] seq 4 (2 edits)",
-		"sync b to r1 rev 5 next 50",
+		"broadcast b to [r1 r2] root 3/33 parent 2/22 (1 edits)",
+		"sync b to r3 root 3/33 next 40",
+		"broadcast b to [r1 r2 r3] root 5/55 parent 3/33 (2 edits)",
+		"sync b to r1 root 6/66 next 50",
 	}
 	until(t, 5*time.Second, "the calls recorded", func() (bool, string) {
 		got := fmt.Sprint(sink.snapshot())
@@ -134,7 +136,8 @@ func TestBroadcastActorBlockedSinkDropsOldest(t *testing.T) {
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return newBroadcaster(sink, log, m) }))
 	t.Cleanup(func() { sys.Root.Stop(pid) })
 	send := func(n uint64) {
-		sys.Root.Send(pid, &broadcastEdits{Stream: "b", Edits: readercore.Broadcast{To: []string{"r1"}, Seq: int64(n), Epoch: 1}})
+		sys.Root.Send(pid, &broadcastEdits{Stream: "b", Edits: readercore.Broadcast{To: []string{"r1"},
+			Root: readercore.RootRef{Seq: n, Epoch: 1, UID: n}, Parent: readercore.RootRef{Seq: n - 1, Epoch: 1, UID: n - 1}, Epoch: 1}})
 	}
 	send(1)
 	until(t, 5*time.Second, "the sink holds the first call", func() (bool, string) { return sink.enteredCalls() == 1, "" })
@@ -153,15 +156,15 @@ func TestBroadcastActorBlockedSinkDropsOldest(t *testing.T) {
 	sink.unblock()
 	until(t, 10*time.Second, "the newest request delivered", func() (bool, string) {
 		calls := sink.snapshot()
-		return len(calls) > 0 && calls[len(calls)-1].seq == total, fmt.Sprint(len(calls))
+		return len(calls) > 0 && calls[len(calls)-1].root.Seq == total, fmt.Sprint(len(calls))
 	})
 	calls := sink.snapshot()
-	if len(calls) != broadcastQueue+1 || calls[0].seq != 1 || calls[1].seq != total-broadcastQueue+1 {
-		t.Fatalf("%d calls delivered (seq %d, %d, ...), want the first and the %d newest", len(calls), calls[0].seq, calls[1].seq, broadcastQueue)
+	if len(calls) != broadcastQueue+1 || calls[0].root.Seq != 1 || calls[1].root.Seq != total-broadcastQueue+1 {
+		t.Fatalf("%d calls delivered (seq %d, %d, ...), want the first and the %d newest", len(calls), calls[0].root.Seq, calls[1].root.Seq, broadcastQueue)
 	}
 	for i := 1; i < len(calls); i++ {
-		if calls[i].seq <= calls[i-1].seq {
-			t.Fatalf("out of order: seq %d after %d", calls[i].seq, calls[i-1].seq)
+		if calls[i].root.Seq <= calls[i-1].root.Seq {
+			t.Fatalf("out of order: seq %d after %d", calls[i].root.Seq, calls[i-1].root.Seq)
 		}
 	}
 	if got := m.BroadcastsDropped.Load(); got != int64(total-len(calls)) {
@@ -228,12 +231,22 @@ func TestReaderReplicasOutliveReinitialize(t *testing.T) {
 	if n.Metrics().Reinitializations.Load() != 1 || n.Metrics().Adoptions.Load() != 1 {
 		t.Fatalf("%d reinitializations, %d adoptions, want 1 and 1", n.Metrics().Reinitializations.Load(), n.Metrics().Adoptions.Load())
 	}
-	// Format version 3: the conflicting persist left its root, a child of the record the
-	// other writer wrote (revision rev+1); the resolution adopts it (revision rev+2).
+	// Format version 3: the conflicting persist left its root (seq rec.Seq+1), a child of
+	// the record the other writer wrote again; the resolution adopts it. Replicas are synced
+	// with that root and the next broadcast is built on it: replica messages name roots by
+	// seq and uid, never by the record's etcd Version (rev+2 by now).
 	until(t, 5*time.Second, "the new incarnation syncs and broadcasts to both replicas", func() (bool, string) {
+		var adopted readercore.RootRef
+		for _, c := range sink.snapshot()[mark:] {
+			if c.sync && c.replica == "r1" {
+				adopted = c.root
+			}
+		}
 		got := strings.Join(callsAfter(sink, mark), "; ")
-		return strings.Contains(got, fmt.Sprintf("sync rr to r1 rev %d next", rev+2)) && strings.Contains(got, fmt.Sprintf("sync rr to r2 rev %d next", rev+2)) &&
-			strings.Contains(got, "broadcast rr to [r1 r2]"), got
+		return adopted.Seq == rec.Seq+1 && adopted.UID != rec.RootUID &&
+			strings.Contains(got, fmt.Sprintf("sync rr to r2 root %d/%d next", adopted.Seq, adopted.UID)) &&
+			strings.Contains(got, fmt.Sprintf("broadcast rr to [r1 r2] root %d/", adopted.Seq+1)) &&
+			strings.Contains(got, fmt.Sprintf("parent %d/%d", adopted.Seq, adopted.UID)), got
 	})
 	if got := strings.Join(callsAfter(sink, mark), "; "); strings.Contains(got, "broadcast rr to [r1] ") {
 		t.Fatalf("the new incarnation forgot r2: %s", got)

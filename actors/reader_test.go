@@ -155,7 +155,7 @@ func TestReaderMissingAnchorReinitializesOnce(t *testing.T) {
 			}
 		}
 	}}
-	n := startNode(w, Config{Logger: log, faults: faults,
+	n := startNode(w, Config{Logger: log, faults: faults, StallRetry: 100 * time.Millisecond, // resolved again soon after the repair
 		Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 200 * time.Millisecond}})
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 11, loadgen.Limit{Bytes: 48 << 10})

@@ -14,9 +14,11 @@ import (
 
 // ReplicaSender carries a writer's persisted edits and syncs to its replica nodes. It must
 // not block: a send to a dead node is dropped, and the next persist's gap check repairs it.
+// Manifests are named by their root's seq and uid (the RootRef's epoch does not travel):
+// Broadcast's edits make root of parent, Sync's manifest is root.
 type ReplicaSender interface {
-	Broadcast(stream string, to []string, edits []manifest.Edit, seq int64, epoch uint64)
-	Sync(stream, replica string, m manifest.Manifest, revision int64, epoch uint64)
+	Broadcast(stream string, to []string, edits []manifest.Edit, root, parent readercore.RootRef, epoch uint64)
+	Sync(stream, replica string, m manifest.Manifest, root readercore.RootRef, epoch uint64)
 }
 
 // Persisted is a stream's manifest cache entry: the last manifest etcd accepted.

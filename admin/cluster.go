@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/streamtier/streamtier/actors/cluster"
@@ -29,12 +30,14 @@ type ClusterReport struct {
 }
 
 // ReplicaReport is one replica manifest cache: which writer it follows and the persisted
-// manifest it holds (revision, epoch, offsets and digest, comparable with the writer's).
+// manifest it holds (its root's seq and uid, epoch, offsets and digest, comparable with the
+// writer's record and cache).
 type ReplicaReport struct {
 	Writer      string `json:"writer"`
 	WriterEpoch uint64 `json:"writer_epoch"`
 	Synced      bool   `json:"synced"`
-	Revision    int64  `json:"revision"`
+	Seq         uint64 `json:"seq"`
+	UID         string `json:"uid"` // 16 hex digits, as the manifest record writes a root uid
 	Epoch       uint64 `json:"epoch"`
 	FirstOffset uint64 `json:"first_offset"`
 	NextOffset  uint64 `json:"next_offset"`
@@ -81,11 +84,11 @@ func BuildClusterReport(st cluster.Status, t *cluster.TransportStats) ClusterRep
 	for id, rs := range st.Replicas {
 		c := rs.Counters
 		r.Replicas[id] = ReplicaReport{
-			Writer: rs.Writer, WriterEpoch: rs.WriterEpoch, Synced: rs.Synced, Revision: rs.Seq, Epoch: rs.Epoch,
+			Writer: rs.Writer, WriterEpoch: rs.WriterEpoch, Synced: rs.Synced, Seq: rs.Seq, UID: fmt.Sprintf("%016x", rs.UID), Epoch: rs.Epoch,
 			FirstOffset: rs.FirstOffset, NextOffset: rs.NextOffset, TotalSize: rs.TotalSize, Entries: rs.Entries,
 			Pending: rs.Pending, Digest: rs.Digest,
 			Counters: map[string]uint64{
-				"applied": c.Applied, "gaps": c.Gaps, "epoch_changes": c.EpochChanges, "stale_epoch": c.StaleEpoch,
+				"applied": c.Applied, "gaps": c.Gaps, "forks": c.Forks, "epoch_changes": c.EpochChanges, "stale_epoch": c.StaleEpoch,
 				"duplicates": c.Duplicates, "bad_edits": c.BadEdits, "before_sync": c.BeforeSync,
 				"syncs_applied": c.SyncsApplied, "syncs_ignored": c.SyncsIgnored, "bad_syncs": c.BadSyncs,
 				"registrations": c.Registrations, "resync_requests": c.ResyncRequests, "retries": c.Retries,

@@ -22,7 +22,7 @@ func TestBuildClusterReport(t *testing.T) {
 			"s1": {Stream: "s1", Writer: "a", Epoch: 1, Replicas: []string{"b"}},
 		},
 		Replicas: map[string]cluster.ReplicaStatus{"s1": {
-			Status: replicacore.Status{Stream: "s1", Writer: "a", WriterEpoch: 1, Synced: true, Seq: 42, Epoch: 1, NextOffset: 900,
+			Status: replicacore.Status{Stream: "s1", Writer: "a", WriterEpoch: 1, Synced: true, Seq: 42, UID: 0xabc, Epoch: 1, NextOffset: 900,
 				Counters: replicacore.Counters{Applied: 5, Gaps: 1}},
 			Digest: 0xfeed, History: make([]cluster.ReplicaHeld, 300), LocalNext: 1000,
 		}},
@@ -35,7 +35,7 @@ func TestBuildClusterReport(t *testing.T) {
 		t.Fatalf("placements: %+v", r.Placements)
 	}
 	rep, ok := r.Replicas["s1"]
-	if !ok || rep.Revision != 42 || rep.Epoch != 1 || rep.Writer != "a" || rep.Digest != 0xfeed || rep.NextOffset != 900 ||
+	if !ok || rep.Seq != 42 || rep.UID != "0000000000000abc" || rep.Epoch != 1 || rep.Writer != "a" || rep.Digest != 0xfeed || rep.NextOffset != 900 ||
 		rep.LocalNext != 1000 || rep.Counters["applied"] != 5 || rep.Counters["gaps"] != 1 {
 		t.Fatalf("replica: %+v", rep)
 	}
@@ -46,7 +46,7 @@ func TestBuildClusterReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := string(b); !strings.Contains(s, `"cluster":{"node":"b"`) || strings.Contains(s, "History") || !strings.Contains(s, `"revision":42`) {
+	if s := string(b); !strings.Contains(s, `"cluster":{"node":"b"`) || strings.Contains(s, "History") || !strings.Contains(s, `"seq":42,"uid":"0000000000000abc"`) {
 		t.Fatalf("JSON: %s", s)
 	}
 	if b, _ := json.Marshal(Report{}); strings.Contains(string(b), "cluster") {

@@ -29,7 +29,7 @@ func BenchmarkBroadcastRoundTrip(b *testing.B) {
 	b.ReportAllocs()
 	var size int
 	for b.Loop() {
-		wire, err := proto.Marshal(&ManifestEdits{Stream: "s1", Writer: "n1", Seq: 9, Epoch: 2, Edits: FromEdits(edits)})
+		wire, err := proto.Marshal(&ManifestEdits{Stream: "s1", Writer: "n1", RootSeq: 9, RootUid: 0x9a3f, ParentSeq: 8, ParentUid: 0x77e1, Epoch: 2, Edits: FromEdits(edits)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func BenchmarkSyncRoundTrip(b *testing.B) {
 	b.ReportAllocs()
 	var size int
 	for b.Loop() {
-		wire, err := proto.Marshal(&ManifestSync{Stream: "s1", Writer: "n1", Revision: 9, Epoch: 2, Manifest: FromManifest(m)})
+		wire, err := proto.Marshal(&ManifestSync{Stream: "s1", Writer: "n1", RootSeq: 9, RootUid: 0x9a3f, Epoch: 2, Manifest: FromManifest(m)})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -307,14 +307,20 @@ func (x *Edit) GetSizeDelta() int64 {
 }
 
 // ManifestEdits is a writer's broadcast after one successful persist: the edits it
-// captured, sequenced by the manifest revision the persist created, under the writer's epoch.
+// captured, which make the version 3 root (root_seq, root_uid) of the root (parent_seq,
+// parent_uid) the manifest record named before, under the writer's epoch. A replica applies
+// them only on top of exactly the parent. Roots, never the record's etcd Version, name
+// manifests here: the Version means nothing outside one etcd history.
 type ManifestEdits struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
 	Writer        string                 `protobuf:"bytes,2,opt,name=writer,proto3" json:"writer,omitempty"`
-	Seq           int64                  `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Edits         []*Edit                `protobuf:"bytes,5,rep,name=edits,proto3" json:"edits,omitempty"`
+	RootSeq       uint64                 `protobuf:"varint,6,opt,name=root_seq,json=rootSeq,proto3" json:"root_seq,omitempty"`
+	RootUid       uint64                 `protobuf:"varint,7,opt,name=root_uid,json=rootUid,proto3" json:"root_uid,omitempty"`
+	ParentSeq     uint64                 `protobuf:"varint,8,opt,name=parent_seq,json=parentSeq,proto3" json:"parent_seq,omitempty"`
+	ParentUid     uint64                 `protobuf:"varint,9,opt,name=parent_uid,json=parentUid,proto3" json:"parent_uid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -363,13 +369,6 @@ func (x *ManifestEdits) GetWriter() string {
 	return ""
 }
 
-func (x *ManifestEdits) GetSeq() int64 {
-	if x != nil {
-		return x.Seq
-	}
-	return 0
-}
-
 func (x *ManifestEdits) GetEpoch() uint64 {
 	if x != nil {
 		return x.Epoch
@@ -384,15 +383,46 @@ func (x *ManifestEdits) GetEdits() []*Edit {
 	return nil
 }
 
-// ManifestSync carries a writer's whole persisted manifest with its revision and epoch: the
-// answer to a registration or a resync request, and what every replica gets after a reset.
+func (x *ManifestEdits) GetRootSeq() uint64 {
+	if x != nil {
+		return x.RootSeq
+	}
+	return 0
+}
+
+func (x *ManifestEdits) GetRootUid() uint64 {
+	if x != nil {
+		return x.RootUid
+	}
+	return 0
+}
+
+func (x *ManifestEdits) GetParentSeq() uint64 {
+	if x != nil {
+		return x.ParentSeq
+	}
+	return 0
+}
+
+func (x *ManifestEdits) GetParentUid() uint64 {
+	if x != nil {
+		return x.ParentUid
+	}
+	return 0
+}
+
+// ManifestSync carries a writer's whole persisted manifest with its root's seq and uid and
+// the writer's epoch: the answer to a registration or a resync request, and what every
+// replica gets after a reset. Root 0/0 is a stream that never persisted (an empty
+// manifest); seq 0 with a uid a manifest resolved from a version 1 or 2 root.
 type ManifestSync struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
 	Writer        string                 `protobuf:"bytes,2,opt,name=writer,proto3" json:"writer,omitempty"`
-	Revision      int64                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Manifest      *Manifest              `protobuf:"bytes,5,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	RootSeq       uint64                 `protobuf:"varint,6,opt,name=root_seq,json=rootSeq,proto3" json:"root_seq,omitempty"`
+	RootUid       uint64                 `protobuf:"varint,7,opt,name=root_uid,json=rootUid,proto3" json:"root_uid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -441,13 +471,6 @@ func (x *ManifestSync) GetWriter() string {
 	return ""
 }
 
-func (x *ManifestSync) GetRevision() int64 {
-	if x != nil {
-		return x.Revision
-	}
-	return 0
-}
-
 func (x *ManifestSync) GetEpoch() uint64 {
 	if x != nil {
 		return x.Epoch
@@ -460,6 +483,20 @@ func (x *ManifestSync) GetManifest() *Manifest {
 		return x.Manifest
 	}
 	return nil
+}
+
+func (x *ManifestSync) GetRootSeq() uint64 {
+	if x != nil {
+		return x.RootSeq
+	}
+	return 0
+}
+
+func (x *ManifestSync) GetRootUid() uint64 {
+	if x != nil {
+		return x.RootUid
+	}
+	return 0
 }
 
 // RegisterReplica is a replica's request for a sync: at its start, when the writer changes
@@ -565,19 +602,25 @@ const file_cluster_proto_rawDesc = "" +
 	"\vnext_offset\x18\b \x01(\x04R\n" +
 	"nextOffset\x12\x1d\n" +
 	"\n" +
-	"size_delta\x18\t \x01(\x03R\tsizeDelta\"\x9a\x01\n" +
+	"size_delta\x18\t \x01(\x03R\tsizeDelta\"\x87\x02\n" +
 	"\rManifestEdits\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x16\n" +
-	"\x06writer\x18\x02 \x01(\tR\x06writer\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x03R\x03seq\x12\x14\n" +
+	"\x06writer\x18\x02 \x01(\tR\x06writer\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x121\n" +
-	"\x05edits\x18\x05 \x03(\v2\x1b.streamtier.cluster.v1.EditR\x05edits\"\xad\x01\n" +
+	"\x05edits\x18\x05 \x03(\v2\x1b.streamtier.cluster.v1.EditR\x05edits\x12\x19\n" +
+	"\broot_seq\x18\x06 \x01(\x04R\arootSeq\x12\x19\n" +
+	"\broot_uid\x18\a \x01(\x04R\arootUid\x12\x1d\n" +
+	"\n" +
+	"parent_seq\x18\b \x01(\x04R\tparentSeq\x12\x1d\n" +
+	"\n" +
+	"parent_uid\x18\t \x01(\x04R\tparentUidJ\x04\b\x03\x10\x04R\x03seq\"\xd7\x01\n" +
 	"\fManifestSync\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x16\n" +
-	"\x06writer\x18\x02 \x01(\tR\x06writer\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x14\n" +
+	"\x06writer\x18\x02 \x01(\tR\x06writer\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12;\n" +
-	"\bmanifest\x18\x05 \x01(\v2\x1f.streamtier.cluster.v1.ManifestR\bmanifest\"s\n" +
+	"\bmanifest\x18\x05 \x01(\v2\x1f.streamtier.cluster.v1.ManifestR\bmanifest\x12\x19\n" +
+	"\broot_seq\x18\x06 \x01(\x04R\arootSeq\x12\x19\n" +
+	"\broot_uid\x18\a \x01(\x04R\arootUidJ\x04\b\x03\x10\x04R\brevision\"s\n" +
 	"\x0fRegisterReplica\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x18\n" +
 	"\areplica\x18\x02 \x01(\tR\areplica\x12\x16\n" +

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 
@@ -33,7 +34,8 @@ func TestManifestRoundTrip(t *testing.T) {
 			FirstTimestamp: rapid.Int64().Draw(t, "fts"), FirstLastTimestamp: rapid.Int64().Draw(t, "flts"),
 			TotalSize: rapid.Uint64().Draw(t, "size"), Entries: rapid.SliceOf(genEntry()).Draw(t, "entries"),
 		}
-		wire, err := proto.Marshal(&ManifestSync{Stream: "s", Writer: "n1", Revision: 7, Epoch: 3, Manifest: FromManifest(m)})
+		seq, uid := rapid.Uint64().Draw(t, "seq"), rapid.Uint64().Draw(t, "uid")
+		wire, err := proto.Marshal(&ManifestSync{Stream: "s", Writer: "n1", RootSeq: seq, RootUid: uid, Epoch: 3, Manifest: FromManifest(m)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +50,7 @@ func TestManifestRoundTrip(t *testing.T) {
 		if !got.Equal(m) {
 			t.Fatalf("round trip changed the manifest:\n got %+v\nwant %+v", got, m)
 		}
-		if sync.Revision != 7 || sync.Epoch != 3 || sync.Stream != "s" || sync.Writer != "n1" {
+		if sync.RootSeq != seq || sync.RootUid != uid || sync.Epoch != 3 || sync.Stream != "s" || sync.Writer != "n1" {
 			t.Fatalf("header fields changed: %+v", &sync)
 		}
 	})
@@ -66,13 +68,17 @@ func TestEditsRoundTrip(t *testing.T) {
 				SizeDelta: rapid.Int64().Draw(t, "delta"),
 			}
 		})).Draw(t, "edits")
-		wire, err := proto.Marshal(&ManifestEdits{Stream: "s", Writer: "n2", Seq: 9, Epoch: 4, Edits: FromEdits(edits)})
+		root := [4]uint64{rapid.Uint64().Draw(t, "seq"), rapid.Uint64().Draw(t, "uid"), rapid.Uint64().Draw(t, "parent-seq"), rapid.Uint64().Draw(t, "parent-uid")}
+		wire, err := proto.Marshal(&ManifestEdits{Stream: "s", Writer: "n2", RootSeq: root[0], RootUid: root[1], ParentSeq: root[2], ParentUid: root[3], Epoch: 4, Edits: FromEdits(edits)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var msg ManifestEdits
 		if err := proto.Unmarshal(wire, &msg); err != nil {
 			t.Fatal(err)
+		}
+		if back := [4]uint64{msg.RootSeq, msg.RootUid, msg.ParentSeq, msg.ParentUid}; back != root || msg.Epoch != 4 || msg.Stream != "s" || msg.Writer != "n2" {
+			t.Fatalf("header fields changed: %+v", &msg)
 		}
 		got, err := ToEdits(msg.Edits)
 		if err != nil {
@@ -97,6 +103,37 @@ func TestEditsRoundTrip(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestOlderFormatReadsAsNoRoot: a replica message of the older format (the manifest record's
+// etcd Version in field 3, now reserved) decodes with the field skipped: no root, no parent
+// (0/0), which a replica refuses for a broadcast and for a non-empty sync.
+func TestOlderFormatReadsAsNoRoot(t *testing.T) {
+	edits, err := proto.Marshal(&ManifestEdits{Stream: "s", Writer: "n1", Epoch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sync, err := proto.Marshal(&ManifestSync{Stream: "s", Writer: "n1", Epoch: 2, Manifest: FromManifest(manifest.EmptyAt(10))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withVersion := func(b []byte) []byte { // field 3, varint 41: what the older format wrote
+		return protowire.AppendVarint(protowire.AppendTag(b, 3, protowire.VarintType), 41)
+	}
+	var e ManifestEdits
+	if err := proto.Unmarshal(withVersion(edits), &e); err != nil {
+		t.Fatal(err)
+	}
+	if e.RootSeq != 0 || e.RootUid != 0 || e.ParentSeq != 0 || e.ParentUid != 0 || e.Epoch != 2 || e.Stream != "s" {
+		t.Fatalf("older broadcast read as %+v", &e)
+	}
+	var s ManifestSync
+	if err := proto.Unmarshal(withVersion(sync), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.RootSeq != 0 || s.RootUid != 0 || s.Epoch != 2 || s.Manifest.GetNextOffset() != 10 {
+		t.Fatalf("older sync read as %+v", &s)
+	}
 }
 
 // TestBadMessagesRefused: values that cannot be manifest values are refused with

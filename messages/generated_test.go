@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,25 +24,32 @@ type protoField struct {
 	Repeated bool
 }
 
-// protoFile is what cluster.proto declares: its package, go_package and messages in order.
+// protoFile is what cluster.proto declares: its package, go_package and messages in order,
+// with their fields and the field numbers and names they reserve.
 type protoFile struct {
-	Package   string
-	GoPackage string
-	Messages  []string
-	Fields    map[string][]protoField
+	Package       string
+	GoPackage     string
+	Messages      []string
+	Fields        map[string][]protoField
+	ReservedNums  map[string][]int32
+	ReservedNames map[string][]string
 }
 
 var (
 	lineComment = regexp.MustCompile(`//[^\n]*`)
 	fieldRE     = regexp.MustCompile(`^(repeated\s+)?([A-Za-z_][A-Za-z0-9_.]*)\s+([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([0-9]+)\s*$`)
+	reservedRE  = regexp.MustCompile(`^reserved\s+(.*)$`)
+	reservedNum = regexp.MustCompile(`^[0-9]+$`)
+	reservedNm  = regexp.MustCompile(`^"([A-Za-z_][A-Za-z0-9_]*)"$`)
 )
 
 // parseProto reads the subset of proto3 cluster.proto uses: a package, a go_package option
-// and flat messages of scalar, message and repeated fields. Anything else fails the parse,
-// so that a richer .proto cannot slip past the check unverified.
+// and flat messages of scalar, message and repeated fields, and reserved statements listing
+// single field numbers or quoted names (no ranges). Anything else fails the parse, so that a
+// richer .proto cannot slip past the check unverified.
 func parseProto(src string) (protoFile, error) {
 	src = lineComment.ReplaceAllString(src, "")
-	f := protoFile{Fields: map[string][]protoField{}}
+	f := protoFile{Fields: map[string][]protoField{}, ReservedNums: map[string][]int32{}, ReservedNames: map[string][]string{}}
 	// Walk statements: split on ';', '{' and '}' while remembering which one ended each.
 	var cur string
 	var stmt strings.Builder
@@ -70,6 +78,22 @@ func parseProto(src string) (protoFile, error) {
 				}
 				cur = ""
 			case s == "":
+			case cur != "" && reservedRE.MatchString(s):
+				for _, item := range strings.Split(reservedRE.FindStringSubmatch(s)[1], ",") {
+					item = strings.TrimSpace(item)
+					switch {
+					case reservedNum.MatchString(item):
+						n, err := strconv.ParseInt(item, 10, 32)
+						if err != nil {
+							return f, err
+						}
+						f.ReservedNums[cur] = append(f.ReservedNums[cur], int32(n))
+					case reservedNm.MatchString(item):
+						f.ReservedNames[cur] = append(f.ReservedNames[cur], reservedNm.FindStringSubmatch(item)[1])
+					default:
+						return f, fmt.Errorf("message %s: unsupported reserved item %q in %q", cur, item, s)
+					}
+				}
 			case cur != "":
 				m := fieldRE.FindStringSubmatch(s)
 				if m == nil {
@@ -112,8 +136,9 @@ var scalarTypes = map[string]descriptorpb.FieldDescriptorProto_Type{
 }
 
 // TestGeneratedCodeMatchesProto compares the descriptor compiled into cluster.pb.go with
-// what cluster.proto declares: package, messages, and every field's name, number, type and
-// label. It fails when the .proto was edited without running `go generate ./messages`.
+// what cluster.proto declares: package, messages, every field's name, number, type and
+// label, and the reserved field numbers and names. It fails when the .proto was edited
+// without running `go generate ./messages`.
 func TestGeneratedCodeMatchesProto(t *testing.T) {
 	src, err := os.ReadFile("cluster.proto")
 	if err != nil {
@@ -159,6 +184,50 @@ func TestGeneratedCodeMatchesProto(t *testing.T) {
 					name, j, fd.GetName(), fd.GetNumber(), fd.GetLabel(), fd.GetType(), fd.GetTypeName(), w)
 			}
 		}
+		var nums []int32
+		for _, r := range m.ReservedRange { // [start, end)
+			for n := r.GetStart(); n < r.GetEnd(); n++ {
+				nums = append(nums, n)
+			}
+		}
+		slices.Sort(nums)
+		wantNums := slices.Sorted(slices.Values(want.ReservedNums[name]))
+		if !slices.Equal(nums, wantNums) {
+			t.Errorf("%s: generated reserved numbers %v, declared %v", name, nums, wantNums)
+		}
+		names := slices.Sorted(slices.Values(m.ReservedName))
+		wantNames := slices.Sorted(slices.Values(want.ReservedNames[name]))
+		if !slices.Equal(names, wantNames) {
+			t.Errorf("%s: generated reserved names %v, declared %v", name, names, wantNames)
+		}
+		for _, fd := range m.Field {
+			if slices.Contains(wantNums, fd.GetNumber()) || slices.Contains(wantNames, fd.GetName()) {
+				t.Errorf("%s: field %s = %d is reserved", name, fd.GetName(), fd.GetNumber())
+			}
+		}
+	}
+}
+
+// TestRemovedFieldsStayReserved: the fields replica messages no longer carry (the manifest
+// record's etcd Version) keep their numbers and names reserved, so that no later field
+// reuses them with another meaning.
+func TestRemovedFieldsStayReserved(t *testing.T) {
+	src, err := os.ReadFile("cluster.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseProto(string(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		msg  string
+		num  int32
+		name string
+	}{{"ManifestEdits", 3, "seq"}, {"ManifestSync", 3, "revision"}} {
+		if !slices.Contains(f.ReservedNums[r.msg], r.num) || !slices.Contains(f.ReservedNames[r.msg], r.name) {
+			t.Errorf("%s: field %d %q is not reserved (reserved %v %v)", r.msg, r.num, r.name, f.ReservedNums[r.msg], f.ReservedNames[r.msg])
+		}
 	}
 }
 
@@ -173,6 +242,9 @@ func TestParseProtoRefusesWhatItCannotCheck(t *testing.T) {
 		"message A { int64 a = 1 [deprecated = true]; }",
 		"import \"x.proto\";",
 		"message A { int64 a = 1;",
+		"message A { reserved 3 to 5; }",
+		"message A { reserved 2, \"b c\"; }",
+		"reserved 3;",
 	} {
 		if _, err := parseProto(src); err == nil {
 			t.Errorf("parseProto accepted %q", src)

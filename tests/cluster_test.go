@@ -483,9 +483,9 @@ func (w *clusterWorld) converged(streams ...string) (bool, string) {
 				continue // not running
 			}
 			rs := st.Cluster.Replicas[s]
-			if !rs.Synced || rs.Seq != last.version || rs.Digest != last.digest {
-				return false, fmt.Sprintf("%s: replica %s holds seq %d digest %x (synced %t), etcd has %d digest %x",
-					s, r, rs.Seq, rs.Digest, rs.Synced, last.version, last.digest)
+			if !rs.Synced || rs.Seq != last.rec.Seq || rs.UID != last.rec.RootUID || rs.Digest != last.digest {
+				return false, fmt.Sprintf("%s: replica %s holds root %d/%016x digest %x (synced %t), etcd names root %d/%016x digest %x",
+					s, r, rs.Seq, rs.UID, rs.Digest, rs.Synced, last.rec.Seq, last.rec.RootUID, last.digest)
 			}
 		}
 	}
@@ -493,9 +493,10 @@ func (w *clusterWorld) converged(streams ...string) (bool, string) {
 }
 
 // checkHistories is invariant 14 seen from outside: every manifest a replica held is the
-// writer's persisted manifest of that revision. When contiguousAfter names a stream, its
-// replicas held every revision after that one (no broadcast was lost). It returns the
-// replication delays (from the test seeing the persist in etcd to the replica taking it).
+// writer's persisted manifest of that root (seq and uid, as replica messages name it). When
+// contiguousAfter names a stream, its replicas held every persisted root after the one of
+// that record version, in the order the watch saw them (no broadcast was lost). It returns
+// the replication delays (from the test seeing the persist in etcd to the replica taking it).
 func (w *clusterWorld) checkHistories(contiguousAfter map[string]int64) []time.Duration {
 	w.t.Helper()
 	var lags []time.Duration
@@ -503,29 +504,36 @@ func (w *clusterWorld) checkHistories(contiguousAfter map[string]int64) []time.D
 	for name := range w.nodes {
 		st := w.mustStatus(name)
 		for stream, rs := range st.Cluster.Replicas {
-			byVersion := map[int64]persistSeen{}
-			for _, p := range w.seen(stream) {
-				byVersion[p.version] = p
+			type rootID struct{ seq, uid uint64 }
+			seen := w.seen(stream)
+			byRoot := map[rootID]int{} // index into seen
+			for i, p := range seen {
+				byRoot[rootID{p.rec.Seq, p.rec.RootUID}] = i
 			}
 			for i, h := range rs.History {
-				if h.Seq == 0 { // a sync before the first persist: the empty manifest
+				if h.Seq == 0 && h.UID == 0 { // a sync before the first persist: the empty manifest
 					if h.Digest != manifest.Digest(manifest.Empty()) {
-						w.t.Fatalf("replica %s of %s held seq 0 with digest %x, not the empty manifest", name, stream, h.Digest)
+						w.t.Fatalf("replica %s of %s held root 0/0 with digest %x, not the empty manifest", name, stream, h.Digest)
 					}
 					continue
 				}
-				p, ok := byVersion[h.Seq]
-				if !ok || !p.fetched {
+				j, ok := byRoot[rootID{h.Seq, h.UID}]
+				if !ok || !seen[j].fetched {
 					unverifiable++
 					continue
 				}
+				p := seen[j]
 				if p.digest != h.Digest {
-					w.t.Fatalf("replica %s of %s held seq %d with digest %x; the persisted root of that revision has %x", name, stream, h.Seq, h.Digest, p.digest)
+					w.t.Fatalf("replica %s of %s held root %d/%016x with digest %x; that persisted root has %x", name, stream, h.Seq, h.UID, h.Digest, p.digest)
 				}
 				verified++
 				lags = append(lags, time.UnixMilli(h.At).Sub(p.seen))
-				if from, ok := contiguousAfter[stream]; ok && i > 0 && rs.History[i-1].Seq >= from && h.Seq != rs.History[i-1].Seq+1 {
-					w.t.Fatalf("replica %s of %s went from seq %d to %d without a fault: a persist was not replicated", name, stream, rs.History[i-1].Seq, h.Seq)
+				if from, ok := contiguousAfter[stream]; ok && i > 0 {
+					prev, known := byRoot[rootID{rs.History[i-1].Seq, rs.History[i-1].UID}]
+					if known && seen[prev].version >= from && j != prev+1 {
+						w.t.Fatalf("replica %s of %s went from root %d/%016x to %d/%016x without a fault: a persist was not replicated",
+							name, stream, rs.History[i-1].Seq, rs.History[i-1].UID, h.Seq, h.UID)
+					}
 				}
 			}
 		}

@@ -14,8 +14,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/cluster/replicacore"
 	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/read"
+	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/messages"
 	"github.com/streamtier/streamtier/metadata"
@@ -273,11 +275,13 @@ func (c *Cluster) memberAddress(node string) string {
 }
 
 // Broadcast implements ReplicaSender: one ManifestEdits per replica, queued without blocking.
-func (c *Cluster) Broadcast(stream string, to []string, edits []manifest.Edit, seq int64, epoch uint64) {
+// The message names the new root and its parent by seq and uid.
+func (c *Cluster) Broadcast(stream string, to []string, edits []manifest.Edit, root, parent readercore.RootRef, epoch uint64) {
 	if c.tr == nil || len(to) == 0 {
 		return
 	}
-	msg := &messages.ManifestEdits{Stream: stream, Writer: c.self, Seq: seq, Epoch: epoch, Edits: messages.FromEdits(edits)}
+	msg := &messages.ManifestEdits{Stream: stream, Writer: c.self, RootSeq: root.Seq, RootUid: root.UID,
+		ParentSeq: parent.Seq, ParentUid: parent.UID, Epoch: epoch, Edits: messages.FromEdits(edits)}
 	for i, node := range to {
 		m := proto.Message(msg)
 		if i > 0 {
@@ -288,11 +292,11 @@ func (c *Cluster) Broadcast(stream string, to []string, edits []manifest.Edit, s
 }
 
 // Sync implements ReplicaSender: the persisted manifest to one replica, queued without blocking.
-func (c *Cluster) Sync(stream, replica string, m manifest.Manifest, revision int64, epoch uint64) {
+func (c *Cluster) Sync(stream, replica string, m manifest.Manifest, root readercore.RootRef, epoch uint64) {
 	if c.tr == nil {
 		return
 	}
-	c.tr.send(replica, &messages.ManifestSync{Stream: stream, Writer: c.self, Revision: revision, Epoch: epoch, Manifest: messages.FromManifest(m)})
+	c.tr.send(replica, &messages.ManifestSync{Stream: stream, Writer: c.self, RootSeq: root.Seq, RootUid: root.UID, Epoch: epoch, Manifest: messages.FromManifest(m)})
 }
 
 // runRoles is the one goroutine that changes roles: it applies placements, membership
@@ -575,7 +579,8 @@ func (c *Cluster) Status() Status {
 }
 
 // ReplicaManifest returns the manifest the stream's replica cache holds (the writer's
-// persisted manifest at Revision) and the epoch of the writer that sent it.
+// persisted manifest of the root Seq and UID; Revision is 0, a replica does not know the
+// record's etcd Version) and the epoch of the writer that sent it.
 func (c *Cluster) ReplicaManifest(stream string) (actors.Persisted, uint64, bool) {
 	c.mu.Lock()
 	r, ok := c.replicas[stream]
@@ -587,7 +592,7 @@ func (c *Cluster) ReplicaManifest(stream string) (actors.Persisted, uint64, bool
 	if s == nil || !s.Synced {
 		return actors.Persisted{}, 0, false
 	}
-	return actors.Persisted{Manifest: s.manifest, Revision: s.Seq}, s.Epoch, true
+	return actors.Persisted{Manifest: s.manifest, Seq: s.Seq, UID: s.UID}, s.Epoch, true
 }
 
 // ReplicaLookup finds the fragment holding offset through the replica's cached manifest,
@@ -629,7 +634,8 @@ func (a *endpointActor) Receive(c actor.Context) {
 			cl.badMessage(m.Stream, m.Writer, err)
 			return
 		}
-		cl.toReplica(m.Stream, replicaEditsMsg{from: m.Writer, seq: m.Seq, epoch: m.Epoch, edits: edits})
+		cl.toReplica(m.Stream, replicaEditsMsg{from: m.Writer, root: replicacore.Root{Seq: m.RootSeq, UID: m.RootUid},
+			parent: replicacore.Root{Seq: m.ParentSeq, UID: m.ParentUid}, epoch: m.Epoch, edits: edits})
 	case *messages.ManifestSync:
 		if err := metadata.ValidateNodeName(m.Writer); err != nil {
 			cl.badMessage(m.Stream, m.Writer, err)
@@ -640,7 +646,7 @@ func (a *endpointActor) Receive(c actor.Context) {
 			cl.badMessage(m.Stream, m.Writer, err)
 			return
 		}
-		cl.toReplica(m.Stream, replicaSyncMsg{from: m.Writer, revision: m.Revision, epoch: m.Epoch, manifest: man})
+		cl.toReplica(m.Stream, replicaSyncMsg{from: m.Writer, root: replicacore.Root{Seq: m.RootSeq, UID: m.RootUid}, epoch: m.Epoch, manifest: man})
 	case *messages.RegisterReplica:
 		if err := metadata.ValidateNodeName(m.Replica); err != nil {
 			cl.badMessage(m.Stream, m.Replica, err)

@@ -304,8 +304,9 @@ func TestClusterSendToDeadNodeDoesNotBlock(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range 5000 {
-			n1.Broadcast("s1", []string{"ghost"}, edits, int64(i), 1)
-			n1.Sync("s1", "ghost", manifest.Empty(), int64(i), 1)
+			root := readercore.RootRef{Seq: uint64(i + 1), Epoch: 1, UID: uint64(i + 1)}
+			n1.Broadcast("s1", []string{"ghost"}, edits, root, readercore.RootRef{Seq: uint64(i), Epoch: 1, UID: uint64(i)}, 1)
+			n1.Sync("s1", "ghost", manifest.Empty(), root, 1)
 		}
 	}()
 	select {

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/streamtier/streamtier/actors/read"
+	"github.com/streamtier/streamtier/messages"
 	"github.com/streamtier/streamtier/metadata"
 )
 
@@ -36,7 +39,8 @@ func TestClusterReaderFollowsPromotion(t *testing.T) {
 	}
 
 	// Epoch 2 names n2 (not running): n1 becomes a replica; its cache takes the sync a
-	// writer would send (the persisted manifest of epoch 1).
+	// writer would send (the persisted manifest of epoch 1, named by its root's seq and
+	// uid), delivered to the cluster endpoint as the message off the wire.
 	e.place(metadata.Placement{Stream: "s1", Writer: "n2", Epoch: 2, Replicas: []string{"n1"}})
 	eventually(t, 10*time.Second, "n1 a replica of s1", func() (bool, string) {
 		st := n1.Status()
@@ -44,10 +48,14 @@ func TestClusterReaderFollowsPromotion(t *testing.T) {
 		return replica && len(st.Writers) == 0, fmt.Sprintf("%+v", st)
 	})
 	eventually(t, 10*time.Second, "replica cache synced", func() (bool, string) {
-		n1.toReplica("s1", replicaSyncMsg{from: "n2", revision: p1.Revision, epoch: 2, manifest: p1.Manifest})
+		n1.root.Send(actor.NewPID(n1.root.ActorSystem().Address(), EndpointName), &messages.ManifestSync{Stream: "s1", Writer: "n2",
+			RootSeq: p1.Seq, RootUid: p1.UID, Epoch: 2, Manifest: messages.FromManifest(p1.Manifest)})
 		_, _, ok := n1.ReplicaManifest("s1")
 		return ok, "not synced"
 	})
+	if p, epoch, _ := n1.ReplicaManifest("s1"); p.Seq != p1.Seq || p.UID != p1.UID || p.Seq == 0 || epoch != 2 || !p.Manifest.Equal(p1.Manifest) {
+		t.Fatalf("replica holds root %d/%d at epoch %d, synced root %d/%d at epoch 2", p.Seq, p.UID, epoch, p1.Seq, p1.UID)
+	}
 	r, err := n1.OpenReader(ctx, "s1", read.FromFirst())
 	if err != nil {
 		t.Fatal(err)

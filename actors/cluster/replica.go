@@ -18,14 +18,14 @@ import (
 // changes, and its own tick.
 type (
 	replicaEditsMsg struct {
-		from  string
-		seq   int64
-		epoch uint64
-		edits []manifest.Edit
+		from         string
+		root, parent replicacore.Root
+		epoch        uint64
+		edits        []manifest.Edit
 	}
 	replicaSyncMsg struct {
 		from     string
-		revision int64
+		root     replicacore.Root
 		epoch    uint64
 		manifest manifest.Manifest
 	}
@@ -37,10 +37,12 @@ type (
 	replicaTickMsg    struct{}
 )
 
-// ReplicaHeld is one manifest a replica cache held: its revision, the epoch of the writer
-// that sent it, its digest (manifest.Digest) and when the cache took it (ms since the epoch).
+// ReplicaHeld is one manifest a replica cache held: its root's seq and uid, the epoch of the
+// writer that sent it, its digest (manifest.Digest) and when the cache took it (ms since
+// the epoch).
 type ReplicaHeld struct {
-	Seq    int64
+	Seq    uint64
+	UID    uint64
 	Epoch  uint64
 	Digest uint64
 	At     int64
@@ -107,9 +109,9 @@ func (a *replicaActor) Receive(c actor.Context) {
 	case *actor.Stopping:
 		a.timers.StopAll()
 	case replicaEditsMsg:
-		a.step(c, replicacore.Edits{From: m.from, Seq: m.seq, Epoch: m.epoch, Edits: m.edits, Now: now})
+		a.step(c, replicacore.Edits{From: m.from, Root: m.root, Parent: m.parent, Epoch: m.epoch, Edits: m.edits, Now: now})
 	case replicaSyncMsg:
-		a.step(c, replicacore.Sync{From: m.from, Revision: m.revision, Epoch: m.epoch, Manifest: m.manifest, Now: now})
+		a.step(c, replicacore.Sync{From: m.from, Root: m.root, Epoch: m.epoch, Manifest: m.manifest, Now: now})
 	case writerChangedMsg:
 		a.step(c, replicacore.WriterChanged{Writer: m.writer, Epoch: m.epoch, Now: now})
 	case writerRejoinedMsg:
@@ -138,11 +140,11 @@ func (a *replicaActor) step(c actor.Context, ev replicacore.Event) {
 			d := manifest.Digest(e.Manifest)
 			a.status.manifest, a.status.Digest = e.Manifest, d
 			h := a.status.History
-			if n := len(h); n == 0 || h[n-1].Seq != e.Seq || h[n-1].Epoch != e.Epoch || h[n-1].Digest != d {
+			if n := len(h); n == 0 || h[n-1].Seq != e.Root.Seq || h[n-1].UID != e.Root.UID || h[n-1].Epoch != e.Epoch || h[n-1].Digest != d {
 				if len(h) >= replicaHistory {
 					h = append(h[:0:0], h[1:]...)
 				}
-				a.status.History = append(h, ReplicaHeld{Seq: e.Seq, Epoch: e.Epoch, Digest: d, At: a.cl.cfg.clock.Now().UnixMilli()})
+				a.status.History = append(h, ReplicaHeld{Seq: e.Root.Seq, UID: e.Root.UID, Epoch: e.Epoch, Digest: d, At: a.cl.cfg.clock.Now().UnixMilli()})
 			}
 		case replicacore.EvaluateLocalRetention:
 			a.localRetention(e.PersistedNext)

@@ -88,7 +88,8 @@ type persistOp struct {
 	edits    []pendingEdit
 	reset    *pendingReset
 	expected int64
-	seq      uint64 // the version 3 root's seq
+	seq      uint64  // the version 3 root's seq
+	parent   RootRef // the root it is built on (the one the record names when it starts)
 }
 
 // rebalanceOp is the one group upload in flight.
@@ -421,13 +422,13 @@ func (c *Core) onReplica(name string) error {
 		c.replicas = slices.Insert(c.replicas, i, name)
 	}
 	if c.phase == phaseRunning && c.reset == nil && c.diverged == nil {
-		c.emit(SyncReplica{Replica: name, Manifest: c.persisted, Revision: c.revision, Epoch: c.epoch})
+		c.emit(SyncReplica{Replica: name, Manifest: c.persisted, Root: c.root, Epoch: c.epoch})
 	}
 	return nil
 }
 
 func (c *Core) syncAll() {
 	for _, r := range c.replicas {
-		c.emit(SyncReplica{Replica: r, Manifest: c.persisted, Revision: c.revision, Epoch: c.epoch})
+		c.emit(SyncReplica{Replica: r, Manifest: c.persisted, Root: c.root, Epoch: c.epoch})
 	}
 }

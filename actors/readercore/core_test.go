@@ -1,6 +1,7 @@
 package readercore
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -222,6 +223,8 @@ func TestSupersededPersistKeepsWaitersWhileResetPending(t *testing.T) {
 // resolution takes Resolved.NextSeq (a seq a stray took is skipped) with the resolved root
 // as parent; a failed attempt keeps its seq for the retry; a success makes the next seq one
 // above it with the new root as parent, and hands the replaced root to the reaper by seq.
+// Replica messages name the same roots: a sync the resolved root, the persist's broadcast
+// the new root and its parent (never the record's etcd Version).
 func TestPersistSeqs(t *testing.T) {
 	c, err := New(Config{StreamID: "s", FragmentTargetSize: 100, PersistThreshold: 1})
 	if err != nil {
@@ -230,6 +233,15 @@ func TestPersistSeqs(t *testing.T) {
 	resolved := RootRef{Seq: 4, Epoch: 1, UID: 40}
 	mustStep(t, c, Resolved{Manifest: manifest.Empty(), Revision: 3, Root: resolved, NextSeq: 6})
 	mustStep(t, c, LogOpened{})
+	var synced []SyncReplica
+	for _, e := range mustStep(t, c, ReplicaRegistered{Replica: "r1"}) {
+		if s, ok := e.(SyncReplica); ok {
+			synced = append(synced, s)
+		}
+	}
+	if len(synced) != 1 || synced[0].Root != resolved || synced[0].Replica != "r1" {
+		t.Fatalf("registration of r1: syncs %+v, want one of the resolved root %+v", synced, resolved)
+	}
 	h := chunk.Header{Records: 1, DataLen: 52}
 	persistOf := func(effs []Effect) StartPersist {
 		t.Helper()
@@ -257,13 +269,20 @@ func TestPersistSeqs(t *testing.T) {
 	}
 	effs = mustStep(t, c, PersistResult{Ref: retry.Ref, Outcome: PersistOK, Revision: 4, RootUID: 60})
 	var del DeleteObjects
+	var bc []Broadcast
 	for _, e := range effs {
-		if d, ok := e.(DeleteObjects); ok {
-			del = d
+		switch e := e.(type) {
+		case DeleteObjects:
+			del = e
+		case Broadcast:
+			bc = append(bc, e)
 		}
 	}
 	if len(del.Roots) != 1 || del.Roots[0] != resolved {
 		t.Fatalf("replaced roots %+v, want the resolved root %+v", del.Roots, resolved)
+	}
+	if want := (RootRef{Seq: 6, Epoch: c.epoch, UID: 60}); len(bc) != 1 || bc[0].Root != want || bc[0].Parent != resolved || !slices.Equal(bc[0].To, []string{"r1"}) {
+		t.Fatalf("broadcasts %+v, want one to r1 of root %+v on the resolved root %+v", bc, want, resolved)
 	}
 	h2 := h
 	h2.ChunkID = 1

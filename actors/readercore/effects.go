@@ -232,19 +232,24 @@ type UpdateRange struct {
 	Root     RootRef // the root object the record names (its seq and uid key the cache)
 }
 
-// Broadcast sends every replica in To the edits of one persist, sequenced by the revision.
+// Broadcast sends every replica in To the edits of one persist: they make the root Root of
+// the root Parent (the one the record named before). Replicas sequence by the roots' seq and
+// uid (never by the record's etcd Version, which another etcd history reuses): a replica
+// applies the edits only on top of exactly Parent.
 type Broadcast struct {
-	To    []string
-	Edits []manifest.Edit
-	Seq   int64
-	Epoch uint64
+	To     []string
+	Edits  []manifest.Edit
+	Root   RootRef
+	Parent RootRef
+	Epoch  uint64
 }
 
-// SyncReplica sends one replica the whole persisted manifest.
+// SyncReplica sends one replica the whole persisted manifest, the root Root (the zero
+// RootRef for a stream that never persisted; seq 0 with a uid for a version 1 or 2 root).
 type SyncReplica struct {
 	Replica  string
 	Manifest manifest.Manifest
-	Revision int64
+	Root     RootRef
 	Epoch    uint64
 }
 
@@ -431,11 +436,12 @@ func (e UpdateRange) String() string {
 }
 
 func (e Broadcast) String() string {
-	return fmt.Sprintf("broadcast seq=%d epoch=%d to=[%s] edits=%s", e.Seq, e.Epoch, strings.Join(e.To, " "), FormatEdits(e.Edits))
+	return fmt.Sprintf("broadcast root=%d/%d parent=%d/%d epoch=%d to=[%s] edits=%s",
+		e.Root.Seq, e.Root.UID, e.Parent.Seq, e.Parent.UID, e.Epoch, strings.Join(e.To, " "), FormatEdits(e.Edits))
 }
 
 func (e SyncReplica) String() string {
-	return fmt.Sprintf("sync-replica %s rev=%d epoch=%d %s", e.Replica, e.Revision, e.Epoch, FormatManifest(e.Manifest))
+	return fmt.Sprintf("sync-replica %s root=%d/%d epoch=%d %s", e.Replica, e.Root.Seq, e.Root.UID, e.Epoch, FormatManifest(e.Manifest))
 }
 
 func (e EvaluateLocalRetention) String() string {

@@ -107,10 +107,12 @@ func (w *world) actForeignPersist(t *rapid.T) {
 		return
 	}
 	w.uid++
-	root := RootRef{Epoch: w.epoch, UID: w.uid}
+	w.maxSeq++ // it listed the roots: its seq is above every one
+	root := RootRef{Seq: w.maxSeq, Epoch: w.epoch, UID: w.uid}
 	w.roots[root] = true
 	w.rev++
 	w.history[w.rev] = w.stored.Clone()
+	w.byRoot[rootKey{root.Seq, root.UID}] = w.stored.Clone()
 	w.storedRoot = root
 }
 
@@ -339,13 +341,18 @@ func (w *world) runPersist(k *mTask, t *rapid.T) {
 	p := k.persist
 	if w.faults && rapid.IntRange(0, 6).Draw(t, "persist-fault") == 0 {
 		if rapid.Bool().Draw(t, "root-put") {
-			w.roots[RootRef{Epoch: p.Epoch, UID: w.newUID()}] = true // orphan root
+			w.roots[RootRef{Seq: p.Seq, Epoch: p.Epoch, UID: w.newUID()}] = true // orphan root
+			w.maxSeq = max(w.maxSeq, p.Seq)
 		}
 		w.step(PersistResult{Ref: k.ref, Outcome: PersistFailed, Reason: "etcd unavailable", Now: w.clock})
 		return
 	}
-	root := RootRef{Epoch: p.Epoch, UID: w.newUID()}
+	if p.Seq <= p.Parent.Seq {
+		t.Fatalf("persist of root seq %d on parent seq %d: not above it", p.Seq, p.Parent.Seq)
+	}
+	root := RootRef{Seq: p.Seq, Epoch: p.Epoch, UID: w.newUID()}
 	w.roots[root] = true
+	w.maxSeq = max(w.maxSeq, p.Seq)
 	switch {
 	case w.deleted && p.ExpectedRevision > 0:
 		w.step(PersistResult{Ref: k.ref, Outcome: PersistNotFound, Now: w.clock})
@@ -358,9 +365,13 @@ func (w *world) runPersist(k *mTask, t *rapid.T) {
 	if p.Root.NextOffset < w.stored.NextOffset && !p.Reset {
 		t.Fatalf("persist of %s lowers the persisted next offset from %d without a truncation", FormatManifest(p.Root), w.stored.NextOffset)
 	}
+	if p.Parent != w.storedRoot {
+		t.Fatalf("persist on parent %+v; the record names %+v", p.Parent, w.storedRoot)
+	}
 	w.rev++
 	w.stored = p.Root
 	w.storedRoot = root
+	w.byRoot[rootKey{root.Seq, root.UID}] = p.Root
 	w.epoch = p.Epoch
 	w.history[w.rev] = p.Root
 	w.checkDurable(w.stored, "persisted manifest")

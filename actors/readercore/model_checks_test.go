@@ -428,8 +428,8 @@ func (w *world) checkDone() {
 	}
 	// nothing fails through: replicas that asked got a sync and agree with etcd
 	for name, r := range w.replicas {
-		if r.has && r.seq == w.rev && !r.m.Equal(w.stored) {
-			t.Fatalf("replica %s at seq %d disagrees with etcd", name, r.seq)
+		if r.has && r.root == (rootKey{w.storedRoot.Seq, w.storedRoot.UID}) && !r.m.Equal(w.stored) {
+			t.Fatalf("replica %s at root %+v disagrees with etcd", name, r.root)
 		}
 	}
 }

@@ -194,15 +194,16 @@ func (w *world) execute(ev Event, e Effect) {
 	case Broadcast:
 		w.broadcast(ev, e)
 	case SyncReplica:
-		want, ok := w.history[e.Revision]
+		k := rootKey{e.Root.Seq, e.Root.UID}
+		want, ok := w.byRoot[k]
 		if !ok || !e.Manifest.Equal(want) {
-			t.Fatalf("sync of %s at rev %d with %s: not the persisted manifest", e.Replica, e.Revision, FormatManifest(e.Manifest))
+			t.Fatalf("sync of %s as root %+v with %s: not that persisted root's manifest", e.Replica, e.Root, FormatManifest(e.Manifest))
 		}
 		if w.c.reset != nil || w.c.diverged != nil {
 			t.Fatalf("sync of %s while the persisted manifest is the other timeline's", e.Replica)
 		}
-		if r := w.replicas[e.Replica]; r != nil && (!r.has || e.Epoch > r.epoch || e.Epoch == r.epoch && e.Revision >= r.seq) {
-			r.has, r.epoch, r.seq, r.m = true, e.Epoch, e.Revision, e.Manifest
+		if r := w.replicas[e.Replica]; r != nil && (!r.has || e.Epoch > r.epoch || e.Epoch == r.epoch && k.seq >= r.root.seq) {
+			r.has, r.epoch, r.root, r.m = true, e.Epoch, k, e.Manifest
 		}
 	case EvaluateLocalRetention:
 		if !gated(ev) {
@@ -364,28 +365,32 @@ func (w *world) broadcast(ev Event, e Broadcast) {
 	if !gated(ev) {
 		t.Fatalf("broadcast on %T", ev)
 	}
-	if e.Seq != w.rev {
-		t.Fatalf("broadcast seq %d, etcd revision %d", e.Seq, w.rev)
+	if e.Root != w.storedRoot || e.Root.Seq <= e.Parent.Seq {
+		t.Fatalf("broadcast of root %+v on %+v, etcd names root %+v", e.Root, e.Parent, w.storedRoot)
+	}
+	root, parent := rootKey{e.Root.Seq, e.Root.UID}, rootKey{e.Parent.Seq, e.Parent.UID}
+	if _, ok := w.byRoot[parent]; !ok {
+		t.Fatalf("broadcast of root %+v on %+v: no such persisted root", e.Root, e.Parent)
 	}
 	for _, name := range e.To {
 		r := w.replicas[name]
 		if r == nil {
 			t.Fatalf("broadcast to unknown replica %s", name)
 		}
-		if !r.has || r.epoch != e.Epoch || e.Seq != r.seq+1 {
+		if !r.has || r.epoch != e.Epoch || r.root != parent {
 			w.tasks = append(w.tasks, &mTask{kind: taskResync, replica: name, core: w.c})
 			continue
 		}
 		modelStats["replica-applies"]++
 		m, err := r.m.ApplyAll(e.Edits)
 		if err != nil {
-			t.Fatalf("replica %s: broadcast seq %d does not apply: %v", name, e.Seq, err)
+			t.Fatalf("replica %s: broadcast of root %+v does not apply: %v", name, e.Root, err)
 		}
 		// invariant 14: a replica's manifest is always a persisted manifest
-		if !m.Equal(w.history[e.Seq]) {
-			t.Fatalf("replica %s at seq %d holds %s, persisted was %s", name, e.Seq, FormatManifest(m), FormatManifest(w.history[e.Seq]))
+		if !m.Equal(w.byRoot[root]) {
+			t.Fatalf("replica %s at root %+v holds %s, persisted was %s", name, e.Root, FormatManifest(m), FormatManifest(w.byRoot[root]))
 		}
-		r.m, r.seq = m, e.Seq
+		r.m, r.root = m, root
 	}
 }
 

@@ -32,7 +32,7 @@ func (w *world) resolve() {
 			w.declaredIn = append(w.declaredIn, gapSpan{e.FirstOffset, m.EntryEnd(i)})
 		}
 	}
-	w.step(Resolved{Manifest: m, Revision: w.rev, Root: w.storedRoot, Comparison: res})
+	w.step(Resolved{Manifest: m, Revision: w.rev, Root: w.storedRoot, NextSeq: w.maxSeq + 1, Comparison: res})
 	w.step(LogOpened{First: w.logFirst, Next: w.logNext, Epoch: w.logEpoch})
 }
 

@@ -108,9 +108,12 @@ type mTimer struct {
 type mReplica struct {
 	has   bool
 	epoch uint64
-	seq   int64
+	root  rootKey
 	m     manifest.Manifest
 }
+
+// rootKey names a persisted manifest as replica messages do: its root's seq and uid.
+type rootKey struct{ seq, uid uint64 }
 
 // mAck is an offset await_offset answered ok, and the chunk that held it then.
 type mAck struct {
@@ -187,7 +190,9 @@ type world struct {
 	epoch      uint64 // the stored epoch: persists at a lower one are fenced
 	deleted    bool
 	history    map[int64]manifest.Manifest
-	everRef    map[uint64]bool // every object some persisted manifest referenced
+	byRoot     map[rootKey]manifest.Manifest // the persisted manifests by root, for replicas
+	maxSeq     uint64                        // the highest seq a root took (a listing's)
+	everRef    map[uint64]bool               // every object some persisted manifest referenced
 
 	tasks    []*mTask
 	timers   []mTimer
@@ -231,6 +236,7 @@ func newWorld(t *rapid.T) *world {
 		objs:     map[uint64]*mObject{},
 		roots:    map[RootRef]bool{},
 		history:  map[int64]manifest.Manifest{0: manifest.Empty()},
+		byRoot:   map[rootKey]manifest.Manifest{{}: manifest.Empty()},
 		everRef:  map[uint64]bool{},
 		stored:   manifest.Empty(),
 		waiters:  map[WaiterID]uint64{},

@@ -57,6 +57,7 @@ func (c *Core) startPersist() {
 		reset:    c.reset,
 		expected: c.revision,
 		seq:      max(c.nextSeq, c.root.Seq+1),
+		parent:   c.root,
 	}
 	c.inflight = op
 	edits := make([]manifest.Edit, len(op.edits))
@@ -64,7 +65,7 @@ func (c *Core) startPersist() {
 		edits[i] = p.edit
 	}
 	c.emit(StartPersist{Ref: op.ref, Root: op.root, ExpectedRevision: op.expected, Epoch: c.epoch, Edits: edits, Reset: op.reset != nil,
-		Seq: op.seq, Parent: c.root})
+		Seq: op.seq, Parent: op.parent})
 }
 
 // maybeArmTimer arms the persist timer when the first edit not carried by a persist appears,
@@ -209,7 +210,7 @@ func (c *Core) persistSucceeded(op *persistOp, e PersistResult) {
 		for i, p := range op.edits {
 			edits[i] = p.edit
 		}
-		c.emit(Broadcast{To: append([]string(nil), c.replicas...), Edits: edits, Seq: c.revision, Epoch: c.epoch})
+		c.emit(Broadcast{To: append([]string(nil), c.replicas...), Edits: edits, Root: c.root, Parent: op.parent, Epoch: c.epoch})
 	}
 	c.emit(EvaluateLocalRetention{PersistedNext: c.persisted.NextOffset})
 	if c.reset == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,9 +120,9 @@ func TestBinaryCluster(t *testing.T) {
 	if err != nil || !found || rec.Epoch != 1 || rec.NextOffset != aStream.Remote.PersistedNext {
 		t.Fatalf("etcd manifest of s1: %+v rev %d found %v err %v; a reports %+v", rec, rev, found, err, aStream.Remote)
 	}
-	waitFor(t, 30*time.Second, "b's replica of s1 to reach a's persisted revision", func() bool {
+	waitFor(t, 30*time.Second, "b's replica of s1 to reach a's persisted root", func() bool {
 		r, ok := status(b).Cluster.Replicas["s1"]
-		return ok && r.Synced && r.Revision == rev
+		return ok && r.Synced && r.Seq == rec.Seq && r.UID == fmt.Sprintf("%016x", rec.RootUID)
 	})
 	rb := status(b)
 	if r := rb.Cluster.Replicas["s1"]; r.Epoch != 1 || r.NextOffset != rec.NextOffset || r.Writer != "a" || r.LocalNext != aStream.Local.Next {
@@ -130,7 +131,7 @@ func TestBinaryCluster(t *testing.T) {
 	if len(rb.Streams) != 0 || len(rb.Cluster.Members) != 2 || rb.Cluster.Transport.Received == 0 || status(a).Cluster.Writers["s1"] != 1 {
 		t.Fatalf("b's cluster status: streams %v, members %v, transport %+v", rb.Streams, rb.Cluster.Members, rb.Cluster.Transport)
 	}
-	if r := node(t, dir, "status", "--data-dir", dataB); r.code != 0 || !strings.Contains(r.stdout, "cluster member b") || !strings.Contains(r.stdout, "replica: revision") {
+	if r := node(t, dir, "status", "--data-dir", dataB); r.code != 0 || !strings.Contains(r.stdout, "cluster member b") || !strings.Contains(r.stdout, fmt.Sprintf("replica: root seq %d uid %016x", rec.Seq, rec.RootUID)) {
 		t.Fatalf("status of b:\n%s", r)
 	}
 
@@ -159,7 +160,7 @@ func TestBinaryCluster(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "a, now a replica, to hold b's persist", func() bool {
 		r, ok := status(a).Cluster.Replicas["s1"]
-		return ok && r.Synced && r.Epoch == 2 && r.Revision == rev2
+		return ok && r.Synced && r.Epoch == 2 && r.Seq == rec2.Seq && r.UID == fmt.Sprintf("%016x", rec2.RootUID)
 	})
 	if len(status(a).Streams) != 0 {
 		t.Fatalf("a still runs a writer after the move: %+v", status(a).Streams)

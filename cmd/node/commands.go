@@ -527,7 +527,7 @@ func printCluster(out io.Writer, c admin.ClusterReport) {
 			if e, ok := c.Writers[p.Stream]; ok {
 				here = fmt.Sprintf("writer (epoch %d)", e)
 			} else if r, ok := c.Replicas[p.Stream]; ok {
-				here = fmt.Sprintf("replica: revision %d epoch %d, offsets [%d, %d)", r.Revision, r.Epoch, r.FirstOffset, r.NextOffset)
+				here = fmt.Sprintf("replica: root seq %d uid %s epoch %d, offsets [%d, %d)", r.Seq, r.UID, r.Epoch, r.FirstOffset, r.NextOffset)
 				if !r.Synced {
 					here = "replica: not synced yet"
 				}

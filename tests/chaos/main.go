@@ -6,6 +6,7 @@
 // judge the bucket and the etcd records after every cycle and at the end. See docs/soak.md.
 //
 //	go run ./tests/chaos [--seed N] [--duration D] [--streams K] [--dir DIR] [--keep] [-v] [--avoid-known-bugs]
+//	                     [--weight KIND=N]... [--rewind-percent P]
 //
 // It exits 0 when no violation was found, 1 when one was, 2 when the harness could not run.
 package main
@@ -18,11 +19,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/streamtier/streamtier/tests/chaos/faults"
 	"github.com/streamtier/streamtier/tests/chaos/harness"
 )
 
@@ -43,6 +49,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	lag := fs.Duration("lag-bound", 90*time.Second, "after the faults stop, every stream must have persisted its whole log within this")
 	avoid := fs.Bool("avoid-known-bugs", false, "keep off the faults that trip known, unfixed bugs (docs/soak.md); the CI soak sets it")
+	weights := map[faults.Kind]int{}
+	fs.Func("weight", "KIND=N: the relative frequency of a fault kind (repeatable; 0 never); the kinds: "+kindNames(), func(v string) error {
+		k, n, ok := strings.Cut(v, "=")
+		w, err := strconv.Atoi(n)
+		if !ok || err != nil || w < 0 || !slices.Contains(faults.Kinds, faults.Kind(k)) {
+			return fmt.Errorf("want KIND=N with a known kind and N >= 0, got %q", v)
+		}
+		weights[faults.Kind(k)] = w
+		return nil
+	})
+	rewind := fs.Int("rewind-percent", -1, "chance (0-100) that a cycle also holds an etcd wipe or snapshot restore (-1: the default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -52,7 +69,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		*seed = binary.BigEndian.Uint64(b[:]) >> 1
 	}
 	cfg := harness.Config{Seed: *seed, Duration: *duration, Streams: *streams, Dir: *dir, Keep: *keep, NodeBin: *nodeBin,
-		Progress: stderr, LagBound: *lag, AvoidKnownBugs: *avoid}
+		Progress: stderr, LagBound: *lag, AvoidKnownBugs: *avoid, Schedule: faults.DefaultOptions(*streams)}
+	cfg.Schedule.Weights = maps.Clone(faults.DefaultWeights)
+	maps.Copy(cfg.Schedule.Weights, weights)
+	if *rewind >= 0 {
+		cfg.Schedule.RewindPercent = min(*rewind, 100)
+	}
 	if *verbose {
 		cfg.Live = stderr
 	}
@@ -71,6 +93,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "chaos: %v\n", err)
 	}
 	return exitCode(rep, err)
+}
+
+// kindNames lists the fault kinds for the usage text.
+func kindNames() string {
+	var out []string
+	for _, k := range faults.Kinds {
+		out = append(out, string(k))
+	}
+	return strings.Join(out, ", ")
 }
 
 // exitCode is the process's exit status: 2 when the harness could not run (whatever it

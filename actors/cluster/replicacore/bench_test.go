@@ -32,7 +32,7 @@ func BenchmarkApplyBroadcast(b *testing.B) {
 	if _, err := c.Step(WriterChanged{Writer: "n1", Epoch: 1}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := c.Step(Sync{From: "n1", Revision: 1, Epoch: 1, Manifest: base}); err != nil {
+	if _, err := c.Step(Sync{From: "n1", Root: Root{Seq: 1, UID: 1}, Epoch: 1, Manifest: base}); err != nil {
 		b.Fatal(err)
 	}
 	// Five appends on top of base; replaying them needs the replica back at base each time.
@@ -51,12 +51,13 @@ func BenchmarkApplyBroadcast(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		c.has, c.manifest, c.seq = true, base, int64(i+1)
-		if _, err := c.Step(Edits{From: "n1", Seq: int64(i + 2), Epoch: 1, Edits: eds}); err != nil {
+		parent := Root{Seq: uint64(i + 1), UID: uint64(i + 1)}
+		c.has, c.manifest, c.root = true, base, parent
+		if _, err := c.Step(Edits{From: "n1", Root: Root{Seq: parent.Seq + 1, UID: parent.UID + 1}, Parent: parent, Epoch: 1, Edits: eds}); err != nil {
 			b.Fatal(err)
 		}
-		if c.seq != int64(i+2) {
-			b.Fatalf("broadcast not applied: seq %d", c.seq)
+		if c.root.Seq != parent.Seq+1 {
+			b.Fatalf("broadcast not applied: root %s", c.root)
 		}
 	}
 }
@@ -71,7 +72,7 @@ func BenchmarkSync(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		if _, err := c.Step(Sync{From: "n1", Revision: int64(i + 1), Epoch: 1, Manifest: m}); err != nil {
+		if _, err := c.Step(Sync{From: "n1", Root: Root{Seq: uint64(i + 1), UID: uint64(i + 1)}, Epoch: 1, Manifest: m}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,9 +1,13 @@
 // Package replicacore is the pure logic of a replica's manifest cache: which writer
 // broadcasts and syncs it accepts, when it asks the writer for a sync, and what it publishes.
-// It follows the spec's "Replicas" rules: a broadcast applies only at the recorded epoch and
-// at seq = last + 1; a gap, an epoch change or an edit that does not apply keeps the last
-// good manifest and asks for a sync; a sync older than what is held (epoch first, then seq)
-// is ignored. Like readercore it is a state machine: events in, effects out, no I/O, no clock.
+// It follows the spec's "Replicas" rules, with a persisted manifest named by its root's
+// (seq, uid) as format version 3 names it (never by the etcd Version of the manifest record,
+// which means nothing outside one etcd history): a broadcast applies only at the recorded
+// epoch and on top of exactly the manifest it was built on (its parent's seq and uid are the
+// held root's); a broadcast built on another manifest (a lost broadcast, another root at the
+// held seq), an epoch change or an edit that does not apply keeps the last good manifest and
+// asks for a sync; a sync older than what is held (epoch first, then seq) is ignored. Like
+// readercore it is a state machine: events in, effects out, no I/O, no clock.
 package replicacore
 
 import (
@@ -35,9 +39,9 @@ type Core struct {
 	writer      string // who to ask for syncs: the placement's writer
 	writerEpoch uint64 // the placement's epoch
 
-	has      bool // a sync was accepted: manifest, seq and epoch mean something
+	has      bool // a sync was accepted: manifest, root and epoch mean something
 	manifest manifest.Manifest
-	seq      int64  // the manifest's revision
+	root     Root   // the root the manifest is persisted as
 	epoch    uint64 // the epoch of the writer whose message set it
 
 	pending       bool   // a registration or resync request is unanswered
@@ -52,11 +56,12 @@ type Core struct {
 // Counters are the core's monotonic counts, for status and metrics.
 type Counters struct {
 	Applied        uint64 // broadcasts applied
-	Gaps           uint64 // broadcasts above last + 1
+	Gaps           uint64 // broadcasts built on a root above the one held (broadcasts were lost)
+	Forks          uint64 // broadcasts built on another root than the one held, at or below its seq
 	EpochChanges   uint64 // broadcasts of a higher epoch than the one held
 	StaleEpoch     uint64 // broadcasts of a lower epoch (a deposed writer), ignored
-	Duplicates     uint64 // broadcasts at or below the held seq, ignored
-	BadEdits       uint64 // broadcasts whose edits did not apply
+	Duplicates     uint64 // broadcasts of the held root or below its seq, ignored
+	BadEdits       uint64 // broadcasts whose edits did not apply, or that name no child of their parent
 	BeforeSync     uint64 // broadcasts before any sync was accepted
 	SyncsApplied   uint64
 	SyncsIgnored   uint64 // older than what is held
@@ -103,19 +108,34 @@ type WriterRejoined struct {
 	Now  int64
 }
 
-// Edits is a writer's broadcast: the edits of the persist that created revision Seq.
-type Edits struct {
-	From  string
-	Seq   int64
-	Epoch uint64
-	Edits []manifest.Edit
-	Now   int64
+// Root names a persisted manifest as replica messages do: its root object's seq and uid.
+// Seq 0 is a manifest without a version 3 root: uid 0 the stream that never persisted (the
+// empty manifest), another uid a version 1 or 2 root (the record's uid), which the writer's
+// resolution replaces by a version 3 root at once. A replica sees seq 0 only briefly, and
+// the first version 3 root names it as its parent like any other.
+type Root struct {
+	Seq uint64
+	UID uint64
 }
 
-// Sync is a writer's persisted manifest at Revision, under the writer's Epoch.
+// String prints seq/uid (decimal; scenarios print it).
+func (r Root) String() string { return fmt.Sprintf("%d/%d", r.Seq, r.UID) }
+
+// Edits is a writer's broadcast: the edits of the persist that created the root Root on top
+// of the root Parent (the manifest the writer last persisted or resolved).
+type Edits struct {
+	From   string
+	Root   Root
+	Parent Root
+	Epoch  uint64
+	Edits  []manifest.Edit
+	Now    int64
+}
+
+// Sync is a writer's persisted manifest, the root Root, under the writer's Epoch.
 type Sync struct {
 	From     string
-	Revision int64
+	Root     Root
 	Epoch    uint64
 	Manifest manifest.Manifest
 	Now      int64
@@ -144,11 +164,11 @@ type Register struct {
 	Reason string
 }
 
-// Publish says the cache now holds Manifest, the writer's persisted manifest at revision
-// Seq (epoch Epoch): status and remote reads use it from now on.
+// Publish says the cache now holds Manifest, the writer's persisted manifest of root Root
+// (epoch Epoch): status and remote reads use it from now on.
 type Publish struct {
 	Manifest manifest.Manifest
-	Seq      int64
+	Root     Root
 	Epoch    uint64
 }
 
@@ -176,7 +196,7 @@ func (e Register) String() string {
 }
 
 func (e Publish) String() string {
-	return fmt.Sprintf("publish seq=%d epoch=%d %s", e.Seq, e.Epoch, FormatManifest(e.Manifest))
+	return fmt.Sprintf("publish root=%s epoch=%d %s", e.Root, e.Epoch, FormatManifest(e.Manifest))
 }
 
 func (e EvaluateLocalRetention) String() string {
@@ -264,46 +284,62 @@ func (c *Core) target(from string, epoch uint64) string {
 }
 
 func (c *Core) onEdits(e Edits) {
+	to := c.target(e.From, e.Epoch)
+	what := func() string {
+		return fmt.Sprintf("broadcast root=%s parent=%s epoch=%d from %s", e.Root, e.Parent, e.Epoch, e.From)
+	}
 	switch {
+	case e.Root.Seq == 0 || e.Root.Seq <= e.Parent.Seq || e.Root.UID == 0:
+		// A persist makes a version 3 root, above its parent: this message names none (a
+		// writer's bug, or a sender of an older message format, whose fields read as zero).
+		c.stats.BadEdits++
+		c.emit(Refused{What: what(), Err: fmt.Errorf("root %s is not a version 3 root above its parent %s", e.Root, e.Parent)})
+		c.request(to, true, fmt.Sprintf("broadcast of root %s names no child of %s", e.Root, e.Parent), e.Now, false)
 	case !c.has:
 		c.stats.BeforeSync++
-		c.request(c.target(e.From, e.Epoch), true, "broadcast before any sync", e.Now, false)
+		c.request(to, true, "broadcast before any sync", e.Now, false)
 	case e.Epoch < c.epoch:
 		c.stats.StaleEpoch++
 	case e.Epoch > c.epoch:
 		c.stats.EpochChanges++
-		c.request(c.target(e.From, e.Epoch), true, fmt.Sprintf("epoch changed from %d to %d", c.epoch, e.Epoch), e.Now, false)
-	case e.Seq <= c.seq:
-		c.stats.Duplicates++
-	case e.Seq > c.seq+1:
-		c.stats.Gaps++
-		c.request(c.target(e.From, e.Epoch), true, fmt.Sprintf("gap: hold seq %d, got %d", c.seq, e.Seq), e.Now, false)
-	default:
+		c.request(to, true, fmt.Sprintf("epoch changed from %d to %d", c.epoch, e.Epoch), e.Now, false)
+	case e.Parent == c.root:
 		m, err := c.manifest.ApplyAll(e.Edits)
 		if err != nil {
 			c.stats.BadEdits++
-			c.emit(Refused{What: fmt.Sprintf("broadcast seq=%d epoch=%d from %s", e.Seq, e.Epoch, e.From), Err: err})
-			c.request(c.target(e.From, e.Epoch), true, fmt.Sprintf("seq %d does not apply", e.Seq), e.Now, false)
+			c.emit(Refused{What: what(), Err: err})
+			c.request(to, true, fmt.Sprintf("root %s does not apply", e.Root), e.Now, false)
 			return
 		}
 		c.stats.Applied++
 		c.pending = false // the writer knows this replica and it is in step
-		c.accept(m, e.Seq, e.Epoch)
+		c.accept(m, e.Root, e.Epoch)
+	case e.Root == c.root || e.Root.Seq < c.root.Seq:
+		c.stats.Duplicates++ // held already, or older than held (reordered): a sync would be older too
+	case e.Parent.Seq > c.root.Seq:
+		c.stats.Gaps++
+		c.request(to, true, fmt.Sprintf("gap: hold root %s, got %s built on %s", c.root, e.Root, e.Parent), e.Now, false)
+	default:
+		// Built on another root than the one held, at or below its seq: another root at the
+		// held seq (a history this replica followed was rolled back), or a parent older than
+		// the held root. Only a sync tells which manifest the writer persisted.
+		c.stats.Forks++
+		c.request(to, true, fmt.Sprintf("fork: hold root %s, got %s built on %s", c.root, e.Root, e.Parent), e.Now, false)
 	}
 }
 
 func (c *Core) onSync(e Sync) {
-	what := func() string { return fmt.Sprintf("sync rev=%d epoch=%d from %s", e.Revision, e.Epoch, e.From) }
-	if c.has && (e.Epoch < c.epoch || e.Epoch == c.epoch && e.Revision < c.seq) {
+	what := func() string { return fmt.Sprintf("sync root=%s epoch=%d from %s", e.Root, e.Epoch, e.From) }
+	if c.has && (e.Epoch < c.epoch || e.Epoch == c.epoch && e.Root.Seq < c.root.Seq) {
 		c.stats.SyncsIgnored++
 		return
 	}
 	var err error
 	switch {
-	case e.Revision < 0:
-		err = fmt.Errorf("negative revision")
-	case e.Revision == 0 && !e.Manifest.NeverUploaded():
-		err = fmt.Errorf("revision 0 (never persisted) with a non-empty manifest %s", FormatManifest(e.Manifest))
+	case e.Root.Seq == 0 && e.Root.UID == 0 && !e.Manifest.NeverUploaded():
+		err = fmt.Errorf("root 0/0 (never persisted) with a non-empty manifest %s", FormatManifest(e.Manifest))
+	case e.Root.Seq > 0 && e.Root.UID == 0:
+		err = fmt.Errorf("root %s: a version 3 root has a uid", e.Root)
 	default:
 		err = e.Manifest.Check()
 	}
@@ -314,13 +350,13 @@ func (c *Core) onSync(e Sync) {
 	}
 	c.stats.SyncsApplied++
 	c.pending = false
-	c.accept(e.Manifest, e.Revision, e.Epoch)
+	c.accept(e.Manifest, e.Root, e.Epoch)
 }
 
-func (c *Core) accept(m manifest.Manifest, seq int64, epoch uint64) {
-	c.has, c.manifest, c.seq, c.epoch = true, m, seq, epoch
-	c.emit(Publish{Manifest: m, Seq: seq, Epoch: epoch})
-	if seq > 0 {
+func (c *Core) accept(m manifest.Manifest, root Root, epoch uint64) {
+	c.has, c.manifest, c.root, c.epoch = true, m, root, epoch
+	c.emit(Publish{Manifest: m, Root: root, Epoch: epoch})
+	if root != (Root{}) {
 		c.emit(EvaluateLocalRetention{PersistedNext: m.NextOffset})
 	}
 }
@@ -345,7 +381,8 @@ type Status struct {
 	Writer      string // the placement's writer
 	WriterEpoch uint64
 	Synced      bool   // a sync was accepted
-	Seq         int64  // revision of the manifest held
+	Seq         uint64 // the held manifest's root: seq
+	UID         uint64 // and uid
 	Epoch       uint64 // epoch of the writer whose message set it
 	FirstOffset uint64
 	NextOffset  uint64
@@ -359,14 +396,14 @@ type Status struct {
 func (c *Core) Status() Status {
 	return Status{
 		Stream: c.cfg.Stream, Writer: c.writer, WriterEpoch: c.writerEpoch, Synced: c.has,
-		Seq: c.seq, Epoch: c.epoch, FirstOffset: c.manifest.FirstOffset, NextOffset: c.manifest.NextOffset,
+		Seq: c.root.Seq, UID: c.root.UID, Epoch: c.epoch, FirstOffset: c.manifest.FirstOffset, NextOffset: c.manifest.NextOffset,
 		TotalSize: c.manifest.TotalSize, Entries: len(c.manifest.Entries), Pending: c.pending, Counters: c.stats,
 	}
 }
 
-// Manifest returns the manifest held, its revision and epoch; ok is false before any sync.
-func (c *Core) Manifest() (m manifest.Manifest, seq int64, epoch uint64, ok bool) {
-	return c.manifest, c.seq, c.epoch, c.has
+// Manifest returns the manifest held, its root and epoch; ok is false before any sync.
+func (c *Core) Manifest() (m manifest.Manifest, root Root, epoch uint64, ok bool) {
+	return c.manifest, c.root, c.epoch, c.has
 }
 
 // FormatManifest prints a manifest's header and entries (fragment first offsets) on one line.

@@ -10,13 +10,24 @@ import (
 	"github.com/streamtier/streamtier/manifest"
 )
 
-// The model of the cluster around one replica: writers of growing epochs sharing one etcd
-// history of persisted manifests, and a network that drops, duplicates and reorders.
+// The model of the cluster around one replica: writers of growing epochs sharing one
+// stream lineage of persisted roots (etcd's record names one of them, the head), and a
+// network that drops, duplicates and reorders. Seqs skip (a fenced writer took one), and
+// etcd can be restored from a snapshot: the head goes back to an older root and the next
+// persist builds beside the roots above it, at a seq above them or at the top seq itself
+// (another root of a seq the replica may hold).
 
 type modelWriter struct {
 	name  string
 	epoch uint64
-	base  int64 // the revision this writer last persisted or resolved
+	base  int // the root this writer last persisted or resolved (index into model.roots)
+}
+
+type modelRoot struct {
+	root   Root
+	parent Root
+	up     int // index of the parent root, -1 for the empty manifest
+	m      manifest.Manifest
 }
 
 type modelMsg struct {
@@ -27,20 +38,22 @@ type modelMsg struct {
 type model struct {
 	t        *rapid.T
 	c        *Core
-	hist     []manifest.Manifest // by revision; hist[0] is the empty manifest
-	stored   uint64              // highest epoch that persisted (etcd's epoch key)
-	writers  []*modelWriter      // the last one is the placement's writer
-	net      []modelMsg          // writer -> replica, in flight
-	requests []string            // replica -> writer registrations, by writer name
+	roots    []modelRoot    // every persisted root; roots[0] is the empty manifest, 0/0
+	byRoot   map[Root]int   // index into roots
+	head     int            // the root etcd's record names
+	maxSeq   uint64         // the highest seq any root took
+	beside   bool           // etcd was restored: the next root takes the top seq again
+	stored   uint64         // highest epoch that persisted (etcd's epoch key)
+	writers  []*modelWriter // the last one is the placement's writer
+	net      []modelMsg     // writer -> replica, in flight
+	requests []string       // replica -> writer registrations, by writer name
 	now      int64
 	uid      uint64
-	heldSeq  int64
+	held     Root
 	heldEp   uint64
-	held     bool
+	has      bool
 	retry    time.Duration
 }
-
-func (m *model) latest() int64 { return int64(len(m.hist) - 1) }
 
 func (m *model) writer(name string) *modelWriter {
 	for _, w := range m.writers {
@@ -62,22 +75,25 @@ func (m *model) step(ev Event) {
 		case Register:
 			m.requests = append(m.requests, e.To)
 		case Publish:
-			if e.Seq < 0 || e.Seq > m.latest() || !e.Manifest.Equal(m.hist[e.Seq]) {
-				m.t.Fatalf("published %s at seq %d, which is not the persisted manifest of that revision", FormatManifest(e.Manifest), e.Seq)
+			i, ok := m.byRoot[e.Root]
+			if !ok || !e.Manifest.Equal(m.roots[i].m) {
+				m.t.Fatalf("published %s as root %s, which is not that persisted root", FormatManifest(e.Manifest), e.Root)
 			}
-			if m.held && (e.Epoch < m.heldEp || e.Epoch == m.heldEp && e.Seq < m.heldSeq) {
-				m.t.Fatalf("published (epoch %d, seq %d) after holding (epoch %d, seq %d): older than held", e.Epoch, e.Seq, m.heldEp, m.heldSeq)
+			if m.has && (e.Epoch < m.heldEp || e.Epoch == m.heldEp && e.Root.Seq < m.held.Seq) {
+				m.t.Fatalf("published (epoch %d, root %s) after holding (epoch %d, root %s): older than held", e.Epoch, e.Root, m.heldEp, m.held)
 			}
-			m.held, m.heldEp, m.heldSeq = true, e.Epoch, e.Seq
+			m.has, m.heldEp, m.held = true, e.Epoch, e.Root
 		case EvaluateLocalRetention:
-			if e.PersistedNext != m.hist[m.heldSeq].NextOffset {
-				m.t.Fatalf("local retention at %d, the held manifest's next offset is %d", e.PersistedNext, m.hist[m.heldSeq].NextOffset)
+			if next := m.roots[m.byRoot[m.held]].m.NextOffset; e.PersistedNext != next {
+				m.t.Fatalf("local retention at %d, the held manifest's next offset is %d", e.PersistedNext, next)
 			}
 		}
 	}
-	// Invariant 14: what the replica holds is the writer's persisted manifest of its seq.
-	if held, seq, _, ok := m.c.Manifest(); ok && (seq > m.latest() || !held.Equal(m.hist[seq])) {
-		m.t.Fatalf("replica holds %s at seq %d; persisted there: %v", FormatManifest(held), seq, m.hist)
+	// Invariant 14: what the replica holds is the writer's persisted manifest of its root.
+	if held, root, _, ok := m.c.Manifest(); ok {
+		if i, known := m.byRoot[root]; !known || !held.Equal(m.roots[i].m) {
+			m.t.Fatalf("replica holds %s as root %s, not a persisted root", FormatManifest(held), root)
+		}
 	}
 }
 
@@ -115,26 +131,62 @@ func (m *model) edits(base manifest.Manifest) ([]manifest.Edit, manifest.Manifes
 	return eds, base
 }
 
+// add records a new persisted root of manifest man on top of roots[up] and makes it the
+// head: its seq is above every seq taken (sometimes skipping one a fenced writer took), or,
+// right after an etcd restore, sometimes the top seq again.
+func (m *model) add(up int, man manifest.Manifest) modelRoot {
+	seq := m.maxSeq + 1
+	if rapid.IntRange(0, 3).Draw(m.t, "skip") == 0 {
+		seq += rapid.Uint64Range(1, 2).Draw(m.t, "skipped")
+	}
+	if m.beside && m.maxSeq > m.roots[up].root.Seq && rapid.Bool().Draw(m.t, "same-seq") {
+		seq = m.maxSeq
+	}
+	m.beside = false
+	m.uid++
+	r := modelRoot{root: Root{Seq: seq, UID: m.uid}, parent: m.roots[up].root, up: up, m: man}
+	m.maxSeq = max(m.maxSeq, seq)
+	m.roots = append(m.roots, r)
+	m.head = len(m.roots) - 1
+	m.byRoot[r.root] = m.head
+	return r
+}
+
+func (m *model) syncMsg(w *modelWriter) modelMsg {
+	return modelMsg{sync: &Sync{From: w.name, Root: m.roots[w.base].root, Epoch: w.epoch, Manifest: m.roots[w.base].m}}
+}
+
 // persist lets writer w persist: it succeeds when w's epoch is not below the stored one
-// and w is at the latest revision (etcd's conditional write); otherwise w reinitializes
-// (resolves the latest revision) and syncs the replica.
+// and w is at the head (etcd's conditional write); otherwise w reinitializes (resolves the
+// head) and syncs the replica.
 func (m *model) persist(w *modelWriter) {
-	if w.epoch < m.stored || w.base != m.latest() {
-		w.base = m.latest()
-		m.net = append(m.net, modelMsg{sync: &Sync{From: w.name, Revision: w.base, Epoch: w.epoch, Manifest: m.hist[w.base]}})
+	if w.epoch < m.stored || w.base != m.head {
+		w.base = m.head
+		m.net = append(m.net, m.syncMsg(w))
 		return
 	}
 	if rapid.IntRange(0, 9).Draw(m.t, "reset") == 0 {
-		reset := manifest.EmptyAt(m.hist[w.base].NextOffset + rapid.Uint64Range(0, 30).Draw(m.t, "skip"))
-		m.hist = append(m.hist, reset)
-		m.stored, w.base = w.epoch, m.latest()
-		m.net = append(m.net, modelMsg{sync: &Sync{From: w.name, Revision: w.base, Epoch: w.epoch, Manifest: reset}})
+		m.add(w.base, manifest.EmptyAt(m.roots[w.base].m.NextOffset+rapid.Uint64Range(0, 30).Draw(m.t, "skip")))
+		m.stored, w.base = w.epoch, m.head
+		m.net = append(m.net, m.syncMsg(w))
 		return
 	}
-	eds, next := m.edits(m.hist[w.base])
-	m.hist = append(m.hist, next)
-	m.stored, w.base = w.epoch, m.latest()
-	m.net = append(m.net, modelMsg{edits: &Edits{From: w.name, Seq: w.base, Epoch: w.epoch, Edits: eds}})
+	eds, next := m.edits(m.roots[w.base].m)
+	r := m.add(w.base, next)
+	m.stored, w.base = w.epoch, m.head
+	m.net = append(m.net, modelMsg{edits: &Edits{From: w.name, Root: r.root, Parent: r.parent, Epoch: w.epoch, Edits: eds}})
+}
+
+// restore is etcd restored from a snapshot: its record names an older root of the lineage.
+func (m *model) restore() {
+	if m.head == 0 {
+		return
+	}
+	back := rapid.IntRange(1, 3).Draw(m.t, "back")
+	for ; back > 0 && m.roots[m.head].up > 0; back-- {
+		m.head = m.roots[m.head].up
+	}
+	m.beside = true
 }
 
 func (m *model) deliver(i int, keep bool) {
@@ -158,25 +210,28 @@ func (m *model) answer(i int) {
 	to := m.requests[i]
 	m.requests = append(m.requests[:i], m.requests[i+1:]...)
 	if w := m.writer(to); w != nil {
-		m.net = append(m.net, modelMsg{sync: &Sync{From: w.name, Revision: w.base, Epoch: w.epoch, Manifest: m.hist[w.base]}})
+		m.net = append(m.net, m.syncMsg(w))
 	}
 }
 
 func (m *model) newWriter() {
 	top := m.writers[len(m.writers)-1]
 	w := &modelWriter{name: fmt.Sprintf("n%d", len(m.writers)+1), epoch: top.epoch + 1}
-	// It resolved the manifest some time ago: the latest revision or one before it.
-	w.base = max(m.latest()-int64(rapid.IntRange(0, 1).Draw(m.t, "lag")), 0)
+	// It resolved the manifest some time ago: the head or the root below it.
+	w.base = m.head
+	if up := m.roots[m.head].up; up >= 0 && rapid.Bool().Draw(m.t, "lag") {
+		w.base = up
+	}
 	m.writers = append(m.writers, w)
 	m.step(WriterChanged{Writer: w.name, Epoch: w.epoch, Now: m.now})
-	m.net = append(m.net, modelMsg{sync: &Sync{From: w.name, Revision: w.base, Epoch: w.epoch, Manifest: m.hist[w.base]}})
+	m.net = append(m.net, m.syncMsg(w))
 }
 
 // TestReplicaHoldsPersistedManifests is invariant 14 under any interleaving: writers
-// persisting, being deposed and fenced, messages dropped, duplicated and reordered,
-// registrations lost. After every step the replica holds a persisted manifest of the
-// writer's history at its seq and never goes back (epoch, then seq); once the network
-// delivers everything, it converges on the placement writer's latest persisted manifest.
+// persisting (seqs skipping), being deposed and fenced, etcd restored to an older root,
+// messages dropped, duplicated and reordered, registrations lost. After every step the
+// replica holds a persisted root's manifest and never goes back (epoch, then seq); once the
+// network delivers everything, it converges on the placement writer's head.
 func TestReplicaHoldsPersistedManifests(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		retry := time.Duration(rapid.IntRange(1, 50).Draw(t, "retry-ms")) * time.Millisecond
@@ -184,7 +239,7 @@ func TestReplicaHoldsPersistedManifests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := &model{t: t, c: c, hist: []manifest.Manifest{manifest.Empty()}, retry: retry,
+		m := &model{t: t, c: c, roots: []modelRoot{{up: -1, m: manifest.Empty()}}, byRoot: map[Root]int{{}: 0}, retry: retry,
 			writers: []*modelWriter{{name: "n1", epoch: 1}}}
 		m.step(WriterChanged{Writer: "n1", Epoch: 1})
 		for range rapid.IntRange(1, 120).Draw(t, "steps") {
@@ -194,8 +249,11 @@ func TestReplicaHoldsPersistedManifests(t *testing.T) {
 			case 2:
 				m.persist(m.writers[rapid.IntRange(0, len(m.writers)-1).Draw(t, "writer")])
 			case 3:
-				if rapid.IntRange(0, 3).Draw(t, "move") == 0 {
+				switch rapid.IntRange(0, 7).Draw(t, "move") {
+				case 0, 1:
 					m.newWriter()
+				case 2:
+					m.restore()
 				}
 			case 4, 5:
 				if len(m.net) > 0 {
@@ -225,7 +283,7 @@ func TestReplicaHoldsPersistedManifests(t *testing.T) {
 		// Heal: the placement writer catches up and persists once more, then everything is
 		// delivered in order and every request answered until nothing moves.
 		w := m.writers[len(m.writers)-1]
-		for w.base != m.latest() || w.epoch < m.stored {
+		for w.base != m.head || w.epoch < m.stored {
 			m.persist(w)
 		}
 		m.persist(w)
@@ -244,9 +302,9 @@ func TestReplicaHoldsPersistedManifests(t *testing.T) {
 				m.step(Tick{Now: m.now})
 			}
 		}
-		held, seq, epoch, ok := m.c.Manifest()
-		if !ok || seq != m.latest() || epoch != w.epoch || !held.Equal(m.hist[seq]) {
-			t.Fatalf("after healing the replica holds seq %d epoch %d (synced %t), want the latest %d at epoch %d", seq, epoch, ok, m.latest(), w.epoch)
+		held, root, epoch, ok := m.c.Manifest()
+		if !ok || root != m.roots[m.head].root || epoch != w.epoch || !held.Equal(m.roots[m.head].m) {
+			t.Fatalf("after healing the replica holds root %s epoch %d (synced %t), want the head %s at epoch %d", root, epoch, ok, m.roots[m.head].root, w.epoch)
 		}
 	})
 }

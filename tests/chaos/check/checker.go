@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/streamtier/streamtier/segments/loadgen"
@@ -74,6 +77,11 @@ type Stats struct {
 	RetainedOffsets uint64 `json:"retained_offsets"` // offsets removed by remote retention, each judged
 	AwaitPersisted  int    `json:"await_persisted"`  // await_offset answers "persisted", each an acknowledgement
 	AwaitInGap      int    `json:"await_in_gap"`     // await_offset answers "in a declared gap", each judged
+	RootLineages    int    `json:"root_lineages"`    // version 3 roots whose identity and lineage were judged
+	ParentsJudged   int    `json:"parents_judged"`   // records whose root's parent was compared with the record before it
+	EtcdRewinds     int    `json:"etcd_rewinds"`     // etcd wipes and restores the harness declared
+	Recoveries      int    `json:"recoveries"`       // records judged after the recovery that followed one
+	RewoundRecords  int    `json:"rewound_records"`  // records seen between a rewind and its recovery (not judged)
 }
 
 // truncation is a lost local tail the harness caused: the log ends at cut, or (fork) the
@@ -117,6 +125,7 @@ type streamState struct {
 	listed      []Object          // the last listing
 	lastValue   []byte            // the last record value observed
 	lastRev     int64             // the etcd revision of lastValue
+	seqs        seqState          // format version 3: seqs, roots and their parents (seq.go)
 	fragStarts  []uint64          // live fragments' first offsets at the last check
 	gapOffsets  uint64            // offsets in the live gaps at the last check
 	// awaitAcked are the offsets await_offset answered persisted since the last check;
@@ -135,6 +144,8 @@ type Checker struct {
 	cycle      int
 	violations []Violation
 	seen       map[string]bool // violations reported, by stream, rule and detail
+	windows    []revWindow     // etcd wipes and restores the harness declared (seq.go)
+	outside    int             // objects under the key prefix outside the stream prefixes at the last check
 	stats      Stats
 }
 
@@ -147,7 +158,7 @@ func New(cfg Config) (*Checker, error) {
 			return nil, fmt.Errorf("check: stream %s: %w", sc.ID, err)
 		}
 		c.streams[sc.ID] = &streamState{cfg: sc, lin: lin, policies: map[int][]Policy{}, etags: map[string]string{},
-			verified: map[string]bool{}, verifiedOld: map[string]bool{}, referenced: map[string]bool{}}
+			verified: map[string]bool{}, verifiedOld: map[string]bool{}, referenced: map[string]bool{}, seqs: newSeqState()}
 		c.order = append(c.order, sc.ID)
 	}
 	return c, nil
@@ -325,9 +336,12 @@ func (c *Checker) candidates(st *streamState) []Policy {
 	return out
 }
 
-// Record is the manifest record in etcd (docs/metadata.md), decoded strictly.
+// Record is the manifest record in etcd (remote-format.md, "Metadata records"), decoded
+// strictly. Version 1 names a version 1 or 2 root by the writer's epoch and the root's uid;
+// version 2 names a version 3 root by its seq and uid.
 type Record struct {
 	Version        int    `json:"version"`
+	Seq            uint64 `json:"seq"` // record version 2 only (0: a version 1 record)
 	Epoch          uint64 `json:"epoch"`
 	RootUID        string `json:"rootUid"`
 	FirstOffset    uint64 `json:"firstOffset"`
@@ -336,7 +350,9 @@ type Record struct {
 	FirstTimestamp int64  `json:"firstTimestamp"`
 }
 
-// DecodeRecord decodes a manifest record: every field present, nothing else.
+// DecodeRecord decodes a manifest record: every field of its version present, nothing
+// else. Version 1 has no seq; version 2 must carry one of at least 1. It returns the
+// record and its root uid.
 func DecodeRecord(b []byte) (Record, uint64, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(b, &fields); err != nil {
@@ -353,42 +369,78 @@ func DecodeRecord(b []byte) (Record, uint64, error) {
 	if err := d.Decode(&r); err != nil {
 		return Record{}, 0, fmt.Errorf("manifest record: %w", err)
 	}
-	var uid uint64
-	if len(r.RootUID) != 16 {
-		return Record{}, 0, fmt.Errorf("manifest record: root uid %q is not 16 hex digits", r.RootUID)
+	_, hasSeq := fields["seq"]
+	switch {
+	case r.Version == 1 && hasSeq:
+		return Record{}, 0, fmt.Errorf("manifest record: version 1 with a seq field (seq came with version 2)")
+	case r.Version == 2 && !hasSeq:
+		return Record{}, 0, fmt.Errorf("manifest record: version 2 without a seq field")
+	case r.Version == 2 && r.Seq == 0:
+		return Record{}, 0, fmt.Errorf("manifest record: version 2 with seq 0 (seqs start at 1)")
+	case r.Version != 1 && r.Version != 2:
+		return Record{}, 0, fmt.Errorf("manifest record: version %d", r.Version)
 	}
-	if _, err := fmt.Sscanf(r.RootUID, "%016x", &uid); err != nil {
-		return Record{}, 0, fmt.Errorf("manifest record: root uid %q: %w", r.RootUID, err)
+	uid, err := strconv.ParseUint(r.RootUID, 16, 64)
+	if len(r.RootUID) != 16 || strings.ToLower(r.RootUID) != r.RootUID || err != nil {
+		return Record{}, 0, fmt.Errorf("manifest record: root uid %q is not 16 lowercase hex digits", r.RootUID)
 	}
-	if r.Version != 1 || r.FirstOffset > r.NextOffset || r.FirstTimestamp < -1 {
+	if r.FirstOffset > r.NextOffset || r.FirstTimestamp < -1 {
 		return Record{}, 0, fmt.Errorf("manifest record: version %d, offsets [%d,%d), first timestamp %d", r.Version, r.FirstOffset, r.NextOffset, r.FirstTimestamp)
 	}
 	return r, uid, nil
 }
 
-// Observe judges one persisted manifest record of stream, as etcd holds it at revision
-// modRev (seen by a watch or a read): next offset never regresses except by a harness
-// truncation, first offset never falls and rises only as far as a retention policy in force
-// allows, the epoch never falls. Records come in etcd's order, not in the order they reach
-// the checker: a watch resuming after an outage replays records older than one a read
-// already showed, and those are not news.
-func (c *Checker) Observe(stream string, value []byte, modRev int64) {
+// Observe judges one persisted manifest record of stream, as etcd holds it (kv, seen by a
+// watch or a read): next offset never regresses except by a harness truncation, first
+// offset never falls and rises only as far as a retention policy in force allows, the
+// epoch never falls, the seq never falls and names one root uid. Records come in etcd's
+// order, not in the order they reach the checker: a watch resuming after an outage replays
+// records older than one a read already showed, and those are not news. Records etcd held
+// between a wipe or a restore the harness declared (EtcdRewound) and the recovery after it
+// (EtcdRecovered) are not judged: the record the recovery left is, against everything
+// acknowledged before.
+func (c *Checker) Observe(stream string, kv *mvccpb.KeyValue) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.observe(stream, value, modRev)
+	c.observe(stream, kv)
 }
 
-func (c *Checker) observe(stream string, value []byte, modRev int64) {
+func (c *Checker) observe(stream string, kv *mvccpb.KeyValue) {
 	st, ok := c.streams[stream]
-	if !ok || modRev <= st.lastRev || bytes.Equal(value, st.lastValue) {
+	if !ok || kv.ModRevision <= st.lastRev {
 		return
 	}
-	st.lastValue, st.lastRev = append([]byte(nil), value...), modRev
-	r, _, err := DecodeRecord(value)
+	if w := c.window(kv.ModRevision); w != nil {
+		c.stats.RewoundRecords++
+		return
+	}
+	c.judgeRecord(st, kv, "")
+}
+
+// judgeRecord judges the record kv (c.mu held); recovered names the declared fault the
+// record was recovered after ("": a record the node wrote).
+func (c *Checker) judgeRecord(st *streamState, kv *mvccpb.KeyValue, recovered string) {
+	stream, value := st.cfg.ID, kv.Value
+	cur := recordLink{createRev: kv.CreateRevision, version: kv.Version, rev: kv.ModRevision}
+	prev := st.seqs.link
+	st.seqs.link = recordLink{}
+	st.lastRev = kv.ModRevision
+	if bytes.Equal(value, st.lastValue) {
+		// The same record put again (or read again): the key's next version follows this one,
+		// whose content is known.
+		st.seqs.link = prev
+		st.seqs.link.createRev, st.seqs.link.version, st.seqs.link.rev = cur.createRev, cur.version, cur.rev
+		return
+	}
+	st.lastValue = append([]byte(nil), value...)
+	r, uid, err := DecodeRecord(value)
 	if err != nil {
 		c.violate(stream, "corrupt-record", "%v: %q", err, value)
 		return
 	}
+	cur.valid, cur.seq, cur.uid = true, r.Seq, uid
+	st.seqs.link = cur
+	c.judgeSeq(st, r, uid, prev, cur, recovered)
 	c.stats.Acks++
 	if r.Epoch < st.epoch {
 		c.violate(stream, "epoch-regressed", "record at epoch %d after epoch %d", r.Epoch, st.epoch)

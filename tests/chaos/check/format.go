@@ -23,6 +23,7 @@ const (
 const (
 	entrySize      = 48
 	rootHeaderSize = 52
+	lineageSize    = 40 // a version 3 root's identity and lineage, right after the version
 	groupHeader    = 12
 	chunkHeader    = 48
 	indexRecord    = 20
@@ -39,9 +40,25 @@ type Entry struct {
 	Kind    uint8
 }
 
+// RootLineage is a version 3 root's identity and place in the stream's lineage (bytes 8..47):
+// zero for a version 1 or 2 root.
+type RootLineage struct {
+	Seq       uint64 // the root's place in the lineage; its key carries it too
+	Epoch     uint64 // the epoch of the writer that made it
+	UID       uint64 // random, drawn for this root; the manifest record names (Seq, UID)
+	ParentSeq uint64 // the persisted manifest it was built on (0: none)
+	ParentUID uint64 // that manifest's root uid (0: none; a version 1 or 2 parent's uid when ParentSeq is 0)
+}
+
+// String is the lineage for messages.
+func (l RootLineage) String() string {
+	return fmt.Sprintf("seq %d (epoch %d, uid %016x, parent seq %d uid %016x)", l.Seq, l.Epoch, l.UID, l.ParentSeq, l.ParentUID)
+}
+
 // Root is a decoded root object.
 type Root struct {
 	Version     uint32
+	Lineage     RootLineage // version 3 only
 	First, Next uint64
 	FirstTS     int64
 	FirstLastTS int64
@@ -132,34 +149,66 @@ func decodeEntries(what string, b []byte, n int, version uint32) ([]Entry, error
 	return out, nil
 }
 
-// DecodeRoot decodes a root object: magic OSIR, version 1 or 2, header, entries, CRC.
+// DecodeRoot decodes a root object: magic OSIR, version 1, 2 or 3, (version 3) the 40
+// bytes of identity and lineage, header, entries, CRC. A version 3 root must have a seq of
+// at least 1, a uid other than 0 (0 names no root), a parent seq below its seq and, when it
+// names a parent seq, a parent uid other than 0.
 func DecodeRoot(b []byte) (Root, error) {
-	if len(b) < rootHeaderSize+4 {
+	if len(b) < 8 {
 		return Root{}, fmt.Errorf("root: %d bytes, shorter than an empty root", len(b))
 	}
 	if string(b[:4]) != "OSIR" {
 		return Root{}, fmt.Errorf("root: magic %q", b[:4])
 	}
-	r := Root{
-		Version:     binary.BigEndian.Uint32(b[4:]),
-		First:       binary.BigEndian.Uint64(b[8:]),
-		Next:        binary.BigEndian.Uint64(b[16:]),
-		FirstTS:     int64(binary.BigEndian.Uint64(b[24:])),
-		FirstLastTS: int64(binary.BigEndian.Uint64(b[32:])),
-		Total:       binary.BigEndian.Uint64(b[40:]),
-	}
-	if r.Version != 1 && r.Version != 2 {
+	r := Root{Version: binary.BigEndian.Uint32(b[4:])}
+	base := 0
+	switch r.Version {
+	case 1, 2:
+	case 3:
+		base = lineageSize
+	default:
 		return Root{}, fmt.Errorf("root: version %d", r.Version)
 	}
-	n := int(binary.BigEndian.Uint32(b[48:]))
-	if want := rootHeaderSize + entrySize*n + 4; len(b) != want {
+	if len(b) < base+rootHeaderSize+4 {
+		return Root{}, fmt.Errorf("root: %d bytes, shorter than an empty version %d root", len(b), r.Version)
+	}
+	if r.Version == 3 {
+		r.Lineage = RootLineage{
+			Seq:       binary.BigEndian.Uint64(b[8:]),
+			Epoch:     binary.BigEndian.Uint64(b[16:]),
+			UID:       binary.BigEndian.Uint64(b[24:]),
+			ParentSeq: binary.BigEndian.Uint64(b[32:]),
+			ParentUID: binary.BigEndian.Uint64(b[40:]),
+		}
+	}
+	h := b[base:]
+	r.First = binary.BigEndian.Uint64(h[8:])
+	r.Next = binary.BigEndian.Uint64(h[16:])
+	r.FirstTS = int64(binary.BigEndian.Uint64(h[24:]))
+	r.FirstLastTS = int64(binary.BigEndian.Uint64(h[32:]))
+	r.Total = binary.BigEndian.Uint64(h[40:])
+	n := int(binary.BigEndian.Uint32(h[48:]))
+	if want := base + rootHeaderSize + entrySize*n + 4; len(b) != want {
 		return Root{}, fmt.Errorf("root: %d bytes, %d entries need %d", len(b), n, want)
 	}
 	if err := checkCRC("root", b); err != nil {
 		return Root{}, err
 	}
+	if r.Version == 3 {
+		l := r.Lineage
+		switch {
+		case l.Seq == 0:
+			return Root{}, fmt.Errorf("root: version 3 with seq 0 (seqs start at 1)")
+		case l.UID == 0:
+			return Root{}, fmt.Errorf("root: seq %d has uid 0 (0 names no root)", l.Seq)
+		case l.ParentSeq >= l.Seq:
+			return Root{}, fmt.Errorf("root: seq %d names parent seq %d, not below it", l.Seq, l.ParentSeq)
+		case l.ParentSeq > 0 && l.ParentUID == 0:
+			return Root{}, fmt.Errorf("root: seq %d names parent seq %d with uid 0", l.Seq, l.ParentSeq)
+		}
+	}
 	var err error
-	if r.Entries, err = decodeEntries("root", b[rootHeaderSize:], n, r.Version); err != nil {
+	if r.Entries, err = decodeEntries("root", h[rootHeaderSize:], n, r.Version); err != nil {
 		return Root{}, err
 	}
 	if r.First > r.Next {

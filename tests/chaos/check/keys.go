@@ -15,26 +15,51 @@ func StreamPrefix(keyPrefix, stream string) string {
 	return keyPrefix + "/" + hex.EncodeToString(sum[:])[:4] + "/" + stream + "/"
 }
 
-// RootKey is the key of the root object a manifest record names.
+// RootKey is the key of a version 1 or 2 root object (a record of version 1 names it by
+// the writer's epoch and the root's uid).
 func RootKey(keyPrefix, stream string, epoch, uid uint64) string {
 	return fmt.Sprintf("%smeta/root-%020d-%016x.manifest", StreamPrefix(keyPrefix, stream), epoch, uid)
 }
 
-// objKey is a parsed fragment or group key.
+// SeqRootKey is the key of the version 3 root of seq: one root per seq, ever.
+func SeqRootKey(keyPrefix, stream string, seq uint64) string {
+	return fmt.Sprintf("%smeta/root-%020d.manifest", StreamPrefix(keyPrefix, stream), seq)
+}
+
+// RecordRootKey is the key of the root the record names: by seq from record version 2 on,
+// by epoch and uid before.
+func RecordRootKey(keyPrefix, stream string, r Record, uid uint64) string {
+	if r.Version >= 2 {
+		return SeqRootKey(keyPrefix, stream, r.Seq)
+	}
+	return RootKey(keyPrefix, stream, r.Epoch, uid)
+}
+
+// markerName is a stream's deletion marker, right under its prefix.
+const markerName = "deleted"
+
+// objKey is a parsed key under a stream prefix: a fragment, a group, a root or the
+// deletion marker.
 type objKey struct {
 	kind   uint8
 	first  uint64
-	epoch  uint64 // 0 for a version 1 key
-	uid    uint64
+	epoch  uint64 // 0 for a version 1 key and a version 3 root
+	uid    uint64 // 0 for a version 3 root (its key names only the seq)
 	isRoot bool
+	seq    uint64 // a version 3 root's seq (0: a version 1 or 2 root)
+	marker bool   // the deletion marker
 }
 
 var extKinds = map[string]uint8{"fragment": KindFragment, "group": KindGroup, "kgroup": KindKiloGroup, "mgroup": KindMegaGroup}
 
 // parseKey parses a key under a stream prefix (the part after it): data/<off20>-[<epoch20>-]
-// <uid16>.fragment, meta/<off20>-[<epoch20>-]<uid16>.group|.kgroup|.mgroup or
-// meta/root-<epoch20>-<uid16>.manifest.
+// <uid16>.fragment, meta/<off20>-[<epoch20>-]<uid16>.group|.kgroup|.mgroup,
+// meta/root-<seq20>.manifest (version 3), meta/root-<epoch20>-<uid16>.manifest (versions 1
+// and 2) or the deletion marker, deleted.
 func parseKey(rel string) (objKey, error) {
+	if rel == markerName {
+		return objKey{marker: true}, nil
+	}
 	dir, name, ok := strings.Cut(rel, "/")
 	if !ok {
 		return objKey{}, fmt.Errorf("key %q: no directory", rel)
@@ -54,6 +79,16 @@ func parseKey(rel string) (objKey, error) {
 	}
 	if dir == "meta" && ext == "manifest" && strings.HasPrefix(base, "root-") {
 		parts := strings.Split(strings.TrimPrefix(base, "root-"), "-")
+		if len(parts) == 1 { // version 3: root-<seq20>
+			seq, err := num(parts[0], 20)
+			if err != nil {
+				return objKey{}, err
+			}
+			if seq == 0 {
+				return objKey{}, fmt.Errorf("key %q: root of seq 0 (seqs start at 1)", rel)
+			}
+			return objKey{isRoot: true, seq: seq}, nil
+		}
 		if len(parts) != 2 {
 			return objKey{}, fmt.Errorf("key %q: bad root name", rel)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -55,6 +56,9 @@ func (c *Checker) Check(ctx context.Context, full bool) error {
 			return fmt.Errorf("check stream %s: %w", id, err)
 		}
 	}
+	if err := c.checkOutside(ctx); err != nil {
+		return fmt.Errorf("check the key prefix: %w", err)
+	}
 	c.stats.GapOffsets = 0
 	for _, st := range c.streams {
 		c.stats.GapOffsets += st.gapOffsets
@@ -69,14 +73,13 @@ func (c *Checker) checkStream(ctx context.Context, st *streamState, full bool) e
 	if err != nil {
 		return fmt.Errorf("etcd read %s: %w", base, err)
 	}
-	var recVal []byte
-	var recRev int64
+	var recKV *mvccpb.KeyValue
 	var storedEpoch uint64
 	anchored := false
 	for _, kv := range resp.Kvs {
 		switch strings.TrimPrefix(string(kv.Key), base) {
 		case "manifest":
-			recVal, recRev = kv.Value, kv.ModRevision
+			recKV = kv
 		case "epoch":
 			if storedEpoch, err = strconv.ParseUint(string(kv.Value), 10, 64); err != nil || len(kv.Value) != 20 {
 				c.violate(id, "corrupt-record", "epoch record %q", kv.Value)
@@ -91,6 +94,7 @@ func (c *Checker) checkStream(ctx context.Context, st *streamState, full bool) e
 	}
 	sn := &snapshot{st: st, objects: map[string]Object{}, refs: map[entryRef]string{}, roots: map[string]bool{}, ref: map[string]bool{}}
 	prefix := StreamPrefix(c.cfg.KeyPrefix, id)
+	rootKeys := map[string]uint64{} // version 3 roots: key -> seq
 	for _, o := range objs {
 		sn.objects[o.Key] = o
 		sig := o.ETag + "/" + strconv.FormatInt(o.Size, 10)
@@ -104,34 +108,49 @@ func (c *Checker) checkStream(ctx context.Context, st *streamState, full bool) e
 			c.violate(id, "foreign-key", "%v", err)
 			continue
 		}
-		if k.isRoot {
+		switch {
+		case k.marker:
+			c.violate(id, "deletion-marker", "the bucket holds %s, the stream's deletion marker, yet the harness deleted no stream", o.Key)
+		case k.isRoot:
 			sn.roots[o.Key] = true
-			continue
+			if k.seq > 0 {
+				rootKeys[o.Key] = k.seq
+			}
+		default:
+			sn.refs[entryRef{kind: k.kind, first: k.first, uid: k.uid}] = o.Key
 		}
-		sn.refs[entryRef{kind: k.kind, first: k.first, uid: k.uid}] = o.Key
 	}
 	st.listed = objs
-	if recVal == nil {
+	var rec *Record
+	if recKV != nil {
+		if r, _, err := DecodeRecord(recKV.Value); err == nil {
+			rec = &r
+		}
+	}
+	if recKV == nil {
 		c.judgeDeferredAwaits(st)
 		st.referenced = map[string]bool{}
 		if st.ackedNext > 0 {
 			c.violate(id, "record-vanished", "no manifest record in etcd, after persisted next %d was acknowledged", st.ackedNext)
 		}
-		return nil
+		return c.judgeRoots(ctx, sn, rootKeys, nil)
 	}
 	if !anchored {
 		c.violate(id, "anchor-missing", "a manifest record without an anchor")
 	}
-	c.observe(id, recVal, recRev)
+	c.observe(id, recKV)
 	c.judgeDeferredAwaits(st)
-	rec, uid, err := DecodeRecord(recVal)
-	if err != nil {
+	if err := c.judgeRoots(ctx, sn, rootKeys, rec); err != nil {
+		return err
+	}
+	if rec == nil {
 		return nil // observe reported it
 	}
+	_, uid, _ := DecodeRecord(recKV.Value)
 	if storedEpoch < rec.Epoch {
 		c.violate(id, "epoch-record", "stored epoch %d below the record's epoch %d", storedEpoch, rec.Epoch)
 	}
-	rootKey := RootKey(c.cfg.KeyPrefix, id, rec.Epoch, uid)
+	rootKey := RecordRootKey(c.cfg.KeyPrefix, id, *rec, uid)
 	if _, ok := sn.objects[rootKey]; !ok {
 		c.violate(id, "missing-object", "the manifest record (next %d) names root %s, which is not in the bucket", rec.NextOffset, rootKey)
 		return nil
@@ -146,6 +165,9 @@ func (c *Checker) checkStream(ctx context.Context, st *streamState, full bool) e
 	if err != nil {
 		c.violate(id, "corrupt-root", "%s: %v", rootKey, err)
 		return nil
+	}
+	if p := identityProblem(*rec, uid, root); p != "" {
+		c.violate(id, "record-root-mismatch", "the record names %s: %s", rootKey, p)
 	}
 	if root.First != rec.FirstOffset || root.Next != rec.NextOffset || root.Total != rec.TotalSize || root.FirstTS != rec.FirstTimestamp {
 		c.violate(id, "record-root-mismatch", "record [%d,%d) size %d ts %d, root %s [%d,%d) size %d ts %d", rec.FirstOffset, rec.NextOffset, rec.TotalSize, rec.FirstTimestamp,
@@ -163,7 +185,7 @@ func (c *Checker) checkStream(ctx context.Context, st *streamState, full bool) e
 		return err
 	}
 	st.referenced = sn.ref
-	c.judgeFork(sn, rec, full)
+	c.judgeFork(sn, *rec, full)
 	return nil
 }
 

@@ -44,10 +44,27 @@ const (
 	LostTail Kind = "lost-tail"
 	// Cut forces a fragment cut with `node cut`.
 	Cut Kind = "cut"
+	// EtcdWipe stops the node, deletes every key under the etcd prefix (etcd lost: the
+	// bucket is claimed, etcd is not), runs `node recover --yes --takeover` (the roots are
+	// younger than 10 minutes) and starts the node again: the records recovered from the
+	// bucket must cover everything acknowledged before.
+	EtcdWipe Kind = "etcd-wipe"
+	// EtcdSnapshotRestore copies every key under the etcd prefix at one moment (a
+	// snapshot), lets the node persist on for a while (For), stops it, puts etcd back to
+	// the snapshot (records behind the bucket), runs `node recover --yes --after-restore`
+	// and starts the node again: the same promise.
+	EtcdSnapshotRestore Kind = "etcd-snapshot-restore"
 )
 
 // Kinds lists every kind, in a fixed order.
-var Kinds = []Kind{NodeKill, S3Storm, EtcdMemberKill, EtcdClusterRestart, GCDelete, Retention, LocalAhead, LostTail, Cut}
+var Kinds = []Kind{NodeKill, S3Storm, EtcdMemberKill, EtcdClusterRestart, GCDelete, Retention, LocalAhead, LostTail, Cut, EtcdWipe, EtcdSnapshotRestore}
+
+// Rewinds are the kinds that take etcd's records back (wiped or restored): a cycle holds
+// at most one, drawn after everything else (see Options.RewindPercent).
+var Rewinds = []Kind{EtcdWipe, EtcdSnapshotRestore}
+
+// IsRewind reports whether k takes etcd's records back.
+func IsRewind(k Kind) bool { return k == EtcdWipe || k == EtcdSnapshotRestore }
 
 // Storm is what an S3 storm does to the requests it hits.
 type Storm string
@@ -170,16 +187,22 @@ type Options struct {
 	LostTailPercent  int          // chance a cycle starts with a lost tail
 	ForkPercent      int          // chance a lost tail is refilled at once with another timeline
 	CleanStopPercent int          // chance a cycle ends with SIGTERM rather than SIGKILL
+	// RewindPercent is the chance a cycle also holds one etcd rewind (a wipe or a snapshot
+	// restore, chosen by their Weights). It is drawn after every other draw of the cycle,
+	// so that it leaves the rest of a seed's schedule as it was (the CI soak's seed keeps
+	// its forks); a rewind comes on top of MaxFaults.
+	RewindPercent int
 }
 
 // DefaultWeights are the relative frequencies of the faults during a cycle.
-var DefaultWeights = map[Kind]int{NodeKill: 3, S3Storm: 6, EtcdMemberKill: 2, EtcdClusterRestart: 1, GCDelete: 2, Retention: 2, LocalAhead: 1, Cut: 3}
+var DefaultWeights = map[Kind]int{NodeKill: 3, S3Storm: 6, EtcdMemberKill: 2, EtcdClusterRestart: 1, GCDelete: 2, Retention: 2, LocalAhead: 1, Cut: 3,
+	EtcdWipe: 1, EtcdSnapshotRestore: 1}
 
 // DefaultOptions is the soak's schedule for streams streams on a three-member etcd.
 func DefaultOptions(streams int) Options {
 	return Options{Streams: streams, Members: 3, MinCycle: 4 * time.Second, MaxCycle: 9 * time.Second,
 		MinAppend: 128 << 10, MaxAppend: 1536 << 10, SegmentBytes: 256 << 10, MaxFaults: 3,
-		Weights: DefaultWeights, LostTailPercent: 15, ForkPercent: 50, CleanStopPercent: 30}
+		Weights: DefaultWeights, LostTailPercent: 15, ForkPercent: 50, CleanStopPercent: 30, RewindPercent: 6}
 }
 
 // Plan is cycle index's plan under seed.
@@ -204,7 +227,7 @@ func Plan(seed uint64, index int, o Options) Cycle {
 	var kinds []Kind
 	total := 0
 	for _, k := range Kinds {
-		if w := o.Weights[k]; w > 0 {
+		if w := o.Weights[k]; w > 0 && !IsRewind(k) {
 			kinds = append(kinds, k)
 			total += w
 		}
@@ -289,7 +312,43 @@ func Plan(seed uint64, index int, o Options) Cycle {
 	if fork, bytes := r.IntN(100) < o.ForkPercent, o.MinAppend/8+r.Int64N(o.MaxAppend); c.LostTail != nil {
 		c.LostTail.Fork, c.LostTail.ForkBytes = fork, bytes
 	}
+	// Drawn after the fork, for the same reason.
+	if f, ok := planRewind(r, o, c.Duration, dur); ok {
+		if end := f.At + f.For + time.Second; end > c.Duration {
+			c.Duration = end
+		}
+		c.Faults = append(c.Faults, f)
+		sort.SliceStable(c.Faults, func(i, j int) bool { return c.Faults[i].At < c.Faults[j].At })
+	}
 	return c
+}
+
+// planRewind draws a cycle's etcd rewind, if any: RewindPercent decides whether, the
+// rewinds' weights which. A snapshot restore puts etcd back after For: the node persists
+// on meanwhile.
+func planRewind(r *rand.Rand, o Options, d time.Duration, dur func(lo, hi time.Duration) time.Duration) (Fault, bool) {
+	total := 0
+	for _, k := range Rewinds {
+		total += max(o.Weights[k], 0)
+	}
+	if o.RewindPercent <= 0 || total == 0 || r.IntN(100) >= o.RewindPercent {
+		return Fault{}, false
+	}
+	pick := r.IntN(total)
+	var k Kind
+	for _, kk := range Rewinds {
+		if w := max(o.Weights[kk], 0); pick < w {
+			k = kk
+			break
+		} else {
+			pick -= w
+		}
+	}
+	f := Fault{Kind: k, Stream: -1, At: dur(300*time.Millisecond, max(d-500*time.Millisecond, 301*time.Millisecond)).Round(time.Millisecond)}
+	if k == EtcdSnapshotRestore {
+		f.For = dur(time.Second, 4*time.Second).Round(time.Millisecond)
+	}
+	return f, true
 }
 
 // Digest is a short hash of the plans: two runs with the same seed print the same digest.

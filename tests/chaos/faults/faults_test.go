@@ -24,7 +24,16 @@ func TestPlanReplays(t *testing.T) {
 	seen := map[Kind]int{}
 	forks := 0
 	for _, c := range a {
-		if c.Duration < o.MinCycle || len(c.Appends) != 3 || len(c.Faults) == 0 || len(c.Faults) > o.MaxFaults {
+		rewinds := 0
+		for _, f := range c.Faults {
+			if IsRewind(f.Kind) {
+				rewinds++
+				if f.At+f.For >= c.Duration {
+					t.Fatalf("a rewind that ends past the cycle: %s", c)
+				}
+			}
+		}
+		if c.Duration < o.MinCycle || len(c.Appends) != 3 || len(c.Faults) == 0 || len(c.Faults) > o.MaxFaults+rewinds || rewinds > 1 {
 			t.Fatalf("bad cycle: %s", c)
 		}
 		if c.LostTail != nil {
@@ -59,5 +68,31 @@ func TestPlanReplays(t *testing.T) {
 	}
 	if d := a[0].Duration; d > time.Minute {
 		t.Fatalf("cycle of %v", d)
+	}
+}
+
+// TestRewindsLeaveTheScheduleAlone checks that the etcd rewinds, drawn last, change nothing
+// else of a seed's schedule: with RewindPercent 0 every cycle is the same but for them.
+func TestRewindsLeaveTheScheduleAlone(t *testing.T) {
+	with, without := DefaultOptions(3), DefaultOptions(3)
+	without.RewindPercent = 0
+	n := 0
+	for i := range 300 {
+		a, b := Plan(70, i, with), Plan(70, i, without)
+		var kept []Fault
+		for _, f := range a.Faults {
+			if IsRewind(f.Kind) {
+				n++
+				continue
+			}
+			kept = append(kept, f)
+		}
+		a.Faults, a.Duration = kept, b.Duration
+		if a.String() != b.String() {
+			t.Fatalf("cycle %d: a rewind changed the schedule:\n%s\n%s", i, a, b)
+		}
+	}
+	if n == 0 {
+		t.Fatal("300 cycles drew no rewind")
 	}
 }

@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/streamtier/streamtier/tests/chaos/check"
 	"github.com/streamtier/streamtier/tests/chaos/faults"
@@ -175,6 +179,31 @@ func (w *world) actions(f faults.Fault, plan faults.Cycle) []action {
 			w.countFault(string(f.Kind), id, "node cut: exit %d %s", code, oneLine(errOut))
 			return nil
 		}}}
+	case faults.EtcdWipe:
+		return []action{{f.At, "etcd wipe", func(ctx context.Context) error {
+			return w.restartNode(ctx, func() error { return w.rewindEtcd(ctx, f.Kind, nil, 0) })
+		}}}
+	case faults.EtcdSnapshotRestore:
+		var snap []*mvccpb.KeyValue
+		var snapRev int64
+		return []action{
+			{f.At, "etcd snapshot", func(ctx context.Context) error {
+				var err error
+				if snap, snapRev, err = w.etcdSnapshot(ctx); err != nil {
+					snap = nil
+					w.skip(string(f.Kind), "", "no snapshot: %v", err)
+					return nil
+				}
+				w.note("etcd-snapshot", "", "%d keys under %s/ copied at revision %d", len(snap), etcdPrefix, snapRev)
+				return nil
+			}},
+			{end, "etcd restore", func(ctx context.Context) error {
+				if snap == nil {
+					return nil
+				}
+				return w.restartNode(ctx, func() error { return w.rewindEtcd(ctx, f.Kind, snap, snapRev) })
+			}},
+		}
 	case faults.LocalAhead:
 		return []action{{f.At, "local ahead", func(ctx context.Context) error {
 			return w.restartNode(ctx, func() error {
@@ -246,4 +275,153 @@ func oneLine(s string) string {
 		}
 	}
 	return "(" + string(b) + ")"
+}
+
+// etcdSnapshot copies every key under the etcd prefix at one revision (one range read is
+// consistent): what a snapshot of the cluster holds of this cluster's metadata.
+func (w *world) etcdSnapshot(ctx context.Context) ([]*mvccpb.KeyValue, int64, error) {
+	gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	resp, err := w.cli.Get(gctx, etcdPrefix+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s/: %w", etcdPrefix, err)
+	}
+	return resp.Kvs, resp.Header.Revision, nil
+}
+
+// readRecords reads every stream's manifest record (linearizable, retried while etcd
+// recovers) and the revision it read at.
+func (w *world) readRecords(ctx context.Context) (map[string]*mvccpb.KeyValue, int64, error) {
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, gerr := w.cli.Get(gctx, etcdPrefix+"/streams/", clientv3.WithPrefix())
+		cancel()
+		if gerr == nil {
+			out := map[string]*mvccpb.KeyValue{}
+			for _, kv := range resp.Kvs {
+				stream, key, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), etcdPrefix+"/streams/"), "/")
+				if ok && key == "manifest" {
+					out[stream] = kv
+				}
+			}
+			return out, resp.Header.Revision, nil
+		}
+		err = gerr
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return nil, 0, fmt.Errorf("read the manifest records: %w", err)
+}
+
+// recoverResult is what the harness reads of `node recover --json`.
+type recoverResult struct {
+	Claim struct {
+		Action string `json:"Action"`
+		Target *struct {
+			Generation uint64 `json:"generation"`
+		} `json:"Target"`
+	} `json:"claim"`
+	Refused string `json:"claim_refused"`
+	Streams []struct {
+		Stream  string `json:"stream"`
+		Seq     uint64 `json:"seq"`
+		Next    uint64 `json:"next_offset"`
+		Action  string `json:"action"`
+		Written bool   `json:"written"`
+		Error   string `json:"error"`
+	} `json:"streams"`
+}
+
+// rewindEtcd takes etcd's records back while the node is down: with snap nil it wipes every
+// key under the prefix (etcd lost), else it puts the prefix back to the snapshot snap
+// (taken at revision snapRev; keys held by a lease are left out, as their leases would have
+// expired). The checker is told first (records fall back in time until the recovery), then
+// `node recover --yes` runs with --takeover (a wipe: the roots are younger than 10 minutes)
+// or --after-restore, and the checker judges the records it left against everything
+// acknowledged before.
+func (w *world) rewindEtcd(ctx context.Context, kind faults.Kind, snap []*mvccpb.KeyValue, snapRev int64) error {
+	before, from, err := w.readRecords(ctx)
+	if err != nil {
+		return err
+	}
+	for stream, kv := range before {
+		w.chk.Observe(stream, kv)
+	}
+	if err := w.chk.EtcdRewound(string(kind), from); err != nil {
+		return err
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := w.cli.Delete(octx, etcdPrefix+"/", clientv3.WithPrefix()); err != nil {
+		return fmt.Errorf("%s: delete %s/: %w", kind, etcdPrefix, err)
+	}
+	flag, what := "--takeover", fmt.Sprintf("every key under %s/ deleted at revision %d", etcdPrefix, from)
+	if snap != nil {
+		flag = "--after-restore"
+		var ops []clientv3.Op
+		for _, kv := range snap {
+			if kv.Lease == 0 {
+				ops = append(ops, clientv3.OpPut(string(kv.Key), string(kv.Value)))
+			}
+		}
+		for len(ops) > 0 {
+			n := min(len(ops), 64)
+			if _, err := w.cli.Txn(octx).Then(ops[:n]...).Commit(); err != nil {
+				return fmt.Errorf("%s: put the snapshot back: %w", kind, err)
+			}
+			ops = ops[n:]
+		}
+		var back []string
+		for _, kv := range snap {
+			if strings.HasSuffix(string(kv.Key), "/manifest") {
+				if r, _, err := check.DecodeRecord(kv.Value); err == nil {
+					back = append(back, fmt.Sprintf("%s seq %d next %d (now seq %d)", strings.TrimSuffix(strings.TrimPrefix(string(kv.Key), etcdPrefix+"/streams/"), "/manifest"), r.Seq, r.NextOffset, seqOf(before, kv)))
+				}
+			}
+		}
+		what = fmt.Sprintf("etcd put back to the snapshot of revision %d (records at revision %d: %s)", snapRev, from, strings.Join(back, ", "))
+	}
+	code, out, errOut, err := w.command(ctx, 2*commandTimeout, append([]string{"recover", "--yes", flag, "--json"}, w.direct()...)...)
+	if err != nil {
+		return err
+	}
+	var res recoverResult
+	jerr := json.Unmarshal([]byte(out), &res)
+	if code != 0 || jerr != nil {
+		w.chk.Report("", "recover-failed", "after the %s, node recover --yes %s: exit %d %s %s", kind, flag, code, oneLine(out), oneLine(errOut))
+	}
+	var rows []string
+	for _, r := range res.Streams {
+		rows = append(rows, fmt.Sprintf("%s %s seq %d next %d written %t%s", r.Stream, r.Action, r.Seq, r.Next, r.Written, oneLine(r.Error)))
+	}
+	after, rev, err := w.readRecords(ctx)
+	if err != nil {
+		return err
+	}
+	if err := w.chk.EtcdRecovered(rev, after); err != nil {
+		return err
+	}
+	gen := uint64(0)
+	if res.Claim.Target != nil {
+		gen = res.Claim.Target.Generation
+	}
+	w.countFault(string(kind), "", "node stopped; %s; node recover --yes %s: exit %d, claim %s generation %d, %s",
+		what, flag, code, res.Claim.Action, gen, strings.Join(rows, "; "))
+	return nil
+}
+
+// seqOf is the seq of the record before holds for the key of kv (0: none).
+func seqOf(before map[string]*mvccpb.KeyValue, kv *mvccpb.KeyValue) uint64 {
+	for _, b := range before {
+		if string(b.Key) == string(kv.Key) {
+			if r, _, err := check.DecodeRecord(b.Value); err == nil {
+				return r.Seq
+			}
+		}
+	}
+	return 0
 }

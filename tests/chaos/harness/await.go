@@ -140,7 +140,7 @@ func (w *world) observeRecord(ctx context.Context, stream string) bool {
 	if err != nil || len(resp.Kvs) == 0 {
 		return false
 	}
-	w.chk.Observe(stream, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+	w.chk.Observe(stream, resp.Kvs[0])
 	return true
 }
 

@@ -62,7 +62,7 @@ func (w *world) persisted(ctx context.Context, stream string) (first, next uint6
 			if derr != nil {
 				return 0, 0, false, derr
 			}
-			w.chk.Observe(stream, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+			w.chk.Observe(stream, resp.Kvs[0])
 			return r.FirstOffset, r.NextOffset, true, nil
 		}
 		err = gerr

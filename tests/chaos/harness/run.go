@@ -302,6 +302,7 @@ func (w *world) gcAgrees(ctx context.Context) (string, error) {
 		}
 		listed += len(objs)
 	}
+	listed += w.chk.OutsideObjects() // the claim (and probe leftovers): gc lists the whole key prefix
 	if code != 0 || len(g.Plan.Undecided) > 0 || len(g.Plan.Foreign) > 0 {
 		w.chk.Report("", "gc-disagrees", "node gc: exit %d, %d undecided, %d foreign %s", code, len(g.Plan.Undecided), len(g.Plan.Foreign), oneLine(errOut))
 	}
@@ -340,6 +341,8 @@ func (r Report) Print(out io.Writer) {
 		c.Checks, c.Acks, c.OffsetsChecked, c.ChunksCompared, c.BytesCompared, float64(c.BytesCompared)/(1<<20), c.FragmentsRead, c.GroupsRead, c.RootsRead)
 	fmt.Fprintf(out, "  truncations explained %d, forks written %d (followed by the remote tier %d), offsets retained by policy %d, offsets in declared gaps at the end %d\n",
 		c.Truncations, c.Forks, c.ForksFollowed, c.RetainedOffsets, c.GapOffsets)
+	fmt.Fprintf(out, "  format 3: %d root lineages judged, %d record parents judged, %d etcd rewinds (%d records judged after recovery, %d seen in between, not judged)\n",
+		c.RootLineages, c.ParentsJudged, c.EtcdRewinds, c.Recoveries, c.RewoundRecords)
 	a := r.Appends
 	fmt.Fprintf(out, "  broker appends (%d writers): %d chunks (%.1f MiB) while the node ran, %d chunks (%.1f MiB) while it was down\n",
 		a.Writers, a.LiveChunks, float64(a.LiveBytes)/(1<<20), a.DownChunks, float64(a.DownBytes)/(1<<20))

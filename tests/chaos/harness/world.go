@@ -259,7 +259,7 @@ func (w *world) watch() {
 					if !ok || key != "manifest" || ev.Type != clientv3.EventTypePut {
 						continue
 					}
-					w.chk.Observe(stream, ev.Kv.Value, ev.Kv.ModRevision)
+					w.chk.Observe(stream, ev.Kv)
 					if r, _, err := check.DecodeRecord(ev.Kv.Value); err == nil {
 						w.hist.Add(w.currentCycle(), "persisted", stream, false, "revision %d: [%d,%d) %d bytes epoch %d", ev.Kv.Version, r.FirstOffset, r.NextOffset, r.TotalSize, r.Epoch)
 					}
