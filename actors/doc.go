@@ -23,7 +23,8 @@
 //	// streamtier tiers what is committed.
 //	h, _, err := log.Append(segments.ChunkSpec{Epoch: 1, Timestamp: now, Entries: entries})
 //	err = log.SetCommitted(h.ChunkID)
-//	err = node.AwaitOffset(ctx, "orders", h.ChunkID) // persisted: in S3 and anchored in etcd
+//	err = node.Flush(ctx, "orders", h.ChunkID) // persisted now: in S3 and anchored in etcd
+//	// (AwaitOffset waits without hurrying: a quiet tail is cut after FragmentMaxAge)
 //
 //	r, err := node.OpenReader(ctx, "orders", read.FromFirst())
 //	defer r.Close()

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -163,6 +164,9 @@ func (n *Node) AddStream(spec StreamSpec) error {
 	if err := n.cfg.coreConfig(spec).Validate(); err != nil {
 		return fmt.Errorf("add stream %s: %w", spec.ID, err)
 	}
+	if err := n.refuseDeleted(spec.ID); err != nil {
+		return err
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.stopped {
@@ -183,6 +187,53 @@ func (n *Node) AddStream(spec StreamSpec) error {
 	n.streams[spec.ID] = h
 	log.Info().Uint64("epoch", spec.Epoch).Msg("stream added")
 	return nil
+}
+
+// refuseDeleted reads the stream's etcd tombstone (one read, bounded by ResolveTimeout):
+// a deleted id is refused at once, wrapping metadata.ErrStreamDeleted, rather than by a
+// reader that stops later. A failed read refuses nothing: the resolution reads the
+// tombstone again (and the bucket's deletion marker) and stops a deleted stream then.
+func (n *Node) refuseDeleted(id string) error {
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ResolveTimeout)
+	defer cancel()
+	t, found, err := n.meta.ReadTombstone(ctx, id)
+	if err != nil || !found {
+		return nil
+	}
+	return fmt.Errorf("add stream %s: %w (a stream id is never reused: give the re-created stream a new id)", id, &metadata.DeletedError{Tombstone: t})
+}
+
+// AwaitReady waits until the stream has resolved its manifest and opened its local log:
+// from then on readers open and awaits are answered (before, OpenReader answers
+// read.ErrUnavailable). It returns ErrStreamStopped (with the reason) for a stream that
+// stopped for good first, and on ctx's end an error naming the stream's phase and what it
+// waits for (etcd or S3 away, lost metadata).
+func (n *Node) AwaitReady(ctx context.Context, id string) error {
+	h, err := n.handle(id)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-h.ready:
+		return nil
+	case <-h.done:
+		if reason := h.stopReason(); reason != "" {
+			return fmt.Errorf("stream %s: %s: %w", id, reason, ErrStreamStopped)
+		}
+		return fmt.Errorf("stream %s: %w", id, ErrStreamStopped)
+	case <-ctx.Done():
+		why := ""
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		if st, err := n.Status(sctx, id); err == nil {
+			why = fmt.Sprintf(" (phase %s", st.Phase)
+			if w := cmp.Or(st.Waiting, st.MetadataReason, st.ResolveError); w != "" {
+				why += ": " + w
+			}
+			why += ")"
+		}
+		return fmt.Errorf("stream %s not ready%s: %w", id, why, ctx.Err())
+	}
 }
 
 func (n *Node) handle(id string) (*streamHandle, error) {
@@ -271,21 +322,36 @@ func (n *Node) DeleteStream(ctx context.Context, id string) error {
 }
 
 // AwaitOffset blocks until offset is persisted: its fragment and a root referencing it are
-// in S3, etcd accepted the root, the cache is updated and retention evaluated. An offset the
+// in S3, etcd accepted the root, the cache is updated and retention evaluated. It does not
+// hurry the offset: a quiet stream's tail waits for the idle cut (see Flush). An offset the
 // local log lost before its upload gets ErrOffsetInGap (the stream goes on), one whose
 // answer needs a group object that could not be read ErrAwaitUndecided (ask again), and a
 // stream that stopped ErrStreamStopped.
 func (n *Node) AwaitOffset(ctx context.Context, id string, offset uint64) error {
+	return n.await(ctx, id, offset, false)
+}
+
+// Flush persists the stream through offset now and returns once it is persisted, with
+// AwaitOffset's answers: the fragment holding offset is cut as soon as it is drained (not
+// at its target size or idle age) and the manifest persisted as soon as the uploads up to
+// it are applied. offset must be committed in the local log for the flush to finish (until
+// then it waits, like AwaitOffset). What a broker calls before it confirms to a publisher
+// that data is in S3, and what a test calls instead of waiting for the idle cut.
+func (n *Node) Flush(ctx context.Context, id string, offset uint64) error {
+	return n.await(ctx, id, offset, true)
+}
+
+func (n *Node) await(ctx context.Context, id string, offset uint64, flush bool) error {
 	h, err := n.handle(id)
 	if err != nil {
 		return err
 	}
-	wid, ch, err := h.addWaiter(offset)
+	wid, ch, err := h.addWaiter(offset, flush)
 	if err != nil {
 		return err
 	}
 	if pid := h.readerPID(); pid != nil {
-		n.root.Send(pid, readercore.AwaitOffset{Offset: offset, Waiter: wid})
+		n.root.Send(pid, readercore.AwaitOffset{Offset: offset, Waiter: wid, Flush: flush})
 	} // else: the reader's first incarnation picks it up from the handle when it resolves
 	select {
 	case err := <-ch:
@@ -295,7 +361,11 @@ func (n *Node) AwaitOffset(ctx context.Context, id string, offset uint64) error 
 		if pid := h.readerPID(); pid != nil {
 			n.root.Send(pid, readercore.CancelAwait{Waiter: wid})
 		}
-		return fmt.Errorf("await offset %d of %s: %w", offset, id, ctx.Err())
+		what := "await"
+		if flush {
+			what = "flush"
+		}
+		return fmt.Errorf("%s offset %d of %s: %w", what, offset, id, ctx.Err())
 	}
 }
 

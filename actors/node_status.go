@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"cmp"
+	"fmt"
 	"time"
 
 	"github.com/streamtier/streamtier/actors/readercore"
@@ -55,6 +57,12 @@ type StreamStatus struct {
 	// local first offset above it), 0 when everything committed is persisted.
 	LagBytes   int64
 	LagSeconds float64
+
+	// Waiting says in a sentence why the stream does not move now, whatever the phase: an
+	// upload or persist failing with its error, the pause at the memory bound, the
+	// resolution failing, or a local log with nothing committed ("" when nothing holds it
+	// back). The fields above hold the details; this is the one line to show a person.
+	Waiting string
 
 	// Follow is set when the local log is followed read-only (another process writes it):
 	// what its last look at the directory found.
@@ -111,6 +119,11 @@ func (h *streamHandle) localStatus() (StreamStatus, []segments.SegmentInfo) {
 	}
 	if err := lg.WriteError(); err != nil {
 		st.LogWriteError, st.Exhausted = err.Error(), ExhaustedResource(err)
+	}
+	if _, has := lg.Committed(); !has && !lg.ReadOnly() && st.LocalNext > st.LocalFirst {
+		// osiris semantics: the committed offset lives in memory; a broker that reopened
+		// the log and did not call SetCommitted gets a stream that never moves.
+		st.Waiting = fmt.Sprintf("nothing committed; the local log holds [%d, %d): the broker must call SetCommitted (the committed offset is not kept across a reopen)", st.LocalFirst, st.LocalNext)
 	}
 	for _, s := range segs {
 		st.LocalBytes += s.Size
@@ -173,6 +186,7 @@ func (r *reader) status() StreamStatus {
 	if reason := r.h.stopReason(); reason != "" {
 		st.Phase, st.StopReason = "stopped", reason
 	}
+	st.Waiting = cmp.Or(st.Waiting, st.Core.Waiting(), st.ResolveError)
 	return st
 }
 

@@ -297,6 +297,7 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 		return
 	}
 	r.running, r.resolveErr = true, ""
+	r.h.markReady()
 	r.h.fresh.sureAt(r.n.cfg.clock.Now())
 	r.n.metrics.Resolutions.Add(1)
 	r.h.recovered()

@@ -39,6 +39,8 @@ type streamHandle struct {
 	spec       StreamSpec
 	supervisor *actor.PID
 	done       chan struct{} // closed when the stream's actors have stopped for good
+	ready      chan struct{} // closed when a reader first resolved and opened the log
+	readyOnce  sync.Once
 
 	incarnations atomic.Uint64
 	cache        atomic.Pointer[Persisted]
@@ -140,16 +142,21 @@ func (h *streamHandle) parkedState() (parkState, bool) {
 
 type waiterEntry struct {
 	offset uint64
+	flush  bool // Node.Flush: the reader hurries the offset
 	reply  chan error
 }
 
 func newStreamHandle(spec StreamSpec) *streamHandle {
-	return &streamHandle{spec: spec, done: make(chan struct{}), waiters: make(map[readercore.WaiterID]waiterEntry)}
+	return &streamHandle{spec: spec, done: make(chan struct{}), ready: make(chan struct{}), waiters: make(map[readercore.WaiterID]waiterEntry)}
 }
+
+// markReady records that a reader resolved the stream and opened its log (once per stream:
+// later incarnations resolve again, but readers and awaits already work across them).
+func (h *streamHandle) markReady() { h.readyOnce.Do(func() { close(h.ready) }) }
 
 // addWaiter registers an await_offset caller; the reader learns of it by message (and every
 // new incarnation re-reads them all).
-func (h *streamHandle) addWaiter(offset uint64) (readercore.WaiterID, chan error, error) {
+func (h *streamHandle) addWaiter(offset uint64, flush bool) (readercore.WaiterID, chan error, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopped != nil {
@@ -157,7 +164,7 @@ func (h *streamHandle) addWaiter(offset uint64) (readercore.WaiterID, chan error
 	}
 	h.nextID++
 	ch := make(chan error, 1)
-	h.waiters[h.nextID] = waiterEntry{offset: offset, reply: ch}
+	h.waiters[h.nextID] = waiterEntry{offset: offset, flush: flush, reply: ch}
 	return h.nextID, ch, nil
 }
 
@@ -185,7 +192,7 @@ func (h *streamHandle) outstanding() []readercore.AwaitOffset {
 	defer h.mu.Unlock()
 	out := make([]readercore.AwaitOffset, 0, len(h.waiters))
 	for id, w := range h.waiters {
-		out = append(out, readercore.AwaitOffset{Offset: w.offset, Waiter: id})
+		out = append(out, readercore.AwaitOffset{Offset: w.offset, Waiter: id, Flush: w.flush})
 	}
 	return out
 }

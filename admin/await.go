@@ -16,10 +16,12 @@ import (
 	"github.com/streamtier/streamtier/manifest"
 )
 
-// POST /streams/{id}/await?offset=N|committed&timeout=D waits until offset N of the stream is
-// persisted (its fragment and a root referencing it are in S3, the manifest record naming
-// that root is in etcd) and says so, or says why it will not be (a declared gap, a stopped
-// stream) or could not be told in time.
+// POST /streams/{id}/await?offset=N|committed&timeout=D[&flush=false] waits until offset N
+// of the stream is persisted (its fragment and a root referencing it are in S3, the
+// manifest record naming that root is in etcd) and says so, or says why it will not be (a
+// declared gap, a stopped stream) or could not be told in time. It flushes by default
+// (actors.Node.Flush: the offset is cut and persisted at once, not at the idle cut): who
+// asks wants it in S3 now; flush=false only waits.
 
 // Bounds of the await's timeout parameter.
 const (
@@ -66,6 +68,7 @@ type awaitRequest struct {
 	offset    uint64
 	committed bool // offset=committed: resolve when the request is served
 	timeout   time.Duration
+	flush     bool // hurry the offset (the default)
 }
 
 // parseAwait validates the query of an await; errors name the parameter.
@@ -83,6 +86,14 @@ func parseAwait(q url.Values) (awaitRequest, error) {
 			return a, fmt.Errorf("%w: offset %q: want an offset such as 1234, or committed", errBadRequest, v)
 		}
 		a.offset = n
+	}
+	a.flush = true
+	if v := q.Get("flush"); q.Has("flush") {
+		f, err := strconv.ParseBool(v)
+		if err != nil {
+			return a, fmt.Errorf("%w: flush %q: want true or false", errBadRequest, v)
+		}
+		a.flush = f
 	}
 	a.timeout = DefaultAwaitTimeout
 	if v := q.Get("timeout"); q.Has("timeout") {
@@ -175,7 +186,11 @@ func (s *Server) await(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	stop := context.AfterFunc(s.closing, func() { cancel() })
 	defer stop()
-	err = s.opts.Node.AwaitOffset(ctx, id, res.Offset)
+	if a.flush {
+		err = s.opts.Node.Flush(ctx, id, res.Offset)
+	} else {
+		err = s.opts.Node.AwaitOffset(ctx, id, res.Offset)
+	}
 	switch {
 	case err == nil:
 	case r.Context().Err() != nil:
@@ -196,6 +211,9 @@ func (s *Server) await(w http.ResponseWriter, r *http.Request) {
 type AwaitQuery struct {
 	Offset  string        // an offset or committed
 	Timeout time.Duration // 0: the server's default (30 s)
+	// NoFlush only waits: the offset is persisted when the node's own rules say (the idle
+	// cut, the persist threshold or interval) rather than at once.
+	NoFlush bool
 }
 
 // AwaitError is an await that did not answer persisted: the server's answer, with its HTTP
@@ -217,6 +235,9 @@ func (e *AwaitError) Error() string {
 func (c Client) Await(ctx context.Context, id string, q AwaitQuery) (AwaitResult, error) {
 	v := url.Values{}
 	v.Set("offset", q.Offset)
+	if q.NoFlush {
+		v.Set("flush", "false")
+	}
 	if q.Timeout > 0 {
 		v.Set("timeout", q.Timeout.String())
 	}

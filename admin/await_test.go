@@ -124,6 +124,7 @@ func TestAwaitEndpoint(t *testing.T) {
 		{"s", "offset=5&timeout=soon", `timeout "soon"`},
 		{"s", "offset=5&timeout=0s", `timeout "0s": must be above zero`},
 		{"s", "offset=5&timeout=11m", `timeout "11m": at most 10m0s`},
+		{"s", "offset=5&flush=maybe", `flush "maybe": want true or false`},
 	} {
 		code, _, r := postAwait(t, a.URL(), c.stream, c.query)
 		if code != 400 || r.ErrorClass != admin.AwaitBadRequest || !strings.Contains(r.Error, c.naming) || r.Persisted || r.Retry {
@@ -235,6 +236,10 @@ func (n undecidedNode) AwaitOffset(_ context.Context, id string, offset uint64) 
 	return fmt.Errorf("await_offset on %s: the group holding %d could not be read: %w", id, offset, actors.ErrAwaitUndecided)
 }
 
+func (n undecidedNode) Flush(ctx context.Context, id string, offset uint64) error {
+	return n.AwaitOffset(ctx, id, offset)
+}
+
 // TestAwaitUndecided: an undecided answer is 503 with Retry-After, class undecided and
 // retry set, the node's reason in the error.
 func TestAwaitUndecided(t *testing.T) {
@@ -251,5 +256,49 @@ func TestAwaitUndecided(t *testing.T) {
 	code, h, r := postAwait(t, a.URL(), "s", "offset=7")
 	if code != 503 || r.ErrorClass != admin.AwaitUndecided || !r.Retry || h.Get("Retry-After") != "1" || !strings.Contains(r.Error, "could not be read") {
 		t.Fatalf("undecided: %d %v %+v", code, h, r)
+	}
+}
+
+// TestAwaitFlushesByDefault: the await endpoint flushes unless told not to: a quiet
+// stream's tail, which the node on its own would cut only after an hour, is persisted at
+// once; with flush=false the same await only waits, and times out.
+func TestAwaitFlushesByDefault(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	be := tiertest.StartBackends(ctx, t, false)
+	node, err := actors.Start(ctx, actors.Config{
+		Stream: readercore.Config{FragmentTargetSize: 64 << 20, FragmentMaxAge: time.Hour, PersistThreshold: 1000, PersistInterval: time.Hour},
+		Logger: zerolog.Nop(),
+	}, be.Store, be.Meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Stop(context.Background())
+	lg, err := segments.Open(t.TempDir(), segments.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	if err := node.AddStream(actors.StreamSpec{ID: "quiet", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := admin.Start("127.0.0.1:0", admin.Options{Node: node, NodeID: "n", Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	g, err := loadgen.New(loadgen.Config{Seed: 3, MinDataBytes: 2000, MaxDataBytes: 6000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadgen.Write(ctx, lg, g, loadgen.Limit{Bytes: 30 << 10}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, r := postAwait(t, a.URL(), "quiet", "offset=committed&flush=false&timeout=300ms"); code != 504 || r.ErrorClass != admin.AwaitTimeout {
+		t.Fatalf("await without a flush of a quiet tail: %d %+v, want a timeout (nothing cut for an hour)", code, r)
+	}
+	code, _, r := postAwait(t, a.URL(), "quiet", "offset=committed&timeout=30s")
+	if code != 200 || !r.Persisted || r.PersistedNext != lg.NextOffset() {
+		t.Fatalf("await (flush by default) of a quiet tail: %d %+v, want persisted through %d", code, r, lg.NextOffset())
 	}
 }

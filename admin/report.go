@@ -30,6 +30,7 @@ type Node interface {
 	SetRetention(id string, p manifest.Policy) error
 	TruncateRemote(ctx context.Context, id string) error
 	AwaitOffset(ctx context.Context, id string, offset uint64) error
+	Flush(ctx context.Context, id string, offset uint64) error
 	CommittedNext(id string) (uint64, error)
 }
 
@@ -263,6 +264,10 @@ type StreamReport struct {
 	Lag      LagReport        `json:"lag"`
 	Counters map[string]int64 `json:"counters"`
 	Error    string           `json:"error,omitempty"`
+	// Waiting says in one sentence why the stream does not move now (an upload or persist
+	// failing with its error, the pause at the memory bound, nothing committed); "" when
+	// nothing holds it back.
+	Waiting string `json:"waiting,omitempty"`
 	// StopReason says why a stream in phase "stopped" stopped for good (deleted, deposed).
 	StopReason string `json:"stop_reason,omitempty"`
 	// LocalError is why the stream cannot read its local log now (phase "stalled"; retried
@@ -525,7 +530,7 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 	s := in.Status
 	c := s.Core
 	r := StreamReport{
-		Stream: s.Stream, Phase: s.Phase, Epoch: s.Epoch, Restarts: s.Restarts, StopReason: s.StopReason,
+		Stream: s.Stream, Phase: s.Phase, Epoch: s.Epoch, Restarts: s.Restarts, StopReason: s.StopReason, Waiting: s.Waiting,
 		LocalError: s.LocalError, Exhausted: s.Exhausted, LogWriteError: s.LogWriteError,
 		Local: LocalReport{First: s.LocalFirst, Committed: s.LocalCommitted, Next: s.LocalNext, Segments: s.LocalSegments, Bytes: s.LocalBytes},
 		Remote: RemoteReport{

@@ -149,6 +149,7 @@ type Core struct {
 	drainNext uint64
 	asm       *fragment.Assembly
 	cutTimer  Ref         // the armed idle cut timer (idlecut.go), 0 when none
+	flushTo   uint64      // one past the highest offset a flush waits for (waiters.go); 0: none
 	transfers []*transfer // cut order
 
 	// Flow control (flow.go): the drain's disagreement with drainNext, its retry timer, the
@@ -167,6 +168,7 @@ type Core struct {
 	persistBackoff  bool
 	persistFailures int
 	lastPersistErr  string
+	lastUploadErr   string // the last failed upload attempt's reason, "" once one succeeds
 	lastPersistAt   int64
 
 	rebalance     *rebalanceOp
@@ -187,6 +189,7 @@ type Core struct {
 type Counters struct {
 	Cuts                uint64
 	IdleCuts            uint64 // cuts made by the fragment max age (included in Cuts)
+	FlushCuts           uint64 // cuts made for a flush (AwaitOffset.Flush; included in Cuts)
 	Completions         uint64
 	TransientRetries    uint64
 	NonTransientRetries uint64

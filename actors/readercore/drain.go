@@ -1,6 +1,7 @@
 package readercore
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -37,6 +38,7 @@ func (c *Core) onChunk(e ChunkDrained) error {
 		c.cut()
 	} else {
 		c.armCutTimer() // the first chunk of a new assembly: its arrival starts the idle cut
+		c.flushCut()
 	}
 	if c.held() >= c.cfg.MaxUnpersistedBytes {
 		c.pause()
@@ -108,6 +110,7 @@ func (c *Core) onTransferResult(e TransferResult) error {
 		waited := t.state == transferWaiting
 		t.state = transferDone
 		t.uid = e.UID
+		c.lastUploadErr = ""
 		if t.stalled {
 			t.stalled = false
 			c.emit(Unstalled{Offset: t.desc.FirstOffset, Ref: t.ref})
@@ -123,6 +126,7 @@ func (c *Core) onTransferResult(e TransferResult) error {
 		}
 		t.transient++
 		c.stats.TransientRetries++
+		c.lastUploadErr = cmp.Or(e.Reason, "retriable upload failure")
 		if t.transient == 1 {
 			c.resubmit(t)
 			return nil
@@ -163,6 +167,7 @@ func (c *Core) nonTransientFailure(t *transfer, reason string) {
 	}
 	t.nonTransient++
 	c.stats.NonTransientRetries++
+	c.lastUploadErr = reason
 	t.stalled = true
 	c.emit(Stalled{Offset: t.desc.FirstOffset, Ref: t.ref, Failures: t.nonTransient, Reason: reason})
 	c.waitRetry(t, c.uploadRetryDelay(t.nonTransient))

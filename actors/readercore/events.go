@@ -239,6 +239,10 @@ type Leaf struct {
 type AwaitOffset struct {
 	Offset uint64
 	Waiter WaiterID
+	// Flush hurries the offset: the fragment holding it is cut as soon as it is drained
+	// (not at its target size or idle age), and the manifest is persisted as soon as the
+	// uploads up to it are applied (not at the threshold or the interval).
+	Flush bool
 }
 
 // CancelAwait withdraws a waiter (its caller gave up); it gets no reply.

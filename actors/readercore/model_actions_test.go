@@ -33,7 +33,12 @@ func (w *world) actAwait(t *rapid.T) {
 		o = uint64(rapid.IntRange(int(g.from), int(g.to)-1).Draw(t, "gap-offset"))
 	}
 	w.waiters[w.waiterID] = o
-	w.step(AwaitOffset{Offset: o, Waiter: w.waiterID})
+	// A flush changes only when cuts and persists happen: every invariant still holds.
+	flush := rapid.Bool().Draw(t, "flush")
+	if flush {
+		w.flushes = append(w.flushes, o)
+	}
+	w.step(AwaitOffset{Offset: o, Waiter: w.waiterID, Flush: flush})
 }
 
 func (w *world) actCancelAwait(t *rapid.T) {

@@ -1,6 +1,7 @@
 package readercore
 
 import (
+	"slices"
 	"time"
 
 	"pgregory.net/rapid"
@@ -102,6 +103,14 @@ func (w *world) checkCut(ev Event, e SubmitTransfer) {
 			w.t.Fatalf("idle cut at %s: the oldest chunk arrived at %s, the max age is %s", w.mono, w.idle.arrival, w.cfg.FragmentMaxAge)
 		}
 		modelStats["idle-cuts"]++
+	case AwaitOffset, ChunkDrained:
+		// A flush cuts the assembly once it holds the end of what a flush waits for (the
+		// highest flush of the core that cut, which a restart forgot: any flush's end).
+		if !slices.ContainsFunc(w.flushes, func(o uint64) bool { return e.Fragment.FirstOffset <= o && o < e.Fragment.NextOffset }) {
+			w.t.Fatalf("fragment [%d,%d) of %d bytes cut below the target %d on %T: neither forced, idle nor holding a flushed offset (%v)",
+				e.Fragment.FirstOffset, e.Fragment.NextOffset, e.Fragment.Size, w.cfg.FragmentTargetSize, ev, w.flushes)
+		}
+		modelStats["flush-cuts"]++
 	default:
 		w.t.Fatalf("fragment of %d bytes cut below the target %d on %T: neither forced nor idle", e.Fragment.Size, w.cfg.FragmentTargetSize, ev)
 	}

@@ -198,6 +198,7 @@ type world struct {
 	timers   []mTimer
 	waiters  map[WaiterID]uint64
 	waiterID WaiterID
+	flushes  []uint64 // every offset a flush awaited (a core never forgets one but by a restart)
 	replicas map[string]*mReplica
 
 	// what the checks remember

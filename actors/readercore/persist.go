@@ -28,7 +28,9 @@ func (c *Core) maybePersist() {
 	// uploaded appends are persisted now rather than at the threshold or the timer. Drained
 	// (nothing assembled, no transfer outstanding), no edit will join these soon: waiting
 	// for the threshold or the timer would only delay them.
-	due := c.persistDue || (!c.persistBackoff && (c.reset != nil || len(c.pending) >= c.cfg.PersistThreshold || c.paused || c.drained()))
+	// A flush whose uploads are applied is persisted now too, also while a steady write
+	// keeps the assembly busy.
+	due := c.persistDue || (!c.persistBackoff && (c.reset != nil || len(c.pending) >= c.cfg.PersistThreshold || c.paused || c.drained() || c.flushPersistDue()))
 	if due {
 		c.startPersist()
 	}

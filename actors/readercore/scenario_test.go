@@ -218,7 +218,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "retention-timeout":
 		evs = append(evs, RetentionTimeout{Ref: Ref(argU(t, d, "ref", uint64(h.fetch)))})
 	case "await":
-		evs = append(evs, AwaitOffset{Offset: argU(t, d, "offset", 0), Waiter: WaiterID(argU(t, d, "waiter", 0))})
+		evs = append(evs, AwaitOffset{Offset: argU(t, d, "offset", 0), Waiter: WaiterID(argU(t, d, "waiter", 0)), Flush: d.HasArg("flush")})
 	case "cancel-await":
 		evs = append(evs, CancelAwait{Waiter: WaiterID(argU(t, d, "waiter", 0))})
 	case "policy":

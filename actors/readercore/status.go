@@ -40,7 +40,10 @@ type Status struct {
 	// persisted (-1 when everything drained is persisted): the lag in seconds is now minus it.
 	OldestUnpersistedTimestamp int64
 	LastPersistError           string
-	ResetPending               bool // a truncation of the remote tier waits for its persist
+	// LastUploadError is the last failed upload attempt's reason ("" since an upload
+	// succeeded): a wrong secret or a missing bucket shows here while uploads retry.
+	LastUploadError string
+	ResetPending    bool // a truncation of the remote tier waits for its persist
 
 	// Diverged: the local log and the remote tier share no chunk; the stream waits for an
 	// operator to truncate the remote tier or restore the local log. Both ranges are named.
@@ -81,6 +84,26 @@ type Status struct {
 	Counters Counters
 }
 
+// Waiting says, in a sentence for a person, why the upload pipeline is held back now ("" when
+// nothing holds it): a stalled or failing upload with its reason, failing persists, the
+// pause at the bound on bytes not yet durable, or a drain that cannot take the next chunk.
+// The phase says the rest (diverged, behind, stopped).
+func (s Status) Waiting() string {
+	switch {
+	case s.Stalled:
+		return fmt.Sprintf("uploads stalled at offset %d (retried on a timer): %s", s.StalledOffset, s.LastUploadError)
+	case s.LastUploadError != "":
+		return "uploads failing (retried): " + s.LastUploadError
+	case s.LastPersistError != "":
+		return "persists failing (retried): " + s.LastPersistError
+	case s.Paused:
+		return fmt.Sprintf("paused: %d bytes drained and not yet durable reach the bound %d; the local log grows until uploads and a persist free it", s.HeldBytes, s.HeldBound)
+	case s.DrainStalled:
+		return fmt.Sprintf("the drain cannot take the chunk at %d (%d failures): %s", s.DrainStalledOffset, s.DrainStallFailures, s.DrainStallReason)
+	}
+	return ""
+}
+
 // Status reports where the core is.
 func (c *Core) Status() Status {
 	s := Status{
@@ -100,6 +123,7 @@ func (c *Core) Status() Status {
 		AssemblyChunks:   c.asm.Len(),
 		UnpersistedEdits: len(c.pending),
 		LastPersistError: c.lastPersistErr,
+		LastUploadError:  c.lastUploadErr,
 		ResetPending:     c.reset != nil,
 		Rebalancing:      c.rebalance != nil,
 		RetentionBusy:    c.retention != nil,
@@ -209,6 +233,9 @@ func (s Status) String() string {
 	}
 	if k.IdleCuts > 0 || s.CutTimerArmed {
 		fmt.Fprintf(&b, "\nidle-cut: armed=%t idle-cuts=%d", s.CutTimerArmed, k.IdleCuts)
+	}
+	if k.FlushCuts > 0 {
+		fmt.Fprintf(&b, "\nflush-cuts=%d", k.FlushCuts)
 	}
 	return b.String()
 }

@@ -34,7 +34,31 @@ func (c *Core) onAwait(e AwaitOffset) error {
 		return nil
 	}
 	c.waiters = append(c.waiters, waiter{id: e.Waiter, offset: e.Offset})
+	if e.Flush {
+		c.flushTo = max(c.flushTo, e.Offset+1)
+		c.flushCut()
+		c.afterChange()
+	}
 	return nil
+}
+
+// flushing says a flush waits for offsets below flushTo that are not persisted yet.
+func (c *Core) flushing() bool { return c.flushTo > c.persisted.NextOffset }
+
+// flushCut cuts the assembly when it holds an offset a flush waits for and everything up
+// to the flush's end is drained: waiting for the target size or the idle cut would only
+// delay the flush.
+func (c *Core) flushCut() {
+	if c.phase == phaseRunning && c.flushing() && !c.asm.Empty() && c.asm.FirstOffset() < c.flushTo && c.asm.NextOffset() >= c.flushTo {
+		c.stats.FlushCuts++
+		c.cut()
+	}
+}
+
+// flushPersistDue says a persist now would answer a flush: the uploads up to its end are
+// applied to the in-memory manifest, and only the persist is missing.
+func (c *Core) flushPersistDue() bool {
+	return c.flushing() && c.mem.NextOffset >= c.flushTo && len(c.pending) > 0
 }
 
 func (c *Core) onCancelAwait(e CancelAwait) {

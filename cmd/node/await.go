@@ -27,7 +27,9 @@ func awaitCmd(args []string, stdout, stderr io.Writer) int {
 	var asJSON bool
 	var offset string
 	var timeout time.Duration
+	flush := true
 	s, pos, code, ok := parseFlags(name, nodeconfig.ModeRun, args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&flush, "flush", true, "cut and persist up to the offset at once; --flush=false waits for the node's own cut and persist (the idle cut may take a minute)")
 		fs.StringVar(&offset, "offset", "committed", "the offset to wait for, or committed: the stream's last committed offset now (everything written so far)")
 		fs.DurationVar(&timeout, "timeout", admin.DefaultAwaitTimeout, fmt.Sprintf("how long to wait (at most %v); exit 4 when it passes", admin.MaxAwaitTimeout))
 		fs.BoolVar(&asJSON, "json", false, "print the node's answer as JSON")
@@ -56,7 +58,7 @@ func awaitCmd(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return fail(stderr, name, errNoNode(s))
 	}
-	res, err := c.Await(ctx, id, admin.AwaitQuery{Offset: offset, Timeout: timeout})
+	res, err := c.Await(ctx, id, admin.AwaitQuery{Offset: offset, Timeout: timeout, NoFlush: !flush})
 	var ae *admin.AwaitError
 	if err != nil && !errors.As(err, &ae) {
 		return fail(stderr, name, err) // no answer from the node

@@ -234,6 +234,9 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 		if s.Pipeline.DrainStall != "" {
 			fmt.Fprintf(out, "\n%s: drain stalled at %d: %s (retried)\n", s.Stream, s.Pipeline.DrainStalledOffset, s.Pipeline.DrainStall)
 		}
+		if s.Waiting != "" && s.Pipeline.LastPersistError == "" && !s.Pipeline.Paused && s.Pipeline.DrainStall == "" {
+			fmt.Fprintf(out, "\n%s: waiting: %s\n", s.Stream, s.Waiting) // (the others are printed above)
+		}
 		if s.Error != "" {
 			fmt.Fprintf(out, "\n%s: %s\n", s.Stream, s.Error)
 		}

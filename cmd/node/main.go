@@ -111,7 +111,7 @@ const usage = `usage:
                                     a running node's status (or the persisted state of a stopped one;
                                     --from-bucket: what the bucket alone says, no etcd)
   node cut <stream>                 cut the stream's current fragment now (running node)
-  node await <stream> [--offset N|committed] [--timeout D] [--json]
+  node await <stream> [--offset N|committed] [--flush=false] [--timeout D] [--json]
                                     wait until the offset (default: everything committed now) is
                                     persisted (running node); exit 3 in a gap, 4 timeout, 5 ask again
   node truncate <stream> --yes      a stream whose local log shares no chunk with its remote tier
