@@ -234,6 +234,11 @@ var ErrUnknownStream = read.ErrUnknownStream
 // ErrStreamExists is returned when adding a stream the node already runs.
 var ErrStreamExists = errors.New("stream already running")
 
+// ErrLogInUse is returned by AddStream for a local log (the same *segments.Log, or one of
+// the same directory) that another stream of the node already tiers: each stream's local
+// retention would delete segments the others have not uploaded.
+var ErrLogInUse = errors.New("local log already tiered by another stream of this node")
+
 // ErrStreamStopped is returned to await_offset callers of a stream that stopped (deleted,
 // removed or node stopped) before their offset was persisted.
 var ErrStreamStopped = errors.New("stream stopped")
