@@ -3,7 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
-	"github.com/streamtier/streamtier/claim"
+	"log/slog"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -14,6 +14,7 @@ import (
 	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/actors/read/fetchcore"
 	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/claim"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/segments"
 )
@@ -72,8 +73,12 @@ type Config struct {
 	// ParkRetryInterval is how often the reader of a parked stream (one whose reader kept
 	// failing until its restart delay reached the ceiling) is retried (default 1 min).
 	ParkRetryInterval time.Duration
-	// Logger receives the node's structured logs.
+	// Logger receives the node's structured logs (zerolog is the default).
 	Logger zerolog.Logger
+	// Slog, when set, receives the node's logs instead of Logger: an embedder that logs
+	// with log/slog passes its logger here. Messages, levels and fields carry over; the
+	// node logs at the lowest level the logger's handler takes when the node starts.
+	Slog *slog.Logger
 	// Replicas, when set, carries broadcasts and syncs to replica nodes; nil drops them
 	// (a single node has no replicas).
 	Replicas ReplicaSender
@@ -127,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ParkRetryInterval == 0 {
 		c.ParkRetryInterval = DefaultParkRetryInterval
+	}
+	if c.Slog != nil {
+		c.Logger = shell.ZerologToSlog(c.Slog)
 	}
 	c.clock = shell.OrWall(c.clock)
 	return c

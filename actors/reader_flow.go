@@ -44,7 +44,7 @@ func (r *reader) onChunks(c actor.Context, m *chunksDrained) {
 }
 
 // executeFlow carries out the core's flow-control effects: (re)starting and acknowledging the
-// drain, its stalls and pauses (logged, counted, shown in status), the resume, and the
+// drain, its stalls and pauses (logged, pauses rate-limited by pauseLog; counted, shown in status), the resume, and the
 // stream's retry and idle cut timers.
 func (r *reader) executeFlow(c actor.Context, e readercore.Effect) {
 	root := c.ActorSystem().Root
@@ -67,10 +67,9 @@ func (r *reader) executeFlow(c actor.Context, e readercore.Effect) {
 		r.timers.After(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref})
 	case readercore.PauseDrain:
 		r.n.metrics.DrainPauses.Add(1)
-		r.log.Warn().Uint64("held_bytes", e.Held).Uint64("bound", e.Bound).
-			Msg("drain paused: bytes awaiting upload reached the bound; the local log grows on")
+		r.pauseLog.pause(r.log, r.n.cfg.clock.Now(), e.Held, e.Bound)
 	case readercore.ResumeDrain:
-		r.log.Info().Uint64("from", e.From).Uint64("held_bytes", e.Held).Uint64("bound", e.Bound).Msg("drain resumed: bytes became durable")
+		r.pauseLog.resume(r.log, r.n.cfg.clock.Now(), e.From, e.Held, e.Bound)
 		r.startDrain(c, e.From)
 	case readercore.ArmRetryTimer:
 		r.timers.Cancel(r.shell.retryTimer.id) // replaced (the core cancels it too)
