@@ -394,19 +394,7 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		readercore.ArmCutTimer, readercore.CancelCutTimer:
 		r.executeFlow(c, e)
 	case readercore.DeclareGap:
-		r.n.metrics.Gaps.Add(1)
-		r.n.metrics.GapOffsets.Add(int64(e.To - e.From))
-		if e.Reason == readercore.GapLocalAhead && e.From == 0 {
-			// Nothing was ever persisted and the log begins above 0 (a log created with a
-			// first offset, or one whose older segments the broker removed before tiering
-			// began): the stream's remote tier starts where the log starts; nothing was lost.
-			r.log.Info().Uint64("first_offset", e.To).
-				Msgf("the local log starts at offset %d: the remote tier starts there too", e.To)
-			break
-		}
-		r.log.Warn().Str("reason", e.Reason.String()).Uint64("gap_from", e.From).Uint64("gap_to", e.To).
-			Int("dropped_transfers", e.DroppedTransfers).Int("dropped_chunks", e.DroppedChunks).
-			Msg("the local log lost offsets before they were uploaded: declared a gap, the remote tier keeps everything else")
+		r.declaredGap(e)
 	case readercore.TruncateRemote:
 		r.n.metrics.Truncations.Add(1)
 		if e.OldNext > e.At {

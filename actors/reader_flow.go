@@ -102,3 +102,22 @@ func (r *reader) startDrain(c actor.Context, from uint64) {
 // since is the core's retry clock: the time since this incarnation started, on the node's
 // clock (monotonic with the wall clock).
 func (r *reader) since() time.Duration { return r.n.cfg.clock.Now().Sub(r.shell.born) }
+
+// declaredGap counts and logs a gap the core declared: a warning when offsets are missing
+// from both tiers, an info line when the log merely starts above 0 on a stream that never
+// persisted anything.
+func (r *reader) declaredGap(e readercore.DeclareGap) {
+	r.n.metrics.Gaps.Add(1)
+	r.n.metrics.GapOffsets.Add(int64(e.To - e.From))
+	if e.Reason == readercore.GapLocalAhead && e.From == 0 {
+		// Nothing was ever persisted and the log begins above 0 (a log created with a first
+		// offset, or one whose older segments the broker removed before tiering began): the
+		// stream's remote tier starts where the log starts; nothing was lost.
+		r.log.Info().Uint64("first_offset", e.To).
+			Msgf("the local log starts at offset %d: the remote tier starts there too", e.To)
+		return
+	}
+	r.log.Warn().Str("reason", e.Reason.String()).Uint64("gap_from", e.From).Uint64("gap_to", e.To).
+		Int("dropped_transfers", e.DroppedTransfers).Int("dropped_chunks", e.DroppedChunks).
+		Msg("the local log lost offsets before they were uploaded: declared a gap, the remote tier keeps everything else")
+}
