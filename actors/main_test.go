@@ -16,5 +16,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(actortest.ChildEnv) != "" {
 		os.Exit(m.Run())
 	}
-	goleak.VerifyTestMain(m)
+	// Example runs the embedded S3 endpoint (versitygw over fasthttp) in this process:
+	// fasthttp's server-date ticker lives as long as the process, and its worker pool's
+	// cleaner outlives the server by up to its idle period. Nothing of streamtier's own.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"))
 }

@@ -175,6 +175,11 @@ func (n *Node) AddStream(spec StreamSpec) error {
 	if _, ok := n.streams[spec.ID]; ok {
 		return fmt.Errorf("add stream %s: %w", spec.ID, ErrStreamExists)
 	}
+	for id, other := range n.streams {
+		if other.spec.Log == spec.Log || other.spec.Log.Dir() == spec.Log.Dir() {
+			return fmt.Errorf("add stream %s: its log %s is stream %s's: %w", spec.ID, spec.Log.Dir(), id, ErrLogInUse)
+		}
+	}
 	h := newStreamHandle(spec)
 	log := n.log.With().Str("stream", spec.ID).Logger()
 	var inc incarnations

@@ -3,7 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
-	"github.com/streamtier/streamtier/claim"
+	"log/slog"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -14,6 +14,7 @@ import (
 	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/actors/read/fetchcore"
 	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/claim"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/segments"
 )
@@ -72,8 +73,12 @@ type Config struct {
 	// ParkRetryInterval is how often the reader of a parked stream (one whose reader kept
 	// failing until its restart delay reached the ceiling) is retried (default 1 min).
 	ParkRetryInterval time.Duration
-	// Logger receives the node's structured logs.
+	// Logger receives the node's structured logs (zerolog is the default).
 	Logger zerolog.Logger
+	// Slog, when set, receives the node's logs instead of Logger: an embedder that logs
+	// with log/slog passes its logger here. Messages, levels and fields carry over; the
+	// node logs at the lowest level the logger's handler takes when the node starts.
+	Slog *slog.Logger
 	// Replicas, when set, carries broadcasts and syncs to replica nodes; nil drops them
 	// (a single node has no replicas).
 	Replicas ReplicaSender
@@ -127,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ParkRetryInterval == 0 {
 		c.ParkRetryInterval = DefaultParkRetryInterval
+	}
+	if c.Slog != nil {
+		c.Logger = shell.ZerologToSlog(c.Slog)
 	}
 	c.clock = shell.OrWall(c.clock)
 	return c
@@ -233,6 +241,11 @@ var ErrUnknownStream = read.ErrUnknownStream
 
 // ErrStreamExists is returned when adding a stream the node already runs.
 var ErrStreamExists = errors.New("stream already running")
+
+// ErrLogInUse is returned by AddStream for a local log (the same *segments.Log, or one of
+// the same directory) that another stream of the node already tiers: each stream's local
+// retention would delete segments the others have not uploaded.
+var ErrLogInUse = errors.New("local log already tiered by another stream of this node")
 
 // ErrStreamStopped is returned to await_offset callers of a stream that stopped (deleted,
 // removed or node stopped) before their offset was persisted.

@@ -136,6 +136,14 @@ func (m *Metrics) LatencyQuantiles() (persistP50, persistP99, uploadP50, uploadP
 	return
 }
 
+// LatencyTotals returns how many persists and uploads succeeded and their summed latency
+// since the node started: with LatencyQuantiles, a Prometheus summary of each.
+func (m *Metrics) LatencyTotals() (persists uint64, persistSum time.Duration, uploads uint64, uploadSum time.Duration) {
+	persists, persistSum = m.persistLatency.Totals()
+	uploads, uploadSum = m.uploadLatency.Totals()
+	return
+}
+
 // countLocalError counts one local read failure under its cause.
 func (m *Metrics) countLocalError(err error) {
 	m.LocalErrors[causeIndex(ExhaustedResource(err))].Add(1)

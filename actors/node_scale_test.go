@@ -22,11 +22,12 @@ import (
 	"github.com/streamtier/streamtier/segments"
 )
 
-// processFootprint is the process's own accounting: goroutines, open descriptors, and the
-// live heap after a collection.
+// processFootprint is the process's own accounting: goroutines, open descriptors (the
+// logs' directory locks apart), and the live heap after a collection.
 type processFootprint struct {
 	goroutines int
-	fds        int
+	fds        int // open descriptors but the locks
+	locks      int // descriptors of log directory lock files (segments.LockFileName)
 	heap       uint64
 }
 
@@ -47,7 +48,15 @@ func footprint(t *testing.T) processFootprint {
 	if err != nil {
 		t.Skipf("no /proc/self/fd: %v", err)
 	}
-	return processFootprint{goroutines: g, fds: len(ents), heap: ms.HeapAlloc}
+	fp := processFootprint{goroutines: g, heap: ms.HeapAlloc}
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && filepath.Base(target) == segments.LockFileName {
+			fp.locks++
+		} else {
+			fp.fds++
+		}
+	}
+	return fp
 }
 
 // idleFleet is a node with many idle streams, each on a real log in a temp dir.
@@ -128,9 +137,10 @@ func (f *idleFleet) grow(n int) {
 	})
 }
 
-// Ten thousand streams on one node: an idle stream costs no goroutine and no descriptor,
-// and a few KiB of heap. Compared between 500 and 3000 streams, goroutines and descriptors
-// do not grow with the number of streams.
+// Ten thousand streams on one node: an idle stream costs no goroutine, no descriptor but
+// its log's directory lock (held by the broker's segments.Log while it is open, whether the
+// node tiers it or not), and a few KiB of heap. Compared between 500 and 3000 streams,
+// goroutines and other descriptors do not grow with the number of streams; locks grow by one.
 func TestIdleStreamsCostNoGoroutineNorDescriptor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("adds thousands of streams")
@@ -155,17 +165,20 @@ func TestIdleStreamsCostNoGoroutineNorDescriptor(t *testing.T) {
 		}
 	}
 	per := func(a, b int) float64 { return float64(b-a) / float64(large-small) }
-	g, d := per(at500.goroutines, at3000.goroutines), per(at500.fds, at3000.fds)
+	g, d, l := per(at500.goroutines, at3000.goroutines), per(at500.fds, at3000.fds), per(at500.locks, at3000.locks)
 	h := (float64(at3000.heap) - float64(at500.heap)) / float64(large-small)
 	t.Logf("no streams: %d goroutines, %d fds, heap %.1f MiB", base.goroutines, base.fds, float64(base.heap)/(1<<20))
-	t.Logf("%d streams: %d goroutines, %d fds, heap %.1f MiB", small, at500.goroutines, at500.fds, float64(at500.heap)/(1<<20))
-	t.Logf("%d streams: %d goroutines, %d fds, heap %.1f MiB", large, at3000.goroutines, at3000.fds, float64(at3000.heap)/(1<<20))
-	t.Logf("per idle stream: %.4f goroutines, %.4f fds, %.1f KiB heap", g, d, h/1024)
+	t.Logf("%d streams: %d goroutines, %d fds + %d locks, heap %.1f MiB", small, at500.goroutines, at500.fds, at500.locks, float64(at500.heap)/(1<<20))
+	t.Logf("%d streams: %d goroutines, %d fds + %d locks, heap %.1f MiB", large, at3000.goroutines, at3000.fds, at3000.locks, float64(at3000.heap)/(1<<20))
+	t.Logf("per idle stream: %.4f goroutines, %.4f fds and %.4f lock fds, %.1f KiB heap", g, d, l, h/1024)
 	if g > 0.01 {
 		t.Errorf("goroutines grow by %.4f per idle stream (want at most 0.01)", g)
 	}
 	if d > 0.1 {
-		t.Errorf("descriptors grow by %.4f per idle stream (want at most 0.1)", d)
+		t.Errorf("descriptors other than the logs' locks grow by %.4f per idle stream (want at most 0.1)", d)
+	}
+	if l != 1 {
+		t.Errorf("lock descriptors grow by %.4f per idle stream (want 1: each log holds its directory's lock)", l)
 	}
 	// Guard with headroom (the race detector's shadow heap is not in HeapAlloc, but the
 	// runtime's own structures are); the figure is in the log for docs/performance.md.

@@ -83,6 +83,7 @@ type reader struct {
 	running      bool // the core has Resolved and LogOpened
 	counted      bool // counted in StreamsRunning (start got that far)
 	retLog       retentionLog
+	pauseLog     pauseLog
 	// localErr is the drain's failure to read the local log, nil when it reads: while set,
 	// the stream is "stalled" (counted in StreamsStalled, not StreamsRunning).
 	localErr error
@@ -98,6 +99,7 @@ func (r *reader) Receive(c actor.Context) {
 		r.start(c)
 	case *actor.Stopping, *actor.Restarting:
 		r.retLog.flush(r.log, r.n.cfg.clock.Now())
+		r.pauseLog.flush(r.log, r.n.cfg.clock.Now())
 		r.timers.StopAll()
 		if r.cancel == nil { // it failed before it started: nothing to cancel
 			return
@@ -393,11 +395,7 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		readercore.ArmCutTimer, readercore.CancelCutTimer:
 		r.executeFlow(c, e)
 	case readercore.DeclareGap:
-		r.n.metrics.Gaps.Add(1)
-		r.n.metrics.GapOffsets.Add(int64(e.To - e.From))
-		r.log.Warn().Str("reason", e.Reason.String()).Uint64("gap_from", e.From).Uint64("gap_to", e.To).
-			Int("dropped_transfers", e.DroppedTransfers).Int("dropped_chunks", e.DroppedChunks).
-			Msg("the local log lost offsets before they were uploaded: declared a gap, the remote tier keeps everything else")
+		r.declaredGap(e)
 	case readercore.TruncateRemote:
 		r.n.metrics.Truncations.Add(1)
 		if e.OldNext > e.At {

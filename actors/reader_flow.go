@@ -44,7 +44,7 @@ func (r *reader) onChunks(c actor.Context, m *chunksDrained) {
 }
 
 // executeFlow carries out the core's flow-control effects: (re)starting and acknowledging the
-// drain, its stalls and pauses (logged, counted, shown in status), the resume, and the
+// drain, its stalls and pauses (logged, pauses rate-limited by pauseLog; counted, shown in status), the resume, and the
 // stream's retry and idle cut timers.
 func (r *reader) executeFlow(c actor.Context, e readercore.Effect) {
 	root := c.ActorSystem().Root
@@ -67,10 +67,9 @@ func (r *reader) executeFlow(c actor.Context, e readercore.Effect) {
 		r.timers.After(root, c.Self(), e.Delay, readercore.RetryTimer{Ref: e.Ref})
 	case readercore.PauseDrain:
 		r.n.metrics.DrainPauses.Add(1)
-		r.log.Warn().Uint64("held_bytes", e.Held).Uint64("bound", e.Bound).
-			Msg("drain paused: bytes awaiting upload reached the bound; the local log grows on")
+		r.pauseLog.pause(r.log, r.n.cfg.clock.Now(), e.Held, e.Bound)
 	case readercore.ResumeDrain:
-		r.log.Info().Uint64("from", e.From).Uint64("held_bytes", e.Held).Uint64("bound", e.Bound).Msg("drain resumed: bytes became durable")
+		r.pauseLog.resume(r.log, r.n.cfg.clock.Now(), e.From, e.Held, e.Bound)
 		r.startDrain(c, e.From)
 	case readercore.ArmRetryTimer:
 		r.timers.Cancel(r.shell.retryTimer.id) // replaced (the core cancels it too)
@@ -103,3 +102,22 @@ func (r *reader) startDrain(c actor.Context, from uint64) {
 // since is the core's retry clock: the time since this incarnation started, on the node's
 // clock (monotonic with the wall clock).
 func (r *reader) since() time.Duration { return r.n.cfg.clock.Now().Sub(r.shell.born) }
+
+// declaredGap counts and logs a gap the core declared: a warning when offsets are missing
+// from both tiers, an info line when the log merely starts above 0 on a stream that never
+// persisted anything.
+func (r *reader) declaredGap(e readercore.DeclareGap) {
+	r.n.metrics.Gaps.Add(1)
+	r.n.metrics.GapOffsets.Add(int64(e.To - e.From))
+	if e.Reason == readercore.GapLocalAhead && e.From == 0 {
+		// Nothing was ever persisted and the log begins above 0 (a log created with a first
+		// offset, or one whose older segments the broker removed before tiering began): the
+		// stream's remote tier starts where the log starts; nothing was lost.
+		r.log.Info().Uint64("first_offset", e.To).
+			Msgf("the local log starts at offset %d: the remote tier starts there too", e.To)
+		return
+	}
+	r.log.Warn().Str("reason", e.Reason.String()).Uint64("gap_from", e.From).Uint64("gap_to", e.To).
+		Int("dropped_transfers", e.DroppedTransfers).Int("dropped_chunks", e.DroppedChunks).
+		Msg("the local log lost offsets before they were uploaded: declared a gap, the remote tier keeps everything else")
+}

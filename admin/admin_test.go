@@ -62,6 +62,8 @@ func scrape(t *testing.T, base string) (map[string]float64, map[string]dto.Metri
 				out[key] = m.Gauge.GetValue()
 			case dto.MetricType_HISTOGRAM:
 				out[key] = float64(m.Histogram.GetSampleCount())
+			case dto.MetricType_SUMMARY:
+				out[key] = float64(m.Summary.GetSampleCount())
 			}
 		}
 	}
@@ -182,7 +184,7 @@ func TestAdminServer(t *testing.T) {
 		`streamtier_streams_running{}`, `streamtier_transfers_running{}`, `streamtier_governor_queued{}`, `streamtier_governor_tokens{}`,
 		`streamtier_reaper_queued{}`, `streamtier_pipeline_bytes{stage="assembly"}`, `streamtier_pipeline_bytes{stage="transfer"}`,
 		`streamtier_pipeline_bytes{stage="persist"}`, `streamtier_stream_offset{offset="persisted_next",stream="s"}`,
-		`streamtier_stream_lag_seconds{stream="s"}`, `streamtier_latency_seconds{operation="persist",quantile="0.99"}`,
+		`streamtier_stream_lag_seconds{stream="s"}`, `streamtier_latency_seconds{operation="persist"}`,
 		`streamtier_s3_requests_total{class="none",op="put_fragment"}`, `streamtier_s3_request_duration_seconds{op="put_fragment"}`,
 		`streamtier_etcd_requests_total{class="none",op="txn"}`, `streamtier_etcd_request_duration_seconds{op="txn"}`,
 		`streamtier_events_total{event="transfer_abandoned"}`, `streamtier_governor_abandoned_running{}`,

@@ -20,7 +20,7 @@ const namespace = "streamtier"
 // and stage bytes, and the S3 and etcd request counters and latency histograms. Counters
 // come from monotonic atomics only, so they never go down.
 type collector struct {
-	s *Server
+	input func(ctx context.Context) NodeInput
 }
 
 // Describe sends nothing: the collector is unchecked (its per-stream series come and go).
@@ -53,7 +53,7 @@ var (
 	descReadChunks     = desc("read_chunks_total", "Chunks delivered to readers by tier (local, remote).", "tier")
 	descReadEvents     = desc("read_events_total", "Reader events by kind (gap, skipped, handoff).", "event")
 	descReadErrors     = desc("read_errors_total", "Reader failures by class (unavailable, corrupt, missing, remote, local, canceled, other).", "class")
-	descReadFirstChunk = desc("read_first_chunk_seconds", "Recent quantiles (last 1024 readers) of the time from open to the first chunk.", "quantile")
+	descReadFirstChunk = desc("read_first_chunk_seconds", "Time from a reader's open to its first chunk: quantiles over the last 1024 readers, count and sum over all.")
 	descTransfers      = desc("transfers_running", "Fragment uploads running now.")
 	descGovQueued      = desc("governor_queued", "Transfers waiting for the governor.")
 	descGovQueuedBytes = desc("governor_queued_bytes", "Chunk bytes of the transfers waiting for the governor.")
@@ -62,7 +62,7 @@ var (
 	descGovBurst       = desc("governor_burst_bytes", "Governor bucket size.")
 	descReaperQueued   = desc("reaper_queued", "Keys waiting for the reaper (a batch or a retry).")
 	descStage          = desc("pipeline_bytes", "Bytes in each pipeline stage over all streams: assembly (drained, not cut), transfer (cut, not applied), persist (applied, not persisted).", "stage")
-	descLatency        = desc("latency_seconds", "Recent latency quantiles (last 1024 operations) of successful persists and uploads.", "operation", "quantile")
+	descLatency        = desc("latency_seconds", "Latency of successful persists and uploads: quantiles over the last 1024 operations, count and sum over all.", "operation")
 
 	descStreamOffset  = desc("stream_offset", "A stream's offsets: local_first, local_committed, local_next, drained, uploaded (in-memory next), persisted_first, persisted_next.", "stream", "offset")
 	descStreamBytes   = desc("stream_bytes", "A stream's bytes: local (segment files), remote (live fragments), and per pipeline stage.", "stream", "kind")
@@ -89,7 +89,7 @@ var (
 	descBucketSince  = desc("s3_bucket_state_seconds", "How long the bucket probe's current outcome has lasted: while probes fail, how long the bucket has been failing.")
 	descGCSweeps     = desc("gc_sweeps_total", "Automatic garbage collection rounds on this node by outcome (ok, failed, skipped_locked: another node held the sweep lock).", "outcome")
 	descGCObjects    = desc("gc_objects_total", "Objects automatic garbage collection found or handled, summed over sweeps: orphans (garbage past the grace period), deleted, delete_failed.", "kind")
-	descGCLast       = desc("gc_last_sweep_objects", "Findings of this node's last sweep: scanned, referenced, orphans, young, pending, undecided, deleted, failed.", "kind")
+	descGCLast       = desc("gc_last_sweep_objects", "Findings of this node's last sweep: scanned, referenced, orphans, young, pending, undecided, deleted, failed (0 before the first sweep, and on a node without automatic garbage collection).", "kind")
 	descGCLastTime   = desc("gc_last_sweep_timestamp_seconds", "Unix time this node's last sweep started (0 before the first).")
 	descGCLastDur    = desc("gc_last_sweep_duration_seconds", "How long this node's last sweep took.")
 	descGCLastErr    = desc("gc_last_sweep_failed", "1 when this node's last sweep failed (the error is in /status), else 0.")
@@ -103,7 +103,7 @@ var (
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	in := c.s.input(ctx)
+	in := c.input(ctx)
 	m := in.Metrics
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
@@ -127,8 +127,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descReadErrors, float64(rm.Errors[cl].Load()), cl.String())
 	}
 	p50, p99 := rm.FirstChunkQuantiles()
-	gauge(descReadFirstChunk, p50.Seconds(), "0.5")
-	gauge(descReadFirstChunk, p99.Seconds(), "0.99")
+	n, sum := rm.FirstChunkTotals()
+	ch <- summary(descReadFirstChunk, n, sum, p50, p99)
 	counter(descUploadedBytes, float64(m.BytesUploaded.Load()))
 	for cl := range m.TransferErrors {
 		if cl != int(s3io.ClassNone) {
@@ -186,10 +186,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descReaperQueued, float64(m.Reaper.Queued.Load()))
 	p50, p99, u50, u99 := m.LatencyQuantiles()
-	gauge(descLatency, p50.Seconds(), "persist", "0.5")
-	gauge(descLatency, p99.Seconds(), "persist", "0.99")
-	gauge(descLatency, u50.Seconds(), "upload", "0.5")
-	gauge(descLatency, u99.Seconds(), "upload", "0.99")
+	pn, psum, un, usum := m.LatencyTotals()
+	ch <- summary(descLatency, pn, psum, p50, p99, "persist")
+	ch <- summary(descLatency, un, usum, u50, u99, "upload")
 
 	rep := BuildReport(in, time.Now())
 	gauge(descStreamsParked, float64(rep.Node.StreamsParked))
@@ -300,6 +299,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descNodeCost, c.RequestsPerMonthUSD, "requests")
 		gauge(descNodeCost, c.StoragePerMonthUSD, "storage")
 	}
+	if in.GC == nil {
+		// Automatic garbage collection is off: its counters and last findings are 0 rather
+		// than absent, so that dashboards and rules over them see a value on every node.
+		gcZero(counter, gauge)
+	}
 	if g := in.GC; g != nil {
 		counter(descGCSweeps, float64(g.Sweeps-g.SweepErrors), "ok")
 		counter(descGCSweeps, float64(g.SweepErrors), "failed")
@@ -307,13 +311,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descGCObjects, float64(g.OrphansFound), "orphans")
 		counter(descGCObjects, float64(g.ObjectsDeleted), "deleted")
 		counter(descGCObjects, float64(g.DeleteFailures), "delete_failed")
+		if g.Last == nil {
+			for _, k := range gcLastKinds {
+				gauge(descGCLast, 0, k)
+			}
+		}
 		if l := g.Last; l != nil {
-			for _, k := range []struct {
-				name string
-				v    int
-			}{{"scanned", l.Scanned}, {"referenced", l.Referenced}, {"orphans", l.Orphans}, {"young", l.Young},
-				{"pending", l.Pending}, {"undecided", l.Undecided}, {"deleted", l.Deleted}, {"failed", l.Failed}} {
-				gauge(descGCLast, float64(k.v), k.name)
+			for i, v := range []int{l.Scanned, l.Referenced, l.Orphans, l.Young, l.Pending, l.Undecided, l.Deleted, l.Failed} {
+				gauge(descGCLast, float64(v), gcLastKinds[i])
 			}
 			if !l.Started.IsZero() {
 				gauge(descGCLastTime, float64(l.Started.UnixMilli())/1000)
@@ -334,6 +339,28 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// gcLastKinds are the label values of gc_last_sweep_objects, in SweepReport's order.
+var gcLastKinds = [...]string{"scanned", "referenced", "orphans", "young", "pending", "undecided", "deleted", "failed"}
+
+// gcZero exports the garbage collection series at 0, for a node without automatic GC.
+func gcZero(counter, gauge func(d *prometheus.Desc, v float64, labels ...string)) {
+	for _, o := range []string{"ok", "failed", "skipped_locked"} {
+		counter(descGCSweeps, 0, o)
+	}
+	for _, k := range []string{"orphans", "deleted", "delete_failed"} {
+		counter(descGCObjects, 0, k)
+	}
+	for _, k := range gcLastKinds {
+		gauge(descGCLast, 0, k)
+	}
+}
+
+// summary is a Prometheus summary of a latency: its p50 and p99 over a recent window, its
+// count and sum over all time.
+func summary(d *prometheus.Desc, count uint64, sum, p50, p99 time.Duration, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstSummary(d, count, sum.Seconds(), map[float64]float64{0.5: p50.Seconds(), 0.99: p99.Seconds()}, labels...)
+}
+
 // histogram turns non-cumulative bucket counts over s3io.LatencyBuckets (the last one
 // +Inf) into a Prometheus histogram.
 func histogram(d *prometheus.Desc, buckets []uint64, sum time.Duration, labels ...string) prometheus.Metric {
@@ -348,8 +375,10 @@ func histogram(d *prometheus.Desc, buckets []uint64, sum time.Duration, labels .
 }
 
 // input gathers everything the report and the metrics read from the node.
-func (s *Server) input(ctx context.Context) NodeInput {
-	o := s.opts
+func (s *Server) input(ctx context.Context) NodeInput { return gatherInput(ctx, s.opts) }
+
+// gatherInput reads the node and the other sources o names.
+func gatherInput(ctx context.Context, o Options) NodeInput {
 	in := NodeInput{
 		NodeID: o.NodeID, Started: o.Started, Metrics: o.Node.Metrics(), RebalanceThreshold: o.RebalanceThreshold,
 		Etcd: o.Etcd.Snapshot(),

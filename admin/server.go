@@ -87,7 +87,7 @@ func Start(addr string, o Options) (*Server, error) {
 	}
 	s := &Server{opts: o, ln: ln, done: make(chan error, 1), registry: prometheus.NewRegistry()}
 	s.closing, s.stopClosing = context.WithCancel(context.Background())
-	s.registry.MustRegister(collector{s: s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.registry.MustRegister(collector{input: s.input}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { s.done <- s.srv.Serve(ln) }() // owned by s: Close ends it
 	return s, nil

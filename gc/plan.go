@@ -8,6 +8,9 @@
 // never collected. Garbage is collected only once older than the grace period by more than
 // a minute, on the object store's clock. Deciding is a pure function (Decide); Scan and
 // Delete are the shell around it.
+//
+// Its documentation: `go doc ./gc` in a checkout, `go doc github.com/streamtier/streamtier/gc`
+// elsewhere. A bare `go doc gc` finds Go's own internal/runtime/gc first.
 package gc
 
 import (

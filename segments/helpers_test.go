@@ -36,7 +36,8 @@ func copyDir(t testing.TB, src string) string {
 	return dst
 }
 
-// dirFiles returns every file of dir with its bytes.
+// dirFiles returns every file of dir with its bytes, except the lock file (a writer's, not
+// part of the osiris format).
 func dirFiles(t testing.TB, dir string) map[string][]byte {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
@@ -45,6 +46,9 @@ func dirFiles(t testing.TB, dir string) map[string][]byte {
 	}
 	out := map[string][]byte{}
 	for _, e := range ents {
+		if e.Name() == LockFileName {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)

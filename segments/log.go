@@ -27,6 +27,17 @@ const DefaultIdleClose = 10 * time.Second
 // ErrClosed is returned by a Log, or a Reader of it, after Close.
 var ErrClosed = errors.New("log closed")
 
+// ErrLocked is returned (wrapped, with the lock file's path) by Open when another Log holds
+// the directory: one in another process, or one this process opened and has not closed.
+// Two writers on one directory would each recover, append and delete segments under the
+// other; Close releases the lock, and so does the death of the process.
+var ErrLocked = errors.New("stream directory in use by another process or another open Log (close it first)")
+
+// LockFileName is the file in a stream directory whose flock says a Log has it open for
+// appending. A read-only Log (follow mode) neither creates nor takes it: it follows a
+// writer that may hold it.
+const LockFileName = "streamtier.lock"
+
 // Options configures a Log. The zero value means the defaults.
 type Options struct {
 	// MaxSegmentBytes rolls to a new segment before a chunk is written once the active
@@ -108,7 +119,8 @@ const maxRecent = 1 << 16
 
 // Log is an osiris-format stream directory open for appending. It is safe for concurrent
 // use by one writer (Append), the broker's commits, retention and many Readers. Only one
-// Log may have a directory open at a time.
+// Log may have a directory open for appending at a time: Open takes a lock file in it
+// (LockFileName) and refuses a second with ErrLocked until Close.
 type Log struct {
 	dir  string
 	opts Options
@@ -125,6 +137,7 @@ type Log struct {
 	hasLast  bool
 	broken   error // a failed write left the active files unknown; reopen to recover
 	closed   bool
+	lock     *dirLock // the directory's lock while open for appending; nil read-only
 	commit   commitState
 	retainMu sync.Mutex // serialises ApplyRetention (and Refresh)
 	// followed and followErr are the outcome of the last Refresh of a read-only log.
@@ -154,9 +167,13 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
 	}
-	l := &Log{dir: dir, opts: opts}
-	if err := l.load(); err != nil {
+	lock, err := lockDir(dir)
+	if err != nil {
 		return nil, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	l := &Log{dir: dir, opts: opts, lock: lock}
+	if err := l.load(); err != nil {
+		return nil, errors.Join(fmt.Errorf("open log %s: %w", dir, err), l.closeFiles(false), lock.unlock())
 	}
 	l.firstSeg.Store(l.segs[0].first)
 	if opts.IdleClose >= 0 {
@@ -165,7 +182,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		// No sync: recovery only truncates, and a truncation lost in a crash is redone by
 		// the next Open.
 		if err := l.closeFiles(false); err != nil {
-			return nil, fmt.Errorf("open log %s: %w", dir, err)
+			return nil, errors.Join(fmt.Errorf("open log %s: %w", dir, err), lock.unlock())
 		}
 	}
 	return l, nil
@@ -288,7 +305,7 @@ func (l *Log) Close() error {
 		l.idle.Stop()
 		l.idle = nil
 	}
-	if err := l.closeFiles(true); err != nil {
+	if err := errors.Join(l.closeFiles(true), l.lock.unlock()); err != nil {
 		return fmt.Errorf("close log %s: %w", l.dir, err)
 	}
 	return nil

@@ -112,3 +112,9 @@ func (m *Metrics) observeFirstChunk(d time.Duration) {
 func (m *Metrics) FirstChunkQuantiles() (p50, p99 time.Duration) {
 	return m.firstChunk.Quantiles()
 }
+
+// FirstChunkTotals returns how many readers got a first chunk and the sum of their times
+// from open to it: with FirstChunkQuantiles, a Prometheus summary.
+func (m *Metrics) FirstChunkTotals() (count uint64, sum time.Duration) {
+	return m.firstChunk.Totals()
+}

@@ -263,6 +263,8 @@ func (r *running) metrics() (map[string]float64, map[string]dto.MetricType) {
 				out[key] = m.Gauge.GetValue()
 			case dto.MetricType_HISTOGRAM:
 				out[key] = float64(m.Histogram.GetSampleCount())
+			case dto.MetricType_SUMMARY:
+				out[key] = float64(m.Summary.GetSampleCount())
 			}
 		}
 	}
@@ -322,7 +324,7 @@ func TestBinaryDemo(t *testing.T) {
 		`streamtier_governor_queued{}`, `streamtier_governor_tokens{}`, `streamtier_governor_rate_bytes_per_second{}`, `streamtier_reaper_queued{}`,
 		`streamtier_streams_running{}`, `streamtier_transfers_running{}`, `streamtier_transfer_errors_total{class="retriable"}`,
 		`streamtier_stream_lag_bytes{stream="demo"}`, `streamtier_stream_lag_seconds{stream="demo"}`,
-		`streamtier_stream_last_persist_age_seconds{stream="demo"}`, `streamtier_latency_seconds{operation="persist",quantile="0.5"}`,
+		`streamtier_stream_last_persist_age_seconds{stream="demo"}`, `streamtier_latency_seconds{operation="persist"}`,
 		`streamtier_reaper_total{kind="deleted"}`, `streamtier_etcd_request_duration_seconds{op="txn"}`,
 	} {
 		if _, ok := second[name]; !ok {

@@ -3,9 +3,17 @@
 // posix backend: signatures are verified, PUT checksums are verified (BadDigest), objects
 // are files under a directory.
 //
-// Two properties of the posix backend shape its use: it changes the process's working
-// directory to the data directory (everything else in the process must use absolute
-// paths), and only one instance may run per process.
+// Two properties of versitygw's posix backend shape its use, and an embedder must know
+// them:
+//
+//   - While a Server runs, the process's working directory is the endpoint's object
+//     directory (the backend resolves every bucket and object path relative to it, so this
+//     cannot be avoided in process). Everything else in the process must use absolute
+//     paths meanwhile. Close moves the working directory back to where it was at Start.
+//   - Only one Server may run per process: Start returns ErrRunning while another runs.
+//
+// A process that cannot live with either runs an S3 server of its own (versitygw, MinIO)
+// and gives its endpoint to s3io.
 package embeds3
 
 import (
@@ -53,6 +61,9 @@ type Options struct {
 // the working directory under the first.
 var running atomic.Bool
 
+// ErrRunning is returned by Start and StartWith while another Server runs in the process.
+var ErrRunning = errors.New("embedded s3: already running in this process (one instance per process: the posix backend holds the working directory)")
+
 // Server is a running embedded endpoint.
 type Server struct {
 	Endpoint  string // http://host:port
@@ -62,6 +73,8 @@ type Server struct {
 	Dir       string // absolute data directory
 
 	cancel  context.CancelFunc
+	prevWD  string // the working directory before Start, restored by Close
+	rootWD  string // the working directory the backend moved to
 	done    chan error
 	closed  sync.Once
 	stopped chan struct{} // closed when the gateway returns, for whatever reason
@@ -83,18 +96,21 @@ func (s *Server) StopErr() error {
 }
 
 // Start runs the endpoint with defaults over dir: a free loopback port, random credentials.
+// Until Close, the process's working directory is under dir and no other Server may start
+// (ErrRunning): see the package documentation.
 func Start(ctx context.Context, dir string) (*Server, error) {
 	return StartWith(ctx, Options{Dir: dir})
 }
 
 // StartWith runs the endpoint and returns once it answers requests. The context bounds
-// the start only; Close stops the endpoint.
+// the start only; Close stops the endpoint. Like Start, it moves the process's working
+// directory until Close and refuses a second instance (ErrRunning).
 func StartWith(ctx context.Context, o Options) (*Server, error) {
 	if o.Dir == "" {
 		return nil, errors.New("embedded s3: data directory: required")
 	}
 	if !running.CompareAndSwap(false, true) {
-		return nil, errors.New("embedded s3: already running in this process (one instance per process)")
+		return nil, ErrRunning
 	}
 	started := false
 	defer func() {
@@ -139,9 +155,13 @@ func StartWith(ctx context.Context, o Options) (*Server, error) {
 		}
 		ms, opts.SideCarDir = sc, sidecar
 	}
+	prevWD, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("embedded s3: working directory: %w", err)
+	}
 	be, err := posix.New(root, ms, opts) // changes the working directory to root
 	if err != nil {
-		return nil, fmt.Errorf("embedded s3: posix backend: %w", err)
+		return nil, errors.Join(fmt.Errorf("embedded s3: posix backend: %w", err), restoreWD(root, prevWD))
 	}
 	cfg := &embedgw.Config{
 		RootUserAccess:    o.AccessKey,
@@ -165,7 +185,7 @@ func StartWith(ctx context.Context, o Options) (*Server, error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		Endpoint: "http://" + o.Addr, Region: o.Region, AccessKey: o.AccessKey, SecretKey: o.SecretKey, Dir: dir,
-		cancel: cancel, done: make(chan error, 1), stopped: make(chan struct{}),
+		cancel: cancel, done: make(chan error, 1), stopped: make(chan struct{}), prevWD: prevWD, rootWD: root,
 	}
 	go func() { // owned by s: Close ends it
 		err := embedgw.RunVersityGW(runCtx, be, cfg)
@@ -216,14 +236,33 @@ func (s *Server) Config(bucket string) s3io.Config {
 		DisableKeepAlives: true}
 }
 
-// Close stops the endpoint and waits for it; objects stay in the directory.
+// Close stops the endpoint and waits for it; objects stay in the directory. It moves the
+// process's working directory back to where it was at Start, unless something else in the
+// process moved it meanwhile.
 func (s *Server) Close() error {
 	s.cancel()
 	err := <-s.done
 	s.done <- err
-	s.closed.Do(func() { running.Store(false) })
+	var wdErr error
+	s.closed.Do(func() {
+		wdErr = restoreWD(s.rootWD, s.prevWD)
+		running.Store(false)
+	})
 	if err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("embedded s3: %w", err)
+		return errors.Join(fmt.Errorf("embedded s3: %w", err), wdErr)
+	}
+	return wdErr
+}
+
+// restoreWD moves the working directory back to prev if it is still root (where the posix
+// backend moved it).
+func restoreWD(root, prev string) error {
+	wd, err := os.Getwd()
+	if err != nil || wd != root {
+		return nil // moved by someone else, or gone: not ours to change
+	}
+	if err := os.Chdir(prev); err != nil {
+		return fmt.Errorf("embedded s3: restore the working directory %s: %w", prev, err)
 	}
 	return nil
 }

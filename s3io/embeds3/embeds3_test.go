@@ -24,7 +24,7 @@ import (
 
 // TestEmbedded runs the in-process endpoint (one per process, so one test does it all):
 // fragments round-trip, the server verifies CRC-32 and signatures, a second instance is
-// refused, and Close stops it.
+// refused (ErrRunning), and Close stops it and gives the working directory back.
 func TestEmbedded(t *testing.T) {
 	wd, err := os.Getwd()
 	if err != nil {
@@ -97,10 +97,15 @@ func TestEmbedded(t *testing.T) {
 		t.Fatalf("put with a wrong secret: %v, want a non-transient refusal", err)
 	}
 
-	// One instance per process.
-	if second, err := embeds3.Start(ctx, filepath.Join(t.TempDir(), "s3b")); err == nil {
-		second.Close()
-		t.Fatal("a second embedded endpoint started in the same process")
+	// One instance per process, and the working directory is the endpoint's meanwhile.
+	if second, err := embeds3.Start(ctx, filepath.Join(t.TempDir(), "s3b")); !errors.Is(err, embeds3.ErrRunning) {
+		if second != nil {
+			second.Close()
+		}
+		t.Fatalf("a second embedded endpoint in the same process: %v, want ErrRunning", err)
+	}
+	if now, _ := os.Getwd(); !strings.HasPrefix(now, srv.Dir) {
+		t.Fatalf("working directory %s while the endpoint runs, want under %s (the package documents it)", now, srv.Dir)
 	}
 	if _, err := embeds3.StartWith(ctx, embeds3.Options{Dir: t.TempDir(), Addr: "0.0.0.0:0"}); err == nil {
 		t.Fatal("a non-loopback listen address was accepted")
@@ -108,6 +113,9 @@ func TestEmbedded(t *testing.T) {
 
 	if err := srv.Close(); err != nil {
 		t.Fatalf("close: %v", err)
+	}
+	if now, _ := os.Getwd(); now != wd {
+		t.Fatalf("working directory %s after Close, want %s as before Start", now, wd)
 	}
 	if err := st.PutObject(ctx, "after-close", []byte("x")); s3io.Classify(err) != s3io.ClassRetriable {
 		t.Fatalf("put after close: %v, want a retriable connection error", err)

@@ -10,10 +10,13 @@ import (
 const LatencyWindow = 1024
 
 // Latencies keeps the most recent LatencyWindow durations of one kind, for their p50 and
-// p99 in status and metrics; safe for concurrent use. The zero value is empty.
+// p99 in status and metrics, and the count and sum of all of them (a Prometheus summary
+// needs both); safe for concurrent use. The zero value is empty.
 type Latencies struct {
-	mu sync.Mutex
-	w  []time.Duration
+	mu    sync.Mutex
+	w     []time.Duration
+	count uint64
+	sum   time.Duration
 }
 
 // Add records one duration, forgetting the oldest past the window.
@@ -25,6 +28,15 @@ func (l *Latencies) Add(d time.Duration) {
 		l.w = l.w[:LatencyWindow-1]
 	}
 	l.w = append(l.w, d)
+	l.count++
+	l.sum += d
+}
+
+// Totals returns how many durations were added and their sum, since the start.
+func (l *Latencies) Totals() (count uint64, sum time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.count, l.sum
 }
 
 // Quantiles returns the p50 and p99 of the durations kept (0, 0 when none).
