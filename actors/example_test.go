@@ -2,7 +2,6 @@ package actors_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -21,8 +20,8 @@ import (
 )
 
 // A broker embeds a node with the embedded etcd and S3 endpoint (both on loopback, in
-// this process), appends three records to a local log and commits them, waits until they
-// are persisted in S3 and etcd, and reads the stream from the first offset and from a
+// this process), appends three records to a local log and commits them, flushes them (they
+// are persisted in S3 and etcd when Flush returns), and reads the stream from the first offset and from a
 // time: the two oldest chunks come from S3 (local retention removed their segments once
 // they were durable), the newest from the local log.
 func Example() {
@@ -60,20 +59,9 @@ func Example() {
 	check(lg.SetCommitted(lg.NextOffset() - 1)) // the broker's commit: streamtier tiers only what is committed
 	check(node.AddStream(actors.StreamSpec{ID: "orders", Log: lg, Epoch: 1}))
 
-	// Persist through the last offset now: cut what is drained, wait briefly, cut again.
+	// Persist through the last offset now (not at the idle cut, a minute away).
 	last := lg.NextOffset() - 1
-	for {
-		_ = node.ForceCut("orders") // refused until the stream has resolved
-		actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err := node.AwaitOffset(actx, "orders", last)
-		cancel()
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, actors.ErrStreamStarting) {
-			log.Fatal(err)
-		}
-	}
+	check(node.Flush(ctx, "orders", last))
 	fmt.Println("persisted through offset", last)
 	for lg.FirstOffset() < last { // local retention runs right after the persist
 		time.Sleep(10 * time.Millisecond)
