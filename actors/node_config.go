@@ -26,8 +26,8 @@ type Config struct {
 	// KeyPrefix is the S3 key prefix of every stream (default "streams").
 	KeyPrefix string
 	// Governor paces and bounds uploads node-wide; a zero rate is unlimited, a zero
-	// MaxConcurrent and PerStream take DefaultMaxConcurrentUploads and
-	// DefaultMaxUploadsPerStream (one stream's share).
+	// MaxConcurrent takes DefaultMaxConcurrentUploads, a zero PerStream sets no cap (the
+	// governor's share is work-conserving: a lone stream may take every slot).
 	Governor governorcore.Config
 	// Stream holds the per-stream defaults (fragment size, persist triggers, retries);
 	// StreamID, Epoch and Retention in it are ignored: they come with each stream.
@@ -124,8 +124,13 @@ func (c Config) withDefaults() Config {
 	if c.Governor.MaxConcurrent == 0 {
 		c.Governor.MaxConcurrent = DefaultMaxConcurrentUploads
 	}
-	if c.Governor.PerStream == 0 {
-		c.Governor.PerStream = min(DefaultMaxUploadsPerStream, c.Governor.MaxConcurrent)
+	if c.Stream.UploadsInFlight == 0 {
+		// What one stream may have in flight sizes its default bound on bytes not yet
+		// durable, so that the bound is not what stops a lone stream first.
+		c.Stream.UploadsInFlight = c.Governor.MaxConcurrent
+		if c.Governor.PerStream > 0 {
+			c.Stream.UploadsInFlight = c.Governor.PerStream
+		}
 	}
 	if c.DrainIdleClose == 0 {
 		c.DrainIdleClose = DefaultDrainIdleClose
@@ -151,10 +156,9 @@ const (
 )
 
 // Upload bounds by default (docs/operations.md): 24 uploads at once node-wide, each one S3
-// connection, and a share of 4 per stream.
+// connection, shared among the streams that want them (a lone stream may take all 24).
 const (
 	DefaultMaxConcurrentUploads = 24
-	DefaultMaxUploadsPerStream  = 4
 )
 
 // Validate refuses a configuration the node cannot run with, naming the setting.

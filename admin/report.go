@@ -107,7 +107,8 @@ type GovernorReport struct {
 	QueuedBytes     int64 `json:"queued_bytes"`
 	Running         int   `json:"running"`
 	// InFlight are the admitted uploads not yet done, bounded by MaxConcurrent node-wide
-	// and PerStream per stream; StreamsAtShare the streams at their share now.
+	// and by PerStream per stream when a cap is set (0: none, the share is work-conserving);
+	// StreamsAtShare the streams at that cap now.
 	InFlight       int `json:"in_flight"`
 	MaxConcurrent  int `json:"max_concurrent"`
 	PerStream      int `json:"per_stream"`

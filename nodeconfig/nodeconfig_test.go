@@ -33,7 +33,7 @@ func TestDefaultsFollowTheOperationsSpec(t *testing.T) {
 		s.TransferDeadline != 0 || s.EffectiveTransferDeadline() != 20*time.Minute || s.RetentionTaskTimeout != 60*time.Second ||
 		s.PersistTimeout != 30*time.Second || s.GroupUploadTimeout != 60*time.Second || s.ResolveTimeout != 30*time.Second ||
 		s.LocalHotWindowBytes != 0 || s.RetentionMaxBytes != 0 || s.RetentionMaxAge != 0 || s.GCGracePeriod != time.Hour ||
-		s.MaxUnpersistedBytes != 0 || s.MaxConcurrentUploads != 24 || s.MaxUploadsPerStream != 4 || s.S3Config().MaxConns != 24+32+16 {
+		s.MaxUnpersistedBytes != 0 || s.MaxConcurrentUploads != 24 || s.MaxUploadsPerStream != 0 || s.S3Config().MaxConns != 24+32+16 {
 		t.Fatalf("defaults differ from operations.md: %+v", s)
 	}
 	if s.Demo || !s.EmbeddedEtcd() || !s.EmbeddedS3() || s.DataDir != "/work/streamtier-data" || s.KeyPrefix != "streams" || s.EtcdPrefix != "/streamtier" {
@@ -84,7 +84,8 @@ func TestBadValuesNameTheSetting(t *testing.T) {
 		{Sources{Flags: map[string]string{"max_transfer_burst_bytes": "1MiB"}}, []string{"max_transfer_burst_bytes", "unlimited"}},
 		{Sources{Flags: map[string]string{"admin_addr": "nowhere"}}, []string{"admin_addr"}},
 		{Sources{Flags: map[string]string{"max_concurrent_uploads": "0"}}, []string{"max_concurrent_uploads", "at least 1"}},
-		{Sources{Flags: map[string]string{"max_concurrent_uploads": "2"}}, []string{"max_concurrent_uploads_per_stream", "1 to max_concurrent_uploads (2)"}},
+		{Sources{Flags: map[string]string{"max_concurrent_uploads": "2", "max_concurrent_uploads_per_stream": "4"}}, []string{"max_concurrent_uploads_per_stream", "0 (no cap) to max_concurrent_uploads (2)"}},
+		{Sources{Flags: map[string]string{"max_concurrent_uploads_per_stream": "-1"}}, []string{"max_concurrent_uploads_per_stream", "0 (no cap)"}},
 		{Sources{Flags: map[string]string{"s3_endpoint": "http://127.0.0.1:9000"}}, []string{"s3_bucket", "required"}},
 		{Sources{Flags: map[string]string{"s3_bucket": "B!"}}, []string{"s3_bucket", "B!"}},
 		{Sources{Flags: map[string]string{"etcd_endpoints": "ftp://x:1"}}, []string{"etcd_endpoints"}},
@@ -281,7 +282,7 @@ func TestTaskDeadlinesReachTheNode(t *testing.T) {
 }
 
 // TestMaxUnpersistedBytesReachesTheNode: the bound on bytes not yet durable is passed to the
-// stream readers; 0 leaves it to the core (four fragment target sizes, per stream).
+// stream readers; 0 leaves it to the core (sized from the uploads one stream may run).
 func TestMaxUnpersistedBytesReachesTheNode(t *testing.T) {
 	s := resolve(t, ModeRun, Sources{Flags: map[string]string{"max_unpersisted_bytes": "512MiB"}})
 	if c := s.NodeConfig(zerolog.Nop()); c.Stream.MaxUnpersistedBytes != 512<<20 {
@@ -289,7 +290,7 @@ func TestMaxUnpersistedBytesReachesTheNode(t *testing.T) {
 	}
 	s = resolve(t, ModeRun, Sources{})
 	if c := s.NodeConfig(zerolog.Nop()); c.Stream.MaxUnpersistedBytes != 0 {
-		t.Fatalf("default max unpersisted bytes %d, want 0 (the core's four fragment target sizes)", c.Stream.MaxUnpersistedBytes)
+		t.Fatalf("default max unpersisted bytes %d, want 0 (the core sizes it)", c.Stream.MaxUnpersistedBytes)
 	}
 }
 

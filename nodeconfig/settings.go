@@ -67,13 +67,13 @@ type Settings struct {
 	MaxTransferBytesPerSec int64
 	MaxTransferBurstBytes  int64
 	MaxConcurrentUploads   int // node-wide bound on uploads running at once
-	MaxUploadsPerStream    int // one stream's share of them
+	MaxUploadsPerStream    int // a hard cap on one stream's share of them; 0: none (work-conserving)
 	UploadRetryDelay       time.Duration
 	UploadRetryMaxDelay    time.Duration
 	TransientBackoffBase   time.Duration
 	TransientBackoffMax    time.Duration
 	TransferDeadline       time.Duration // 0: four times S3TransferTimeout
-	MaxUnpersistedBytes    uint64        // 0: four times the fragment target size (per stream)
+	MaxUnpersistedBytes    uint64        // 0: (uploads one stream may run + 2) fragment target sizes
 	RetentionTaskTimeout   time.Duration
 	PersistTimeout         time.Duration
 	GroupUploadTimeout     time.Duration
@@ -321,7 +321,7 @@ var table = []setting{
 		apply: size64(func(s *Settings) *int64 { return &s.MaxTransferBurstBytes })},
 	{name: "max_concurrent_uploads", def: "24", help: "fragment uploads running at once node-wide (each one S3 connection); the S3 connection pool is sized to it plus 16",
 		apply: integer(func(s *Settings) *int { return &s.MaxConcurrentUploads })},
-	{name: "max_concurrent_uploads_per_stream", def: "4", help: "one stream's share of max_concurrent_uploads, so that a stream catching up cannot take them all",
+	{name: "max_concurrent_uploads_per_stream", def: "0", help: "a hard cap on one stream's uploads at once; 0 means none: a stream alone may take every slot of max_concurrent_uploads, and streams that want slots at once share them fairly as uploads end",
 		apply: integer(func(s *Settings) *int { return &s.MaxUploadsPerStream })},
 	{name: "upload_retry_delay", def: "1s", help: "first delay before retrying a non-transient upload failure",
 		apply: duration(func(s *Settings) *time.Duration { return &s.UploadRetryDelay })},
@@ -333,7 +333,7 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.TransientBackoffMax })},
 	{name: "transfer_deadline", def: "0", help: "resubmit a transfer whose result never came, counted from its admission by the governor; 0 means four times s3_transfer_timeout",
 		apply: duration(func(s *Settings) *time.Duration { return &s.TransferDeadline })},
-	{name: "max_unpersisted_bytes", def: "0", help: "per stream, most bytes drained and not yet persisted (assembly, transfers, uploaded-not-persisted); at it the drain pauses until a persist; 0 means four times fragment_target_size",
+	{name: "max_unpersisted_bytes", def: "0", help: "per stream, most bytes drained and not yet persisted (assembly, transfers, uploaded-not-persisted); at it the drain pauses until a persist; 0 means room for every upload one stream may run plus 2 fragments: (max_concurrent_uploads, or the per-stream cap, + 2) x fragment_target_size",
 		apply: size(func(s *Settings) *uint64 { return &s.MaxUnpersistedBytes })},
 	{name: "retention_task_timeout", def: "60s", help: "bound on a group download during remote retention",
 		apply: duration(func(s *Settings) *time.Duration { return &s.RetentionTaskTimeout })},

@@ -129,8 +129,8 @@ func (s Settings) Validate() error {
 		return bad("max_transfer_bytes_per_sec", "negative")
 	case s.MaxConcurrentUploads < 1:
 		return bad("max_concurrent_uploads", "%d: must be at least 1", s.MaxConcurrentUploads)
-	case s.MaxUploadsPerStream < 1 || s.MaxUploadsPerStream > s.MaxConcurrentUploads:
-		return bad("max_concurrent_uploads_per_stream", "%d: want 1 to max_concurrent_uploads (%d)", s.MaxUploadsPerStream, s.MaxConcurrentUploads)
+	case s.MaxUploadsPerStream < 0 || s.MaxUploadsPerStream > s.MaxConcurrentUploads:
+		return bad("max_concurrent_uploads_per_stream", "%d: want 0 (no cap) to max_concurrent_uploads (%d)", s.MaxUploadsPerStream, s.MaxConcurrentUploads)
 	case s.MaxTransferBurstBytes != 0 && s.MaxTransferBytesPerSec == 0:
 		return bad("max_transfer_burst_bytes", "set to %d but max_transfer_bytes_per_sec is unlimited", s.MaxTransferBurstBytes)
 	case s.UploadRetryMaxDelay < s.UploadRetryDelay:
@@ -171,7 +171,7 @@ func (s Settings) Validate() error {
 	case s.TransferDeadline < 0:
 		return bad("transfer_deadline", "%v: must be positive (or 0: four times s3_transfer_timeout)", s.TransferDeadline)
 	case s.MaxUnpersistedBytes != 0 && s.MaxUnpersistedBytes < s.FragmentTargetSize:
-		return bad("max_unpersisted_bytes", "%d is below fragment_target_size %d: the drain would pause before a fragment could be cut (0 means four times fragment_target_size)",
+		return bad("max_unpersisted_bytes", "%d is below fragment_target_size %d: the drain would pause before a fragment could be cut (0 means sized from the uploads one stream may run)",
 			s.MaxUnpersistedBytes, s.FragmentTargetSize)
 	case s.TransferDeadline > 0 && s.TransferDeadline <= s.S3TransferTimeout:
 		return bad("transfer_deadline", "%v is not above s3_transfer_timeout %v: an upload still running would be submitted again (0 means four times s3_transfer_timeout)",

@@ -1,17 +1,24 @@
 // Package governorcore is the governor's decision logic, pure: which submitted transfers
 // run now and when to look again. With no rate configured it admits at once what the bounds
-// allow; with a rate it paces admissions through a token bucket in FIFO order. Two bounds
-// hold at every moment: at most MaxConcurrent transfers run node-wide, and at most
-// PerStream of one stream, so that a stream catching up cannot take every connection. A
-// submission whose stream is at its share keeps its place in the queue while the ones
-// behind it from other streams go first; admission is otherwise FIFO. A queued submission is
-// superseded in place by a later one with the same owner and reference (never queued or
-// charged twice), and an owner's queued submissions can be cancelled together, uncharged;
-// an admitted one that is never started (its owner ended first) is refunded (Unused). A
-// submission with the owner and reference of one still running declares that one dead (its
-// owner's transfer deadline passed, so its task hangs or its result was lost): the running
-// one is abandoned, its slot freed for the queue, so that hung uploads cannot hold every
-// slot for ever.
+// allow; with a rate it paces admissions through a token bucket. At most MaxConcurrent
+// transfers run node-wide.
+//
+// The share is work-conserving: a free slot is never left idle while a submission waits
+// (pacing aside), so a lone stream may take every slot. When several streams want slots,
+// a free slot goes to the waiting stream with the fewest transfers running; among those,
+// to the one served longest ago (a stream that starts waiting counts as served then), and
+// within a stream submissions run in FIFO order. Nothing running is ever preempted: a
+// stream that took every slot while it was alone gives them back one by one as its
+// uploads end, until every stream that wants slots runs within one of the others. An
+// optional hard cap (PerStream) bounds one stream's transfers whatever the node does.
+//
+// A queued submission is superseded in place by a later one with the same owner and
+// reference (never queued or charged twice), and an owner's queued submissions can be
+// cancelled together, uncharged; an admitted one that is never started (its owner ended
+// first) is refunded (Unused). A submission with the owner and reference of one still
+// running declares that one dead (its owner's transfer deadline passed, so its task hangs
+// or its result was lost): the running one is abandoned, its slot freed for the queue, so
+// that hung uploads cannot hold every slot for ever.
 // Time comes in as an argument, so every decision is a function of state and event.
 package governorcore
 
@@ -29,8 +36,9 @@ type Config struct {
 	// MaxConcurrent is max_concurrent_uploads, the transfers running at once node-wide (each
 	// one S3 connection); 0 means no bound (the node applies its default).
 	MaxConcurrent int
-	// PerStream is max_concurrent_uploads_per_stream, a stream's share of them; 0 means no
-	// share (a stream may take up to MaxConcurrent).
+	// PerStream is max_concurrent_uploads_per_stream, a hard cap on one stream's transfers;
+	// 0 means none: a stream may take up to MaxConcurrent while no other stream waits, and
+	// the fair rule shares the slots once others do.
 	PerStream int
 }
 
@@ -111,7 +119,13 @@ type Governor struct {
 	running map[uint64]admission // admitted, not yet Done, Unused or abandoned
 	live    map[key]uint64       // owner and ref (ref != 0) -> id of the running admission
 	streams map[string]int       // running transfers per stream
-	counts  counts
+	queued  map[string]int       // queued submissions per stream
+	// served is, per stream with a transfer running or queued, the turn of its last
+	// admission, or of when it started waiting if that is later; a stream forgotten when it
+	// has neither. Ties between streams with as many transfers running go to the lower turn.
+	served map[string]uint64
+	turn   uint64
+	counts counts
 }
 
 // admission is an admitted transfer's stream, reference and what the bucket paid for it (0
@@ -134,7 +148,8 @@ func New(cfg Config, now time.Time) *Governor {
 // tokens above the bucket size are cut to it. The queue starts empty.
 func Resume(cfg Config, tokens int64, at time.Time) *Governor {
 	return &Governor{cfg: cfg, tokens: min(float64(tokens), float64(cfg.Burst())), last: at, byKey: make(map[key]uint64),
-		running: make(map[uint64]admission), live: make(map[key]uint64), streams: make(map[string]int)}
+		running: make(map[uint64]admission), live: make(map[key]uint64), streams: make(map[string]int),
+		queued: make(map[string]int), served: make(map[string]uint64)}
 }
 
 // Adopt records transfers a predecessor admitted that have not ended yet (a restarted
@@ -152,6 +167,7 @@ func (g *Governor) Adopt(running []Submission) {
 		if s.Ref != 0 {
 			g.live[a.key] = s.ID
 		}
+		g.arrive(s.Stream)
 		g.streams[s.Stream]++
 	}
 }
@@ -173,9 +189,12 @@ func (g *Governor) Submit(now time.Time, s Submission) Decision {
 		abandoned = []uint64{id}
 		g.counts.abandoned++
 	}
+	g.arrive(s.Stream)
+	g.queued[s.Stream]++
 	if old, ok := g.byKey[k]; ok && s.Ref != 0 {
 		for i := range g.pending {
 			if g.pending[i].ID == old {
+				g.unqueue(g.pending[i].Stream) // after counting s: a stream's turn survives
 				g.pending[i] = s
 				break
 			}
@@ -217,6 +236,7 @@ func (g *Governor) CancelOwner(owner uint64) []uint64 {
 		}
 		ids = append(ids, s.ID)
 		g.forget(s)
+		g.unqueue(s.Stream)
 	}
 	clear(g.pending[len(kept):])
 	g.pending = kept
@@ -226,7 +246,32 @@ func (g *Governor) CancelOwner(owner uint64) []uint64 {
 
 func (g *Governor) remove(i int) {
 	g.forget(g.pending[i])
+	g.unqueue(g.pending[i].Stream)
 	g.pending = append(g.pending[:i], g.pending[i+1:]...)
+}
+
+// arrive gives a stream that had nothing running or queued its place among the waiting
+// ones: behind every stream already waiting or served before.
+func (g *Governor) arrive(stream string) {
+	if _, ok := g.served[stream]; !ok {
+		g.turn++
+		g.served[stream] = g.turn
+	}
+}
+
+// unqueue counts one queued submission of stream less.
+func (g *Governor) unqueue(stream string) {
+	if g.queued[stream]--; g.queued[stream] <= 0 {
+		delete(g.queued, stream)
+	}
+	g.idle(stream)
+}
+
+// idle forgets a stream's turn once it has nothing running and nothing queued.
+func (g *Governor) idle(stream string) {
+	if g.queued[stream] == 0 && g.streams[stream] == 0 {
+		delete(g.served, stream)
+	}
 }
 
 // forget drops s from the reference index (when it is the one indexed).
@@ -236,29 +281,26 @@ func (g *Governor) forget(s Submission) {
 	}
 }
 
-// Tick refills the bucket up to now and admits queued submissions in FIFO order while the
-// bounds and the bucket allow: a submission whose stream is at its share is passed over
-// (it keeps its place) and the next one considered; the first one the bucket cannot cover
-// stops admission until Wake. A submission larger than the bucket is admitted on credit
-// once the bucket is full, leaving it in debt that later refills repay, so it can never
-// deadlock. At the node-wide bound admission waits for a Done, with no Wake.
+// Tick refills the bucket up to now and admits queued submissions while a slot is free,
+// one at a time, each to the stream that comes next (next): the waiting stream with the
+// fewest transfers running, the one served longest ago among those, its oldest submission.
+// With a rate, the first one the bucket cannot cover stops admission until Wake (no
+// smaller submission of another stream jumps it). A submission larger than the bucket is
+// admitted on credit once the bucket is full, leaving it in debt that later refills repay,
+// so it can never deadlock. At the node-wide bound admission waits for a Done, with no
+// Wake.
 func (g *Governor) Tick(now time.Time) Decision {
 	if !g.cfg.Unlimited() {
 		g.refill(now)
 	}
 	var d Decision
 	burst := float64(g.cfg.Burst())
-	kept := g.pending[:0]
-	i := 0
-	for ; i < len(g.pending); i++ {
-		head := g.pending[i]
-		if g.full() {
+	for !g.full() {
+		i := g.next()
+		if i < 0 {
 			break
 		}
-		if g.cfg.PerStream > 0 && g.streams[head.Stream] >= g.cfg.PerStream {
-			kept = append(kept, head)
-			continue
-		}
+		head := g.pending[i]
 		if !g.cfg.Unlimited() {
 			need := min(float64(head.Size), burst)
 			if g.tokens < need {
@@ -278,15 +320,40 @@ func (g *Governor) Tick(now time.Time) Decision {
 			g.live[a.key] = head.ID
 		}
 		g.streams[head.Stream]++
+		g.turn++
+		g.served[head.Stream] = g.turn
+		g.pending = append(g.pending[:i], g.pending[i+1:]...)
+		if g.queued[head.Stream]--; g.queued[head.Stream] <= 0 {
+			delete(g.queued, head.Stream)
+		}
 	}
-	kept = append(kept, g.pending[i:]...)
-	clear(g.pending[len(kept):])
-	g.pending = kept
+	clear(g.pending[len(g.pending):cap(g.pending)])
 	if len(g.pending) == 0 {
 		g.pending = nil
 	}
 	g.admitted(d.Admit)
 	return d
+}
+
+// next is the index in the queue of the submission that runs next, -1 if none may: among
+// the streams with a submission queued and under the cap, the one with the fewest
+// transfers running, then the lowest turn; its oldest submission. A stream's submissions
+// all compare equal but for their place, so the first one met is its oldest.
+func (g *Governor) next() int {
+	best := -1
+	var bestRun int
+	var bestTurn uint64
+	for i, s := range g.pending {
+		run := g.streams[s.Stream]
+		if g.cfg.PerStream > 0 && run >= g.cfg.PerStream {
+			continue
+		}
+		turn := g.served[s.Stream]
+		if best < 0 || run < bestRun || (run == bestRun && turn < bestTurn) {
+			best, bestRun, bestTurn = i, run, turn
+		}
+	}
+	return best
 }
 
 // full reports the node-wide bound reached.
@@ -331,6 +398,7 @@ func (g *Governor) release(id uint64) (admission, bool) {
 	if g.streams[a.stream]--; g.streams[a.stream] <= 0 {
 		delete(g.streams, a.stream)
 	}
+	g.idle(a.stream)
 	return a, true
 }
 

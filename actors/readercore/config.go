@@ -23,10 +23,9 @@ const (
 	// DefaultFragmentMaxAge is how long the oldest chunk of a fragment being assembled may
 	// wait (from its arrival at the core) before the fragment is cut below its target size.
 	DefaultFragmentMaxAge = 60 * time.Second
-	// DefaultUnpersistedFragments is how many fragment target sizes a stream may hold cut or
-	// assembled and not yet persisted when MaxUnpersistedBytes is zero: 256 MiB at the
-	// default 64 MiB target.
-	DefaultUnpersistedFragments = 4
+	// DefaultUploadsInFlight is how many uploads of one stream may run at once when
+	// Config.UploadsInFlight is zero (a core outside a node); the node passes its own.
+	DefaultUploadsInFlight = 2
 )
 
 // Config is what a core needs to decide: the stream, the writer's epoch, the cut and
@@ -56,9 +55,15 @@ type Config struct {
 	// the fragment being assembled, every cut fragment not yet applied (in flight, waiting
 	// for a retry, uploaded out of order) and the uploaded fragments not yet persisted. At
 	// the bound the core takes no more chunks (the drain pauses; the local log grows on) and
-	// resumes by itself once a persist makes bytes durable. Zero means four fragment target
-	// sizes; it may not be below the fragment target size (a fragment could never be cut).
+	// resumes by itself once a persist makes bytes durable. Zero means UploadsInFlight + 2
+	// fragment target sizes (UnpersistedBound); it may not be below the fragment target size
+	// (a fragment could never be cut).
 	MaxUnpersistedBytes uint64
+	// UploadsInFlight is how many of this stream's uploads may run at once (the governor's
+	// allowance for one stream: max_concurrent_uploads, or the per-stream cap when one is
+	// set). It only sizes the default MaxUnpersistedBytes; zero means
+	// DefaultUploadsInFlight.
+	UploadsInFlight int
 
 	Retention manifest.Policy // remote retention; zero means keep everything
 
@@ -109,8 +114,11 @@ func (c Config) withDefaults() Config {
 	if c.RetentionTimeout == 0 {
 		c.RetentionTimeout = DefaultRetentionTimeout
 	}
+	if c.UploadsInFlight == 0 {
+		c.UploadsInFlight = DefaultUploadsInFlight
+	}
 	if c.MaxUnpersistedBytes == 0 {
-		c.MaxUnpersistedBytes = DefaultUnpersistedFragments * c.FragmentTargetSize
+		c.MaxUnpersistedBytes = UnpersistedBound(c.FragmentTargetSize, c.UploadsInFlight)
 	}
 	return c
 }
@@ -153,4 +161,13 @@ func (c Config) validate() error {
 		return bad("max_unpersisted_bytes", c.MaxUnpersistedBytes, fmt.Sprintf("below fragment_target_size %d: the drain would pause before a fragment could be cut", c.FragmentTargetSize))
 	}
 	return nil
+}
+
+// UnpersistedBound is the default bound on a stream's bytes not yet durable: room for
+// every upload the stream may have in flight, the fragment being assembled behind them and
+// one uploaded fragment waiting for its persist, so that a lone stream keeps every upload
+// slot busy and its drain pauses only when uploads or persists fall behind. 4 fragments
+// (256 MiB at 64 MiB) with 2 uploads in flight; 26 (1.6 GiB) with the node's 24.
+func UnpersistedBound(fragmentTarget uint64, uploadsInFlight int) uint64 {
+	return uint64(max(uploadsInFlight, 1)+2) * fragmentTarget
 }

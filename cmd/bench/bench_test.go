@@ -37,6 +37,12 @@ func TestSubcommandsAtTinySizes(t *testing.T) {
 			[]string{"ratio A/B throughput (node/raw)"}},
 		{[]string{"upload", "--bytes", "4MiB", "--fragment", "1MiB", "--streams", "3", "--rounds", "1", "--warmup", "1", "--set", "persist_interval=100ms"},
 			[]string{"ratio A/B throughput (node/raw)"}},
+		// Through the shaping proxy (small latency so that the run stays short), with two
+		// streams so that the fairness row is printed; and the preset on a read.
+		{[]string{"upload", "--bytes", "4MiB", "--fragment", "1MiB", "--streams", "2", "--rounds", "1", "--warmup", "0", "--s3-latency", "5ms", "--s3-conn-rate", "200MB/s", "--set", "persist_interval=100ms"},
+			[]string{"ratio A/B throughput (node/raw)", "A node slowest/fastest stream time"}},
+		{[]string{"read", "--bytes", "4MiB", "--fragment", "1MiB", "--segment", "512KiB", "--raw-range", "256KiB", "--raw-n", "4", "--rounds", "1", "--warmup", "0", "--realistic", "--set", "persist_interval=100ms"},
+			[]string{"ratio A/B throughput (node/raw)"}},
 		{[]string{"idle", "--streams", "20", "--windows", "2", "--window", "200ms", "--settle", "0s"},
 			[]string{"ratio A/B RSS", "ratio A/B goroutines", "ratio A/B descriptors", "ratio A/B CPU"}},
 		{[]string{"latency", "--rate", "4MB/s", "--fragment", "256KiB", "--duration", "1s", "--rounds", "2", "--set", "persist_interval=100ms"},
@@ -84,6 +90,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"nosuch"}, `unknown subcommand "nosuch"`},
 		{[]string{"upload", "--bytes", "lots"}, `"lots" is not a size`},
 		{[]string{"upload", "--streams", "0"}, "--streams 0: at least 1"},
+		{[]string{"upload", "--raw-inflight", "-1"}, "--raw-inflight -1"},
+		{[]string{"upload", "--bytes", "1MiB", "--s3-latency", "-1s"}, "latency -1s is negative"},
 		{[]string{"idle", "--set", "persist_interval"}, "want name=value"},
 		{[]string{"latency", "--set", "persist_interval=soon"}, "setting persist_interval (from flag --persist-interval)"},
 	} {

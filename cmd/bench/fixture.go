@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -20,6 +22,8 @@ import (
 	"github.com/streamtier/streamtier/backends"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3shape"
 )
 
 // commonFlags are the flags every subcommand takes: node settings, an external S3
@@ -30,6 +34,30 @@ type commonFlags struct {
 	s3Bucket   string
 	logLevel   string
 	timeout    time.Duration
+	s3Latency  time.Duration // time to first byte added per S3 request (the shaping proxy)
+	s3ConnRate rateFlag      // bytes/s per S3 connection, each direction (the shaping proxy)
+	realistic  bool          // the preset: 40 ms and 64 MB/s unless given
+}
+
+// The --realistic preset: S3 as a client in the same region sees it, roughly: tens of
+// milliseconds to the first byte of an answer, tens of MB/s on one connection.
+const (
+	realisticLatency  = 40 * time.Millisecond
+	realisticConnRate = 64_000_000
+)
+
+// shape is the proxy configuration the flags ask for (the preset filling what is not given).
+func (c commonFlags) shape() s3shape.Config {
+	cfg := s3shape.Config{Latency: c.s3Latency, ConnRate: int64(c.s3ConnRate)}
+	if c.realistic {
+		if cfg.Latency == 0 {
+			cfg.Latency = realisticLatency
+		}
+		if cfg.ConnRate == 0 {
+			cfg.ConnRate = realisticConnRate
+		}
+	}
+	return cfg
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
@@ -38,6 +66,9 @@ func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.s3Bucket, "s3-bucket", "", "the bucket on the external endpoint (it must exist)")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "the node's log level on stderr (debug, info, warn, error)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "bound on the whole benchmark")
+	fs.DurationVar(&c.s3Latency, "s3-latency", 0, "time to first byte added to every S3 request, by a shaping proxy in front of the endpoint that the node and the baseline both use")
+	fs.Var(&c.s3ConnRate, "s3-conn-rate", "bytes/s each S3 connection carries, each direction, through the shaping proxy (\"64MB/s\"; 0: unlimited)")
+	fs.BoolVar(&c.realistic, "realistic", false, "shape S3 as a nearby real one: --s3-latency 40ms and --s3-conn-rate 64MB/s unless given")
 }
 
 // settingList collects repeated --set name=value flags.
@@ -80,8 +111,12 @@ type fixture struct {
 	s    nodeconfig.Settings
 	b    *backends.Backends
 	node *actors.Node
-	log  zerolog.Logger
-	errw io.Writer // stderr behind a lock: the node's goroutines log to it concurrently
+	// proxy shapes every S3 request of the node and the baselines (nil: none); shaping
+	// says how, for the report's header.
+	proxy   *s3shape.Proxy
+	shaping string
+	log     zerolog.Logger
+	errw    io.Writer // stderr behind a lock: the node's goroutines log to it concurrently
 }
 
 // lockedWriter serialises writes to w (a test's bytes.Buffer is not safe for concurrent
@@ -148,11 +183,55 @@ func startFixture(ctx context.Context, c commonFlags, defaults map[string]string
 		lock.Unlock()
 		return nil, err
 	}
+	if shape := c.shape(); shape != (s3shape.Config{}) {
+		if err := f.shapeS3(startCtx, shape); err != nil {
+			return nil, err
+		}
+	}
 	if f.node, err = actors.Start(startCtx, f.s.NodeConfig(f.log), f.b.Store, f.b.Meta); err != nil {
 		return nil, err
 	}
 	ok = true
 	return f, nil
+}
+
+// shapeS3 starts the shaping proxy in front of the S3 endpoint (the embedded one, or the
+// external one) and replaces the backends' store with one that goes through it, before the
+// node starts: the node and every baseline then use the same shaped endpoint.
+func (f *fixture) shapeS3(ctx context.Context, shape s3shape.Config) error {
+	cfg := f.s.S3Config()
+	if f.b.S3 != nil {
+		cfg = f.b.S3.Config(nodeconfig.EmbeddedBucket)
+		cfg.RequestTimeout, cfg.TransferTimeout = f.s.S3RequestTimeout, f.s.S3TransferTimeout
+		cfg.MaxConns = f.s.S3MaxConns()
+	}
+	u, err := url.Parse(cfg.Endpoint)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("%w: the S3 endpoint %q cannot be shaped: %v", errUsage, cfg.Endpoint, err)
+	}
+	if u.Scheme != "http" {
+		return fmt.Errorf("%w: the S3 endpoint %s: the shaping proxy forwards plain http only", errUsage, cfg.Endpoint)
+	}
+	if f.proxy, err = s3shape.Start(u.Host, shape); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	u.Host = f.proxy.Addr()
+	cfg.Endpoint = u.String()
+	cfg.KeyPrefix = f.b.KeyPrefix
+	store, err := s3io.NewStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	f.b.Store = store
+	if err := f.b.ProbeS3(ctx); err != nil {
+		return fmt.Errorf("through the shaping proxy: %w", err)
+	}
+	rate := "unlimited"
+	if shape.ConnRate > 0 {
+		rate = nodeconfig.FormatSize(float64(shape.ConnRate)) + "/s"
+	}
+	f.shaping = fmt.Sprintf("S3 shaped: %v to first byte, %s per connection each way", shape.Latency, rate)
+	return nil
 }
 
 // logDir is a new directory for a stream's local log under the fixture's directory.
@@ -180,6 +259,11 @@ func (f *fixture) close() error {
 	if err := f.stopNode(); err != nil {
 		errs = append(errs, err)
 	}
+	if f.proxy != nil {
+		if err := f.proxy.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("shaping proxy: %w", err))
+		}
+	}
 	if f.b != nil {
 		if err := f.b.Close(); err != nil {
 			errs = append(errs, err)
@@ -198,8 +282,12 @@ func (f *fixture) close() error {
 
 // header prints the first lines of a report: what ran, on what, when.
 func (f *fixture) header(w io.Writer, what string) {
+	where := f.b.Describe()
+	if f.shaping != "" {
+		where += " | " + f.shaping
+	}
 	fmt.Fprintf(w, "streamtier bench %s | %s | %d cores, %s, %s/%s, %s | %s\n", what, time.Now().UTC().Format("2006-01-02 15:04 UTC"),
-		runtime.NumCPU(), cpuModel(), runtime.GOOS, runtime.GOARCH, runtime.Version(), f.b.Describe())
+		runtime.NumCPU(), cpuModel(), runtime.GOOS, runtime.GOARCH, runtime.Version(), where)
 }
 
 // cpuModel is the processor's model name from /proc/cpuinfo, or "cpu unknown".

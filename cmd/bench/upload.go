@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,7 @@ type uploadFlags struct {
 	rounds      int
 	warmup      int
 	rawInFlight int
+	maxUploads  int // the node's max_concurrent_uploads, for the report
 	minChunk    int
 	maxChunk    int
 	seed        uint64
@@ -40,7 +42,7 @@ func (u *uploadFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&u.streams, "streams", 1, "streams tiered at once; the baseline PUTs with as many workers")
 	fs.IntVar(&u.rounds, "rounds", 3, "counted rounds, each the node (A) then the raw PUTs (B)")
 	fs.IntVar(&u.warmup, "warmup", 1, "rounds run first and not counted")
-	fs.IntVar(&u.rawInFlight, "raw-inflight", 1, "PUTs each baseline worker keeps in flight")
+	fs.IntVar(&u.rawInFlight, "raw-inflight", 0, "PUTs each baseline worker keeps in flight; 0: the node's max_concurrent_uploads in all, shared by the workers (the node's node-wide concurrency)")
 	fs.IntVar(&u.minChunk, "min-chunk", 1000, "smallest chunk's record bytes (loadgen)")
 	fs.IntVar(&u.maxChunk, "max-chunk", 4000, "largest chunk's record bytes (loadgen)")
 	fs.Uint64Var(&u.seed, "seed", 1, "load generator seed (stream i uses seed+i)")
@@ -54,8 +56,8 @@ func (u *uploadFlags) check() error {
 		return fmt.Errorf("%w: --streams %d: at least 1", errUsage, u.streams)
 	case u.rounds < 1 || u.warmup < 0:
 		return fmt.Errorf("%w: --rounds %d --warmup %d: want at least one round and no negative warm-up", errUsage, u.rounds, u.warmup)
-	case u.rawInFlight < 1:
-		return fmt.Errorf("%w: --raw-inflight %d: at least 1", errUsage, u.rawInFlight)
+	case u.rawInFlight < 0:
+		return fmt.Errorf("%w: --raw-inflight %d: 0 (the node's concurrency) or more", errUsage, u.rawInFlight)
 	}
 	return nil
 }
@@ -87,6 +89,7 @@ type side struct {
 	bytes    int64
 	requests s3io.MetricsSnapshot
 	inFlight inFlightStats
+	streams  []time.Duration // the node's: each stream's time to persisted
 }
 
 // pair is one round: the node (A) and the baseline (B).
@@ -121,6 +124,7 @@ func uploadRounds(ctx context.Context, name string, fl uploadFlags, stdout, stde
 		closeErr(f, &err)
 	}()
 	f.header(stdout, name)
+	fl.maxUploads = f.s.MaxConcurrentUploads
 	genStart := time.Now()
 	for i := range streams {
 		if streams[i], err = prepareStream(ctx, f.logDir(fmt.Sprintf("s%d", i)), fl, fl.seed+uint64(i), f.s.FragmentTargetSize); err != nil {
@@ -142,7 +146,7 @@ func uploadRounds(ctx context.Context, name string, fl uploadFlags, stdout, stde
 		if p.node, err = nodeRound(ctx, f, streams, r); err != nil {
 			return fmt.Errorf("round %d, node: %w", r, err)
 		}
-		if p.raw, err = rawRound(ctx, f, streams, buf, fl.rawInFlight, r); err != nil {
+		if p.raw, err = rawRound(ctx, f, streams, buf, fl.rawInFlight, f.s.MaxConcurrentUploads, r); err != nil {
 			return fmt.Errorf("round %d, raw PUTs: %w", r, err)
 		}
 		warm := r < fl.warmup
@@ -237,16 +241,18 @@ func nodeRound(ctx context.Context, f *fixture, streams []uploadStream, round in
 		}
 	}
 	errs := make([]error, len(streams))
+	took := make([]time.Duration, len(streams))
 	var wg sync.WaitGroup
 	for i, s := range streams {
 		wg.Add(1)
 		go func() { // owned by nodeRound: returns when the stream is persisted or ctx ends
 			defer wg.Done()
 			errs[i] = tierAll(ctx, f.node, ids[i], s.next)
+			took[i] = time.Since(start)
 		}()
 	}
 	wg.Wait()
-	out := side{elapsed: time.Since(start), inFlight: sampler.stop(), requests: delta(f.b.Store.Metrics().Snapshot(), before)}
+	out := side{elapsed: time.Since(start), inFlight: sampler.stop(), requests: delta(f.b.Store.Metrics().Snapshot(), before), streams: took}
 	if err := errors.Join(errs...); err != nil {
 		return out, err
 	}
@@ -305,20 +311,25 @@ func fragmentObjects(ctx context.Context, f *fixture, id string) (n int, bytes i
 }
 
 // rawRound PUTs the same object sizes as the node's fragments to the same bucket, one
-// worker per stream with inFlight PUTs each, from one random buffer in memory; then deletes
-// them, outside the timed part.
-func rawRound(ctx context.Context, f *fixture, streams []uploadStream, buf []byte, inFlight, round int) (side, error) {
+// worker per stream, from one random buffer in memory; then deletes them, outside the timed
+// part. Each worker keeps perWorker PUTs in flight, or, with perWorker 0, the workers share
+// total in flight (the node's max_concurrent_uploads: the concurrency the node may use).
+func rawRound(ctx context.Context, f *fixture, streams []uploadStream, buf []byte, perWorker, total, round int) (side, error) {
 	before := f.b.Store.Metrics().Snapshot()
 	var keysMu sync.Mutex
 	var keys []string
 	errs := make([]error, len(streams))
 	var wg sync.WaitGroup
+	shared := make(chan struct{}, max(total, 1))
 	start := time.Now()
 	for i, s := range streams {
 		wg.Add(1)
 		go func() { // owned by rawRound: one stream's PUTs
 			defer wg.Done()
-			sem := make(chan struct{}, inFlight)
+			sem := shared
+			if perWorker > 0 {
+				sem = make(chan struct{}, perWorker)
+			}
 			var inner sync.WaitGroup
 			var mu sync.Mutex
 			for j, size := range s.objects {
@@ -364,11 +375,15 @@ func printThroughput(w io.Writer, fl uploadFlags, streams []uploadStream, rounds
 		objects += len(s.objects)
 		bytes += s.bytes
 	}
-	fmt.Fprintf(w, "A = the node tiering %d stream(s) until persisted (AddStream to AwaitOffset of the last offset); B = raw PutObject of the same %d objects (%s) with %d worker(s) x %d in flight\n",
-		fl.streams, objects, nodeconfig.FormatSize(float64(bytes)), fl.streams, fl.rawInFlight)
+	inFlight := fmt.Sprintf("x %d in flight", fl.rawInFlight)
+	if fl.rawInFlight == 0 {
+		inFlight = fmt.Sprintf("sharing %d in flight (max_concurrent_uploads)", fl.maxUploads)
+	}
+	fmt.Fprintf(w, "A = the node tiering %d stream(s) until persisted (AddStream to AwaitOffset of the last offset); B = raw PutObject of the same %d objects (%s) with %d worker(s) %s\n",
+		fl.streams, objects, nodeconfig.FormatSize(float64(bytes)), fl.streams, inFlight)
 	fmt.Fprintf(w, "per stream: %s of records (chunks of %d to %d bytes), fragment target %s; rounds: %d counted A B A B ..., %d warm-up\n",
 		nodeconfig.FormatSize(float64(fl.bytes)), fl.minChunk, fl.maxChunk, nodeconfig.FormatSize(float64(fl.fragment)), len(rounds), fl.warmup)
-	var nodeTP, upTP, rawTP, nodeS, upS, rawS, meanIF, peakIF []float64
+	var nodeTP, upTP, rawTP, nodeS, upS, rawS, meanIF, peakIF, spread []float64
 	for _, p := range rounds {
 		nodeTP = append(nodeTP, mib(p.node.bytes)/p.node.elapsed.Seconds())
 		upTP = append(upTP, mib(p.node.bytes)/p.node.inFlight.uploaded.Seconds())
@@ -378,6 +393,9 @@ func printThroughput(w io.Writer, fl uploadFlags, streams []uploadStream, rounds
 		rawS = append(rawS, p.raw.elapsed.Seconds())
 		meanIF = append(meanIF, p.node.inFlight.mean)
 		peakIF = append(peakIF, float64(p.node.inFlight.peak))
+		if len(p.node.streams) > 1 {
+			spread = append(spread, slices.Max(p.node.streams).Seconds()/slices.Min(p.node.streams).Seconds())
+		}
 	}
 	r := report{w}
 	r.columns("")
@@ -389,6 +407,10 @@ func printThroughput(w io.Writer, fl uploadFlags, streams []uploadStream, rounds
 	r.row("B raw PUT s", rawS, 3)
 	r.row("A node uploads in flight (mean)", meanIF, 2)
 	r.row("A node uploads in flight (peak)", peakIF, 0)
+	if len(spread) > 0 {
+		// Equal streams tiered at once: their shares were fair if they end together.
+		r.row("A node slowest/fastest stream time", spread, 3)
+	}
 	r.row("ratio A/B throughput (node/raw)", ratios(nodeTP, rawTP), 3)
 	r.row("ratio A/B to last upload (node/raw)", ratios(upTP, rawTP), 3)
 }

@@ -156,8 +156,12 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 	s3req, s3err := sumReq(n.S3)
 	etcdReq, etcdErr := sumReq(n.Etcd)
 	fmt.Fprintf(out, "node %s at %s, up %s\n", n.ID, base, dur(time.Duration(n.UptimeSeconds*float64(time.Second))))
-	fmt.Fprintf(out, "  governor %s, %d queued (%s), %d transfers running (bound %d, %d per stream) · reaper %d queued, %d deleted, %d failed\n",
-		gov, n.Governor.Queued, human(n.Governor.QueuedBytes), n.Governor.Running, n.Governor.MaxConcurrent, n.Governor.PerStream,
+	share := "shared fairly"
+	if n.Governor.PerStream > 0 {
+		share = fmt.Sprintf("at most %d per stream", n.Governor.PerStream)
+	}
+	fmt.Fprintf(out, "  governor %s, %d queued (%s), %d transfers running (bound %d, %s) · reaper %d queued, %d deleted, %d failed\n",
+		gov, n.Governor.Queued, human(n.Governor.QueuedBytes), n.Governor.Running, n.Governor.MaxConcurrent, share,
 		n.Reaper.Queued, n.Reaper.Deleted, n.Reaper.Failed)
 	if g := n.Governor; g.AbandonedRunning > 0 {
 		fmt.Fprintf(out, "  %d uploads HUNG: abandoned after their transfer deadline (%d abandoned in all), their tasks have not ended\n",
