@@ -73,6 +73,9 @@ type Config struct {
 	ParkRetryInterval time.Duration
 	// Logger receives the node's structured logs.
 	Logger zerolog.Logger
+	// Events receives what happens to the streams as it happens (stalls, pauses, gaps,
+	// persisted offsets, ...) and the node's fatal errors; see EventListener.
+	Events EventListener
 	// Replicas, when set, carries broadcasts and syncs to replica nodes; nil drops them
 	// (a single node has no replicas).
 	Replicas ReplicaSender

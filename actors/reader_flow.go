@@ -103,3 +103,29 @@ func (r *reader) startDrain(c actor.Context, from uint64) {
 // since is the core's retry clock: the time since this incarnation started, on the node's
 // clock (monotonic with the wall clock).
 func (r *reader) since() time.Duration { return r.n.cfg.clock.Now().Sub(r.shell.born) }
+
+// setLocalErr records the drain's local read failure (nil: it reads again) and moves the
+// stream between the running and the stalled gauges.
+func (r *reader) setLocalErr(err error) {
+	m := r.n.metrics
+	was := r.localErr != nil
+	if was {
+		m.StalledBy[causeIndex(ExhaustedResource(r.localErr))].Add(-1)
+	}
+	r.localErr = err
+	if err != nil {
+		m.StalledBy[causeIndex(ExhaustedResource(err))].Add(1)
+	}
+	switch {
+	case err != nil && !was:
+		m.StreamsRunning.Add(-1)
+		m.StreamsStalled.Add(1)
+		r.log.Warn().Err(err).Str("exhausted", ExhaustedResource(err)).Msg("stream stalled: its drain cannot read the local log; retrying")
+		r.notifyLocalRead(err)
+	case err == nil && was:
+		m.StreamsRunning.Add(1)
+		m.StreamsStalled.Add(-1)
+		r.log.Info().Msg("stream no longer stalled: its drain reads the local log again")
+		r.notifyLocalRead(nil)
+	}
+}
