@@ -120,7 +120,7 @@ func TestEventsPersistedInOrder(t *testing.T) {
 // TestEventsStallPauseResume: S3 refuses fragment uploads (403) while the broker writes on:
 // the upload stalls (OnStall with the offset and reason), the drain pauses at the bound on
 // bytes not yet durable (OnPause: the local log grows); once S3 takes uploads again the
-// stall clears at the same offset, the drain resumes and everything is persisted.
+// stall clears at the offset it began, the drain resumes and everything is persisted.
 func TestEventsStallPauseResume(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	rec := &recorder{}
@@ -140,8 +140,8 @@ func TestEventsStallPauseResume(t *testing.T) {
 	w.Inj.Add(s3test.Rule{Method: "PUT", KeyRegexp: `/data/`, Fault: s3test.FaultForbidden})
 	writeLog(t, lg, 4, loadgen.Limit{Bytes: 256 << 10})
 	stall := await(t, rec, "an upload stall", func(s StallInfo) bool { return s.Stream == "s" && s.Cause == StallUpload })
-	if stall.Offset != durable || stall.Failures < 1 || !strings.Contains(stall.Reason, "403") {
-		t.Fatalf("stall %+v: want the first fragment above %d, failed with a 403", stall, durable)
+	if stall.Offset < durable || stall.Failures < 1 || !strings.Contains(stall.Reason, "403") {
+		t.Fatalf("stall %+v: want a fragment at or above %d, failed with a 403", stall, durable)
 	}
 	pause := await(t, rec, "a pause at the bound", func(p PauseInfo) bool { return p.Stream == "s" })
 	if pause.BoundBytes != 48<<10 || pause.HeldBytes < pause.BoundBytes {
@@ -152,10 +152,9 @@ func TestEventsStallPauseResume(t *testing.T) {
 	}
 
 	w.Inj.Clear()
-	cleared := await(t, rec, "the stall cleared", func(s stallCleared) bool { return s.Stream == "s" && s.Cause == StallUpload })
-	if cleared.Offset != stall.Offset {
-		t.Fatalf("cleared %+v, stalled %+v: want the same offset", cleared, stall)
-	}
+	await(t, rec, "the stall cleared where it began", func(s stallCleared) bool {
+		return s.Stream == "s" && s.Cause == StallUpload && s.Offset == stall.Offset
+	})
 	resume := await(t, rec, "the drain resumed", func(r ResumeInfo) bool { return r.Stream == "s" })
 	if resume.From <= durable || resume.BoundBytes != 48<<10 {
 		t.Fatalf("resume %+v: want past %d, bound 48 KiB", resume, durable)
