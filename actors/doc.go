@@ -16,6 +16,8 @@
 //	node, err := actors.Start(ctx, actors.Config{}, store, metadata.NewStore(etcd, ""))
 //	if err != nil { ... }
 //	defer node.Stop(ctx)
+//	// Config.Events reports stalls, pauses, gaps, persisted offsets, ... as they happen
+//	// (EventListener, docs/events.md); Config.Stream holds the per-stream settings.
 //	log, err := segments.Open(dir, segments.Options{})
 //	err = node.AddStream(actors.StreamSpec{ID: "orders", Log: log, Epoch: 1})
 //

@@ -123,7 +123,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 func (n *Node) remoteEnvFor(env read.Env) read.Env {
 	env.System, env.Budget, env.Clock = n.system, n.readBudget, n.cfg.clock
 	env.Stats, env.Panics = &n.metrics.RemoteRead, &n.metrics.TaskPanics
-	env.Fetch, env.AtTask = n.cfg.Read, n.cfg.faults.atTask
+	env.Fetch, env.AtTask = n.cfg.Read.fetch(), n.cfg.faults.atTask
 	if env.KeyPrefix == "" {
 		env.KeyPrefix = n.cfg.KeyPrefix
 	}

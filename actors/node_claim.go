@@ -75,6 +75,7 @@ func (n *Node) loseClaim(reason string) {
 		n.metrics.ClaimLost.Store(1)
 		n.log.Error().Str("reason", reason).Str("hint", claimLostHint).
 			Msg("the cluster claim changed: this node stops persisting and deleting; its streams stall")
+		n.fatal(n.claim.err())
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/streamtier/streamtier/actors/governorcore"
 	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/read"
-	"github.com/streamtier/streamtier/actors/read/fetchcore"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/claim"
 	"github.com/streamtier/streamtier/manifest"
@@ -29,9 +28,9 @@ type Config struct {
 	// MaxConcurrent takes DefaultMaxConcurrentUploads, a zero PerStream sets no cap (the
 	// governor's share is work-conserving: a lone stream may take every slot).
 	Governor governorcore.Config
-	// Stream holds the per-stream defaults (fragment size, persist triggers, retries);
-	// StreamID, Epoch and Retention in it are ignored: they come with each stream.
-	Stream readercore.Config
+	// Stream holds the per-stream settings of every stream (fragment size, idle cut, persist
+	// triggers, retries, the bound on bytes not yet durable); a spec's Options override them.
+	Stream StreamOptions
 	// LocalHotWindowBytes keeps up to this many bytes of already-uploaded segments locally
 	// as a cache; 0 deletes them right after the persist that made them durable.
 	LocalHotWindowBytes int64
@@ -40,8 +39,8 @@ type Config struct {
 	// (default 256 MiB).
 	ReadBudgetBytes int64
 	// Read holds the remote readers' range size and concurrency ceiling (zero: the
-	// defaults, 4 MiB and 32); its Budget is ignored (ReadBudgetBytes divides it).
-	Read fetchcore.Config
+	// defaults, 4 MiB and 32).
+	Read ReadOptions
 	// LocalHotWindowAge keeps uploaded segments younger than this; 0 means no age window.
 	LocalHotWindowAge time.Duration
 	// RetentionInterval is how often remote retention is evaluated besides after each
@@ -79,6 +78,9 @@ type Config struct {
 	// with log/slog passes its logger here. Messages, levels and fields carry over; the
 	// node logs at the lowest level the logger's handler takes when the node starts.
 	Slog *slog.Logger
+	// Events receives what happens to the streams as it happens (stalls, pauses, gaps,
+	// persisted offsets, ...) and the node's fatal errors; see EventListener.
+	Events EventListener
 	// Replicas, when set, carries broadcasts and syncs to replica nodes; nil drops them
 	// (a single node has no replicas).
 	Replicas ReplicaSender
@@ -124,14 +126,6 @@ func (c Config) withDefaults() Config {
 	if c.Governor.MaxConcurrent == 0 {
 		c.Governor.MaxConcurrent = DefaultMaxConcurrentUploads
 	}
-	if c.Stream.UploadsInFlight == 0 {
-		// What one stream may have in flight sizes its default bound on bytes not yet
-		// durable, so that the bound is not what stops a lone stream first.
-		c.Stream.UploadsInFlight = c.Governor.MaxConcurrent
-		if c.Governor.PerStream > 0 {
-			c.Stream.UploadsInFlight = c.Governor.PerStream
-		}
-	}
 	if c.DrainIdleClose == 0 {
 		c.DrainIdleClose = DefaultDrainIdleClose
 	}
@@ -172,7 +166,7 @@ func (c Config) Validate() error {
 	if c.ReadBudgetBytes < 0 {
 		return fmt.Errorf("node config: read_budget_bytes = %d: negative", c.ReadBudgetBytes)
 	}
-	if err := c.Read.Validate(); err != nil {
+	if err := c.Read.fetch().Validate(); err != nil {
 		return fmt.Errorf("node config: read_range_bytes / read_max_concurrency: %w", err)
 	}
 	if c.RetentionInterval < 0 {
@@ -192,7 +186,7 @@ func (c Config) Validate() error {
 	if c.KeyPrefix != "" && !validKeyPrefix(c.KeyPrefix) {
 		return fmt.Errorf("node config: key_prefix = %q: use [A-Za-z0-9._-/], no leading or trailing '/'", c.KeyPrefix)
 	}
-	if err := c.Stream.Validate(); err != nil {
+	if err := c.Stream.core().Validate(); err != nil {
 		return fmt.Errorf("node config: %w", err)
 	}
 	return nil
@@ -212,30 +206,39 @@ func validKeyPrefix(p string) bool {
 }
 
 // StreamSpec is one stream the node tiers: its id, the local log the broker writes, the
-// writer's epoch, its remote retention policy and its replica nodes.
+// writer's epoch, its remote retention policy, its replica nodes and its own settings.
 type StreamSpec struct {
-	ID        string
-	Log       *segments.Log
+	ID  string
+	Log *segments.Log
+	// Epoch is the writer's epoch (the broker's leader epoch for the stream): at least 1,
+	// and not below the epoch of the log's last chunk (docs/events.md, "Epochs").
 	Epoch     uint64
 	Retention manifest.Policy
 	Replicas  []string
-	// Overrides, when non-zero, replace the node's per-stream defaults for this stream.
-	FragmentTargetSize uint64
-	PersistThreshold   int
-	PersistInterval    time.Duration
-	RebalanceThreshold int
-	// FragmentMaxAge overrides the idle cut (readercore.Config.FragmentMaxAge): zero takes
-	// the node's, a negative value disables it for this stream.
-	FragmentMaxAge time.Duration
+	// Options, where non-zero, replace the node's Config.Stream for this stream (a negative
+	// FragmentMaxAge turns its idle cut off).
+	Options StreamOptions
 }
 
-// Validate refuses a spec with a hostile id or no log.
+// ErrBadEpoch is returned by AddStream for a spec whose epoch is 0 or below the epoch of
+// its local log's last chunk.
+var ErrBadEpoch = errors.New("bad writer epoch")
+
+// Validate refuses a spec with a hostile id, no log, epoch 0 or an epoch below its log's
+// last chunk's (a writer older than the data it would upload).
 func (s StreamSpec) Validate() error {
 	if err := manifest.ValidateStreamID(s.ID); err != nil {
 		return fmt.Errorf("add stream: %w", err)
 	}
 	if s.Log == nil {
 		return fmt.Errorf("add stream %s: no local log", s.ID)
+	}
+	if s.Epoch == 0 {
+		return fmt.Errorf("add stream %s: epoch 0: epochs start at 1 (give the broker's leader epoch for the stream): %w", s.ID, ErrBadEpoch)
+	}
+	if last, ok := s.Log.LastChunk(); ok && last.Epoch > s.Epoch {
+		return fmt.Errorf("add stream %s: epoch %d is below epoch %d of the local log's last chunk (offset %d): a writer is never older than what it wrote; give the current epoch: %w",
+			s.ID, s.Epoch, last.Epoch, last.ChunkID, ErrBadEpoch)
 	}
 	return nil
 }
@@ -273,26 +276,17 @@ var ErrStreamStarting = errors.New("stream reader not started yet")
 // ErrNodeStopped is returned by calls made after Stop.
 var ErrNodeStopped = errors.New("node stopped")
 
-// coreConfig merges the node's defaults with one stream's spec.
+// coreConfig merges the node's stream options with one stream's spec.
 func (c Config) coreConfig(s StreamSpec) readercore.Config {
-	cfg := c.Stream
+	cfg := c.Stream.over(s.Options).core()
+	// What one stream may have in flight sizes its default bound on bytes not yet durable,
+	// so that the bound is not what stops a lone stream first.
+	cfg.UploadsInFlight = c.Governor.MaxConcurrent
+	if c.Governor.PerStream > 0 {
+		cfg.UploadsInFlight = c.Governor.PerStream
+	}
 	cfg.StreamID = s.ID
 	cfg.Epoch = s.Epoch
 	cfg.Retention = s.Retention
-	if s.FragmentTargetSize != 0 {
-		cfg.FragmentTargetSize = s.FragmentTargetSize
-	}
-	if s.PersistThreshold != 0 {
-		cfg.PersistThreshold = s.PersistThreshold
-	}
-	if s.PersistInterval != 0 {
-		cfg.PersistInterval = s.PersistInterval
-	}
-	if s.RebalanceThreshold != 0 {
-		cfg.RebalanceThreshold = s.RebalanceThreshold
-	}
-	if s.FragmentMaxAge != 0 {
-		cfg.FragmentMaxAge = s.FragmentMaxAge
-	}
 	return cfg
 }

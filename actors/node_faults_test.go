@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/actors/governorcore"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
@@ -44,7 +43,7 @@ func TestPanicsMidRunUploadsAndDeletionsContinue(t *testing.T) {
 			}
 		},
 	}
-	n := startNode(w, Config{Logger: log, faults: faults, Stream: readercore.Config{
+	n := startNode(w, Config{Logger: log, faults: faults, Stream: StreamOptions{
 		FragmentTargetSize: 32 << 10, PersistThreshold: 2, PersistInterval: 50 * time.Millisecond,
 		UploadRetryDelay: 100 * time.Millisecond, RebalanceThreshold: 8,
 	}})
@@ -95,7 +94,7 @@ func TestGovernorDeadlineRunsFromAdmission(t *testing.T) {
 	const rate = 1 << 20
 	w := newWorld(t, worldOptions{})
 	log, _ := testLogger(t)
-	n := startNode(w, Config{Logger: log, Governor: governorcore.Config{RateBytesPerSec: rate}, Stream: readercore.Config{
+	n := startNode(w, Config{Logger: log, Governor: governorcore.Config{RateBytesPerSec: rate}, Stream: StreamOptions{
 		// The deadline (3 s) is far below the ~10 s a fragment waits in the queue. The bound on
 		// unpersisted bytes is raised above the whole log so that the queue is the governor's:
 		// at the default (4 fragments) the persist round trip, not the rate, set the pace on a
@@ -171,7 +170,7 @@ func TestHungTransferAbandonedFreesItsSlot(t *testing.T) {
 		}
 	}}
 	n := startNode(w, Config{Logger: log, faults: faults, Governor: governorcore.Config{MaxConcurrent: 1},
-		Stream: readercore.Config{FragmentTargetSize: 32 << 10, PersistThreshold: 2, PersistInterval: 50 * time.Millisecond,
+		Stream: StreamOptions{FragmentTargetSize: 32 << 10, PersistThreshold: 2, PersistInterval: 50 * time.Millisecond,
 			TransferDeadline: 500 * time.Millisecond}})
 	node.Store(n)
 	t.Cleanup(unblock) // before the node stops (cleanups run last first): goleak stays clean
@@ -240,7 +239,7 @@ func TestStopWaitsForUploadsAndNamesHungOnes(t *testing.T) {
 		default:
 		}
 		<-release
-	}}, Stream: readercore.Config{FragmentTargetSize: 32 << 10}})
+	}}, Stream: StreamOptions{FragmentTargetSize: 32 << 10}})
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 4, loadgen.Limit{Bytes: 128 << 10})
 	if err := n.AddStream(StreamSpec{ID: "hs", Log: lg, Epoch: 1}); err != nil {

@@ -16,7 +16,7 @@ import (
 // Flush that returns proves the flush, not a timer, moved the data.
 func flushConfig(t *testing.T) Config {
 	log, _ := testLogger(t)
-	return Config{Logger: log, Stream: readercore.Config{FragmentTargetSize: 64 << 20, FragmentMaxAge: time.Hour,
+	return Config{Logger: log, Stream: StreamOptions{FragmentTargetSize: 64 << 20, FragmentMaxAge: time.Hour,
 		PersistThreshold: 1000, PersistInterval: time.Hour}}
 }
 

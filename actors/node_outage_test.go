@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/actors/internal/actortest"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
 	"github.com/streamtier/streamtier/verify"
@@ -89,7 +88,7 @@ func TestEtcdOutageMidRun(t *testing.T) {
 	w := newWorld(t, worldOptions{EtcdRestart: true})
 	log, _ := testLogger(t)
 	n := startNode(w, Config{Logger: log, PersistTimeout: time.Second, LocalHotWindowBytes: 1 << 40, // keep the log to compare with
-		Stream: readercore.Config{FragmentTargetSize: 32 << 10, PersistThreshold: 2, PersistInterval: 200 * time.Millisecond}})
+		Stream: StreamOptions{FragmentTargetSize: 32 << 10, PersistThreshold: 2, PersistInterval: 200 * time.Millisecond}})
 	lg := openLog(t, segments.Options{MaxSegmentBytes: 256 << 10})
 	if err := n.AddStream(StreamSpec{ID: "eo", Log: lg, Epoch: 1}); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/actors/read"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/s3io/s3test"
 	"github.com/streamtier/streamtier/segments"
@@ -24,7 +23,7 @@ import (
 // log and a reference log holding the same chunks.
 func tieredStream(t *testing.T, w *world, stream string) (*Node, *segments.Log, *segments.Log) {
 	t.Helper()
-	n, lg, ref := persistedStream(t, w, stream, Config{Stream: readercore.Config{RebalanceThreshold: 4}}, 31, 1<<20)
+	n, lg, ref := persistedStream(t, w, stream, Config{Stream: StreamOptions{RebalanceThreshold: 4}}, 31, 1<<20)
 	until(t, 10*time.Second, "local retention", func() (bool, string) {
 		return lg.FirstOffset() > 0, fmt.Sprint("local first ", lg.FirstOffset())
 	})

@@ -15,7 +15,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/s3io"
@@ -152,7 +151,7 @@ func TestIdleStreamsCostNoGoroutineNorDescriptor(t *testing.T) {
 		}
 	}
 	f := newIdleFleet(t, Config{Logger: zerolog.Nop(), DrainIdleClose: 50 * time.Millisecond, RetentionInterval: time.Hour,
-		Stream: readercore.Config{PersistInterval: time.Hour}})
+		Stream: StreamOptions{PersistInterval: time.Hour}})
 	base := footprint(t)
 	f.grow(small)
 	at500 := footprint(t)
@@ -198,7 +197,7 @@ func TestOutOfDescriptorsStallsAndRecovers(t *testing.T) {
 	const streams = 20
 	log, _ := testLogger(t)
 	f := newIdleFleet(t, Config{Logger: log, DrainIdleClose: 50 * time.Millisecond,
-		Stream: readercore.Config{PersistInterval: 100 * time.Millisecond}})
+		Stream: StreamOptions{PersistInterval: 100 * time.Millisecond}})
 	f.grow(streams)
 	var next []uint64
 	for _, lg := range f.logs {

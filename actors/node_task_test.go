@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
@@ -21,7 +20,7 @@ func TestPersistDeadlineDuringEtcdPartition(t *testing.T) {
 	w := newWorld(t, worldOptions{EtcdFaults: true})
 	log, _ := testLogger(t)
 	n := startNode(w, Config{Logger: log, PersistTimeout: 300 * time.Millisecond,
-		Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond}})
+		Stream: StreamOptions{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond}})
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 1, loadgen.Limit{Bytes: 64 << 10})
 	if err := n.AddStream(StreamSpec{ID: "p", Log: lg, Epoch: 1}); err != nil {
@@ -57,7 +56,7 @@ func TestTaskPanicsBecomeFailures(t *testing.T) {
 		if first {
 			panic("injected " + name + " fault")
 		}
-	}}, Stream: readercore.Config{FragmentTargetSize: 8 << 10, PersistThreshold: 1, PersistInterval: 50 * time.Millisecond, RebalanceThreshold: 4}})
+	}}, Stream: StreamOptions{FragmentTargetSize: 8 << 10, PersistThreshold: 1, PersistInterval: 50 * time.Millisecond, RebalanceThreshold: 4}})
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 3, loadgen.Limit{Bytes: 400 << 10})
 	if err := n.AddStream(StreamSpec{ID: "tp", Log: lg, Epoch: 1}); err != nil {

@@ -182,30 +182,6 @@ func (r *reader) Receive(c actor.Context) {
 	}
 }
 
-// setLocalErr records the drain's local read failure (nil: it reads again) and moves the
-// stream between the running and the stalled gauges.
-func (r *reader) setLocalErr(err error) {
-	m := r.n.metrics
-	was := r.localErr != nil
-	if was {
-		m.StalledBy[causeIndex(ExhaustedResource(r.localErr))].Add(-1)
-	}
-	r.localErr = err
-	if err != nil {
-		m.StalledBy[causeIndex(ExhaustedResource(err))].Add(1)
-	}
-	switch {
-	case err != nil && !was:
-		m.StreamsRunning.Add(-1)
-		m.StreamsStalled.Add(1)
-		r.log.Warn().Err(err).Str("exhausted", ExhaustedResource(err)).Msg("stream stalled: its drain cannot read the local log; retrying")
-	case err == nil && was:
-		m.StreamsRunning.Add(1)
-		m.StreamsStalled.Add(-1)
-		r.log.Info().Msg("stream no longer stalled: its drain reads the local log again")
-	}
-}
-
 // stray logs and counts a message the reader has no case for, a core event among them (the
 // core is fed only the results and timers above): it is dropped.
 func (r *reader) stray(msg any) {
@@ -283,6 +259,7 @@ func (r *reader) onResolved(c actor.Context, m *resolvedMsg) {
 	}
 	if r.h.setStall(r.n.metrics, nil) {
 		r.log.Info().Msg("the stream's metadata is repaired: resolution goes on")
+		r.notifyMetadata(nil)
 	}
 	if m.Err != nil {
 		r.retryResolve(c, m.Err)
@@ -357,6 +334,7 @@ func (r *reader) stalledOnMetadata(c actor.Context, st *metadataStall) {
 	if r.h.setStall(r.n.metrics, st) {
 		r.log.Error().Str("phase", st.Phase).Str("reason", st.Reason).
 			Msg("the stream stalls: nothing is written, drained, retained or collected for it until its metadata is repaired")
+		r.notifyMetadata(st)
 	}
 	r.timers.After(c.ActorSystem().Root, c.Self(), r.n.cfg.StallRetry, resolveRetryMsg{})
 }
@@ -382,6 +360,7 @@ func (r *reader) step(c actor.Context, ev readercore.Event) error {
 	for _, e := range effects {
 		r.log.Debug().Stringer("effect", e).Msg("effect")
 		r.execute(c, e)
+		r.notify(e) // the embedder's event, if the effect is one
 	}
 	return nil
 }

@@ -178,7 +178,7 @@ func replicaNode(t *testing.T, w *world, sink ReplicaSender, stream string) (*No
 	t.Helper()
 	log, _ := testLogger(t)
 	n := startNode(w, Config{Logger: log, Replicas: sink,
-		Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond}})
+		Stream: StreamOptions{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond}})
 	lg := openLog(t, segments.Options{})
 	if err := n.AddStream(StreamSpec{ID: stream, Log: lg, Epoch: 1, Replicas: []string{"r1"}}); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
 )
@@ -53,7 +52,7 @@ func TestDrainRefusedChunkStallsWithoutSpinning(t *testing.T) {
 	lg := openLog(t, segments.Options{MaxSegmentBytes: 256 << 10})
 	writeLog(t, lg, 31, loadgen.Limit{Chunks: 40})
 	at := nthChunk(t, lg, 25)
-	n := startNode(w, Config{Logger: log, faults: &faultHooks{batch: jumpAt(at, &on, &hits)}, Stream: readercore.Config{
+	n := startNode(w, Config{Logger: log, faults: &faultHooks{batch: jumpAt(at, &on, &hits)}, Stream: StreamOptions{
 		FragmentTargetSize: 16 << 10, PersistThreshold: 2, PersistInterval: 50 * time.Millisecond,
 		UploadRetryDelay: 200 * time.Millisecond, UploadRetryMaxDelay: time.Second,
 	}})
@@ -111,7 +110,7 @@ func TestDrainRepositionedOnce(t *testing.T) {
 		if hits.Load() > 0 {
 			on.Store(false)
 		}
-	}}, Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 2, PersistInterval: 50 * time.Millisecond}})
+	}}, Stream: StreamOptions{FragmentTargetSize: 16 << 10, PersistThreshold: 2, PersistInterval: 50 * time.Millisecond}})
 	if err := n.AddStream(StreamSpec{ID: "once", Log: lg, Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}

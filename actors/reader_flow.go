@@ -121,3 +121,29 @@ func (r *reader) declaredGap(e readercore.DeclareGap) {
 		Int("dropped_transfers", e.DroppedTransfers).Int("dropped_chunks", e.DroppedChunks).
 		Msg("the local log lost offsets before they were uploaded: declared a gap, the remote tier keeps everything else")
 }
+
+// setLocalErr records the drain's local read failure (nil: it reads again) and moves the
+// stream between the running and the stalled gauges.
+func (r *reader) setLocalErr(err error) {
+	m := r.n.metrics
+	was := r.localErr != nil
+	if was {
+		m.StalledBy[causeIndex(ExhaustedResource(r.localErr))].Add(-1)
+	}
+	r.localErr = err
+	if err != nil {
+		m.StalledBy[causeIndex(ExhaustedResource(err))].Add(1)
+	}
+	switch {
+	case err != nil && !was:
+		m.StreamsRunning.Add(-1)
+		m.StreamsStalled.Add(1)
+		r.log.Warn().Err(err).Str("exhausted", ExhaustedResource(err)).Msg("stream stalled: its drain cannot read the local log; retrying")
+		r.notifyLocalRead(err)
+	case err == nil && was:
+		m.StreamsRunning.Add(1)
+		m.StreamsStalled.Add(-1)
+		r.log.Info().Msg("stream no longer stalled: its drain reads the local log again")
+		r.notifyLocalRead(nil)
+	}
+}

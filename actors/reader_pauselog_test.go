@@ -11,7 +11,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors/governorcore"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
 )
@@ -113,7 +112,7 @@ func TestNodeSlogPausesAndLogStart(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	h := newRecordHandler()
 	n := startNode(w, Config{Slog: slog.New(h), Governor: governorcore.Config{RateBytesPerSec: 2 << 20, BurstBytes: 64 << 10},
-		Stream: readercore.Config{FragmentTargetSize: 32 << 10, MaxUnpersistedBytes: 32 << 10, PersistThreshold: 1,
+		Stream: StreamOptions{FragmentTargetSize: 32 << 10, MaxUnpersistedBytes: 32 << 10, PersistThreshold: 1,
 			PersistInterval: 20 * time.Millisecond}})
 	lg := openLog(t, segments.Options{FirstOffset: 1000, MaxSegmentBytes: 256 << 10})
 	writeLog(t, lg, 11, loadgen.Limit{Bytes: 1 << 20})

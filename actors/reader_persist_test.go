@@ -271,7 +271,7 @@ func TestPersistOverdueBecomesFailure(t *testing.T) {
 		if name == "persist" && stuck.CompareAndSwap(false, true) {
 			<-release // the first persist ignores its deadline
 		}
-	}}, Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: time.Hour}})
+	}}, Stream: StreamOptions{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: time.Hour}})
 	t.Cleanup(func() { // before the node stops: a stuck child holds its reader's stop
 		select {
 		case <-release:

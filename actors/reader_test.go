@@ -23,7 +23,7 @@ import (
 func readerStream(t *testing.T, w *world, cfg Config, stream string) (*Node, *segments.Log) {
 	t.Helper()
 	if cfg.Stream.FragmentTargetSize == 0 {
-		cfg.Stream = readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond}
+		cfg.Stream = StreamOptions{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond}
 	}
 	n := startNode(w, cfg)
 	lg := openLog(t, segments.Options{})
@@ -156,7 +156,7 @@ func TestReaderMissingAnchorReinitializesOnce(t *testing.T) {
 		}
 	}}
 	n := startNode(w, Config{Logger: log, faults: faults, StallRetry: 100 * time.Millisecond, // resolved again soon after the repair
-		Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 200 * time.Millisecond}})
+		Stream: StreamOptions{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 200 * time.Millisecond}})
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 11, loadgen.Limit{Bytes: 48 << 10})
 	if err := n.AddStream(StreamSpec{ID: "na", Log: lg, Epoch: 1}); err != nil {
@@ -231,7 +231,7 @@ func TestReaderQuietStreamFullyPersisted(t *testing.T) {
 	const maxAge, margin = 300 * time.Millisecond, 10 * time.Second
 	w := newWorld(t, worldOptions{})
 	log, _ := testLogger(t)
-	n := startNode(w, Config{Logger: log, Stream: readercore.Config{
+	n := startNode(w, Config{Logger: log, Stream: StreamOptions{
 		FragmentTargetSize: 8 << 20, PersistThreshold: 100, PersistInterval: time.Minute, FragmentMaxAge: maxAge,
 	}})
 	lg := openLog(t, segments.Options{})

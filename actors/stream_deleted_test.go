@@ -10,7 +10,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/metadata/etcdtest"
@@ -32,7 +31,7 @@ type deletedEnv struct {
 
 func newDeletedEnv(t *testing.T) *deletedEnv {
 	t.Helper()
-	e := &deletedEnv{t: t, cfg: Config{NodeID: "n1", Logger: clusterTestLogger(t), Stream: readercore.Config{
+	e := &deletedEnv{t: t, cfg: Config{NodeID: "n1", Logger: clusterTestLogger(t), Stream: StreamOptions{
 		FragmentTargetSize: 8 << 10, PersistThreshold: 2, PersistInterval: 100 * time.Millisecond,
 	}}}
 	e.meta = etcdtest.Store(t, etcdtest.Start(t))

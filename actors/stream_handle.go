@@ -73,8 +73,9 @@ type streamHandle struct {
 	lastPark   time.Time // since when the stream was parked, while a retry is running
 	nextID     readercore.WaiterID
 	waiters    map[readercore.WaiterID]waiterEntry
-	stopped    error  // set once the reader stopped: later waiters fail at once
-	reason     string // why the reader stopped for good (deleted, deposed); "" if it did not
+	stopped    error     // set once the reader stopped: later waiters fail at once
+	reason     string    // why the reader stopped for good (deleted, deposed); "" if it did not
+	cause      StopCause // StopDeleted or StopDeposed once the reader stopped for good; 0 if it did not
 	reader     *actor.PID
 	stopOnce   sync.Once
 	// parked is set while the supervisor has parked the stream (its reader keeps failing)
@@ -218,6 +219,20 @@ func (h *streamHandle) gone(reason string, err error) {
 	}
 	h.mu.Unlock()
 	h.stop(err)
+}
+
+// setStopCause records why the reader stopped for good (the OnStopped event's cause).
+func (h *streamHandle) setStopCause(c StopCause) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cause = c
+}
+
+// stopCause is why the reader stopped for good, 0 while it has not.
+func (h *streamHandle) stopCause() StopCause {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cause
 }
 
 // stopReason is why the reader stopped for good, "" while it has not.

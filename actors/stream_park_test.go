@@ -10,7 +10,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
 )
@@ -31,7 +30,7 @@ func TestParkedStreamComesBack(t *testing.T) {
 		if _, ok := msg.(*actor.Started); ok && broken.Load() {
 			panic("injected: the reader cannot start")
 		}
-	}}, Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 50 * time.Millisecond}})
+	}}, Stream: StreamOptions{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 50 * time.Millisecond}})
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 4, loadgen.Limit{Bytes: 40 << 10})
 	broken.Store(true)

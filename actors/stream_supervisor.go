@@ -59,6 +59,7 @@ func (s *streamSupervisor) Receive(c actor.Context) {
 		s.timers.StopAll()
 		s.h.unpark() // a fresh incarnation starts a fresh reader
 	case *actor.Stopped:
+		s.n.streamStopped(s.h) // the stream's last event: its reader stopped before
 		close(s.h.done)
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 	case streamGone:
@@ -111,6 +112,7 @@ func (s *streamSupervisor) park(system *actor.ActorSystem, child *actor.PID, now
 	first := s.h.park(parkState{since: now, reason: fmt.Sprint(reason), failures: failures, retryAt: now.Add(interval)})
 	if first {
 		s.n.metrics.Parks.Add(1)
+		emit(s.n, "parked", s.h.spec.ID, s.n.cfg.Events.OnParked, ParkedInfo{Stream: s.h.spec.ID, Reason: fmt.Sprint(reason), Failures: failures, RetryAt: now.Add(interval)})
 	}
 	s.log.Error().Str("reason", fmt.Sprint(reason)).Int("failures_last_minute", failures).Dur("retry_in", interval).
 		Msg("stream parked: its reader keeps failing; retrying it periodically")

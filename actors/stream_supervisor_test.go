@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
 )
@@ -36,7 +35,7 @@ func TestSupervisorRestartsReaderWithBackoff(t *testing.T) {
 		if _, ok := msg.(forceCutMsg); ok && armed.Load() {
 			panic("injected reader fault")
 		}
-	}}, Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: time.Hour}})
+	}}, Stream: StreamOptions{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: time.Hour}})
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 4, loadgen.Limit{Bytes: 40 << 10})
 	if err := n.AddStream(StreamSpec{ID: "sv", Log: lg, Epoch: 1}); err != nil {
@@ -79,7 +78,7 @@ func TestSupervisorRestartStartsFreshReader(t *testing.T) {
 		if _, ok := msg.(poke); ok {
 			panic("injected supervisor fault")
 		}
-	}}, Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 50 * time.Millisecond}})
+	}}, Stream: StreamOptions{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 50 * time.Millisecond}})
 	lg := openLog(t, segments.Options{})
 	writeLog(t, lg, 6, loadgen.Limit{Bytes: 40 << 10})
 	if err := n.AddStream(StreamSpec{ID: "ss", Log: lg, Epoch: 1}); err != nil {

@@ -11,7 +11,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/claim"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
@@ -27,7 +26,7 @@ import (
 func v3Config(t *testing.T) Config {
 	log, _ := testLogger(t)
 	return Config{Logger: log, StallRetry: 100 * time.Millisecond,
-		Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond}}
+		Stream: StreamOptions{FragmentTargetSize: 16 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond}}
 }
 
 // record reads stream's manifest record and its etcd ModRevision.

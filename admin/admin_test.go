@@ -18,7 +18,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/admin"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata/etcdtest"
@@ -85,7 +84,7 @@ func TestAdminServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	node, err := actors.Start(ctx, actors.Config{
-		Stream: readercore.Config{FragmentTargetSize: 32 << 10, PersistInterval: 50 * time.Millisecond},
+		Stream: actors.StreamOptions{FragmentTargetSize: 32 << 10, PersistInterval: 50 * time.Millisecond},
 		Logger: zerolog.Nop(),
 	}, store, meta)
 	if err != nil {

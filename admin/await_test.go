@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/admin"
 	"github.com/streamtier/streamtier/s3io/s3test"
 	"github.com/streamtier/streamtier/segments"
@@ -72,7 +71,7 @@ func TestAwaitEndpoint(t *testing.T) {
 	defer cancel()
 	be := tiertest.StartBackends(ctx, t, true)
 	node, err := actors.Start(ctx, actors.Config{
-		Stream: readercore.Config{FragmentTargetSize: 32 << 10, PersistInterval: 50 * time.Millisecond, FragmentMaxAge: 100 * time.Millisecond,
+		Stream: actors.StreamOptions{FragmentTargetSize: 32 << 10, PersistInterval: 50 * time.Millisecond, FragmentMaxAge: 100 * time.Millisecond,
 			UploadRetryDelay: 20 * time.Millisecond, UploadRetryMaxDelay: 100 * time.Millisecond},
 		Logger: zerolog.Nop(),
 	}, be.Store, be.Meta)
@@ -267,7 +266,7 @@ func TestAwaitFlushesByDefault(t *testing.T) {
 	defer cancel()
 	be := tiertest.StartBackends(ctx, t, false)
 	node, err := actors.Start(ctx, actors.Config{
-		Stream: readercore.Config{FragmentTargetSize: 64 << 20, FragmentMaxAge: time.Hour, PersistThreshold: 1000, PersistInterval: time.Hour},
+		Stream: actors.StreamOptions{FragmentTargetSize: 64 << 20, FragmentMaxAge: time.Hour, PersistThreshold: 1000, PersistInterval: time.Hour},
 		Logger: zerolog.Nop(),
 	}, be.Store, be.Meta)
 	if err != nil {

@@ -124,7 +124,7 @@ func TestCostCountsMatchTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	node, err := actors.Start(ctx, actors.Config{
-		Stream: readercore.Config{FragmentTargetSize: 16 << 10, PersistThreshold: 2, PersistInterval: 20 * time.Millisecond},
+		Stream: actors.StreamOptions{FragmentTargetSize: 16 << 10, PersistThreshold: 2, PersistInterval: 20 * time.Millisecond},
 		Logger: zerolog.Nop(),
 	}, store, meta)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/admin"
 	"github.com/streamtier/streamtier/metadata/etcdtest"
 	"github.com/streamtier/streamtier/s3io"
@@ -39,7 +38,7 @@ func TestCollectorInCallersRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	node, err := actors.Start(ctx, actors.Config{Logger: zerolog.Nop(),
-		Stream: readercore.Config{FragmentTargetSize: 32 << 10, PersistInterval: 50 * time.Millisecond}}, store, meta)
+		Stream: actors.StreamOptions{FragmentTargetSize: 32 << 10, PersistInterval: 50 * time.Millisecond}}, store, meta)
 	if err != nil {
 		t.Fatal(err)
 	}

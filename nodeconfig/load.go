@@ -251,8 +251,11 @@ var streamKeys = map[string]func(st *StreamSettings, v string) error{
 	"log_dir": func(st *StreamSettings, v string) error { st.LogDir = v; return nil },
 	"epoch": func(st *StreamSettings, v string) error {
 		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return fmt.Errorf("%q is not a non-negative integer", v)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%q is not a positive integer", v)
+		case n == 0:
+			return fmt.Errorf("0: epochs start at 1 (leave the key out for 1)")
 		}
 		st.Epoch = n
 		return nil
@@ -294,15 +297,9 @@ var streamKeys = map[string]func(st *StreamSettings, v string) error{
 		return nil
 	},
 	"fragment_max_age": func(st *StreamSettings, v string) error {
-		d, err := ParseDuration(v)
-		switch {
-		case err != nil:
-			return err
-		case d < 0:
-			return fmt.Errorf("%q is negative (0 disables the idle cut for this stream)", v)
-		}
-		st.FragmentMaxAge = CoreFragmentMaxAge(d) // given here: 0 disables, it does not inherit
-		return nil
+		d, err := ParseMaxAge(v) // off: no idle cut for this stream; left out: the node's
+		st.FragmentMaxAge = d
+		return err
 	},
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/streamtier/streamtier/actors"
 )
 
 func resolve(t *testing.T, mode Mode, src Sources) Settings {
@@ -294,9 +296,11 @@ func TestMaxUnpersistedBytesReachesTheNode(t *testing.T) {
 	}
 }
 
-// TestFragmentMaxAgeReachesTheNode: the idle cut is on by default (60s, demo 5s); the
-// setting's 0 disables it, which the core takes as a negative age (its zero is the default);
-// a stream may override it, its own 0 disabling it for that stream alone; negatives are refused.
+// TestFragmentMaxAgeReachesTheNode: the idle cut is on by default (60s, demo 5s); off (or a
+// negative duration) turns it off, which the node takes as it is (actors.NoIdleCut: in Go
+// too a negative age is off and a zero the default); a stream may override it, its own off
+// turning it off for that stream alone. A 0, which once meant off, is refused by name
+// everywhere rather than read as the default; so is a stream's epoch 0.
 func TestFragmentMaxAgeReachesTheNode(t *testing.T) {
 	s := resolve(t, ModeRun, Sources{})
 	if c := s.NodeConfig(zerolog.Nop()); s.FragmentMaxAge != time.Minute || c.Stream.FragmentMaxAge != time.Minute {
@@ -305,24 +309,31 @@ func TestFragmentMaxAgeReachesTheNode(t *testing.T) {
 	if d := resolve(t, ModeDemo, Sources{}); d.FragmentMaxAge != 5*time.Second {
 		t.Fatalf("demo fragment max age %v", d.FragmentMaxAge)
 	}
-	s = resolve(t, ModeRun, Sources{Flags: map[string]string{"fragment_max_age": "0"}})
-	if c := s.NodeConfig(zerolog.Nop()); c.Stream.FragmentMaxAge >= 0 {
-		t.Fatalf("fragment_max_age 0: core age %v, want negative (disabled)", c.Stream.FragmentMaxAge)
+	for _, v := range []string{"off", "-1s"} {
+		s = resolve(t, ModeRun, Sources{Flags: map[string]string{"fragment_max_age": v}})
+		if c := s.NodeConfig(zerolog.Nop()); c.Stream.FragmentMaxAge != actors.NoIdleCut {
+			t.Fatalf("fragment_max_age %s: node age %v, want actors.NoIdleCut", v, c.Stream.FragmentMaxAge)
+		}
 	}
-	file := []byte("streams:\n  - id: quiet\n    fragment_max_age: 0\n  - id: fast\n    fragment_max_age: 500ms\n  - id: plain\n")
+	file := []byte("streams:\n  - id: quiet\n    fragment_max_age: off\n  - id: fast\n    fragment_max_age: 500ms\n  - id: plain\n")
 	s = resolve(t, ModeRun, Sources{File: file, FileName: "n.yaml"})
-	if q, f, p := s.Streams[0], s.Streams[1], s.Streams[2]; q.FragmentMaxAge >= 0 || f.FragmentMaxAge != 500*time.Millisecond || p.FragmentMaxAge != 0 {
+	if q, f, p := s.Streams[0], s.Streams[1], s.Streams[2]; q.Options().FragmentMaxAge != actors.NoIdleCut || f.Options().FragmentMaxAge != 500*time.Millisecond || p.Options().FragmentMaxAge != 0 {
 		t.Fatalf("per-stream fragment max age: quiet %v, fast %v, plain %v", q.FragmentMaxAge, f.FragmentMaxAge, p.FragmentMaxAge)
 	}
 	for _, src := range []Sources{
-		{Flags: map[string]string{"fragment_max_age": "-1s"}},
-		{File: []byte("streams:\n  - id: a\n    fragment_max_age: -5s\n"), FileName: "n.yaml"},
+		{Flags: map[string]string{"fragment_max_age": "0"}},
+		{Flags: map[string]string{"fragment_max_age": "0s"}},
+		{File: []byte("streams:\n  - id: a\n    fragment_max_age: 0\n"), FileName: "n.yaml"},
 	} {
 		src.Dir = "/work"
 		_, err := Resolve(ModeRun, src)
-		if err == nil || !strings.Contains(err.Error(), "fragment_max_age") || !strings.Contains(err.Error(), "negative") {
-			t.Errorf("%+v: error %v, want one naming fragment_max_age as negative", src, err)
+		if err == nil || !strings.Contains(err.Error(), "fragment_max_age") || !strings.Contains(err.Error(), "write off") {
+			t.Errorf("%+v: error %v, want one naming fragment_max_age and saying to write off", src, err)
 		}
+	}
+	_, err := Resolve(ModeRun, Sources{Dir: "/work", File: []byte("streams:\n  - id: a\n    epoch: 0\n"), FileName: "n.yaml"})
+	if err == nil || !strings.Contains(err.Error(), "epoch") || !strings.Contains(err.Error(), "start at 1") {
+		t.Errorf("epoch 0: error %v, want one saying epochs start at 1", err)
 	}
 }
 

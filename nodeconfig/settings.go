@@ -95,7 +95,7 @@ type Settings struct {
 	CostListPer1000       float64
 	CostGetPer1000        float64
 	CostStoragePerGBMonth float64
-	FragmentMaxAge        time.Duration // 0: the idle cut is disabled
+	FragmentMaxAge        time.Duration // actors.NoIdleCut (negative): the idle cut is off
 	// FollowInterval is how often the node looks for chunks a writer in another process
 	// completed in the log directories of streams declared with follow: true.
 	FollowInterval time.Duration
@@ -139,8 +139,8 @@ type StreamSettings struct {
 	FragmentTargetSize uint64
 	PersistThreshold   int
 	PersistInterval    time.Duration
-	// FragmentMaxAge overrides fragment_max_age: 0 takes the node's, a negative value
-	// disables the idle cut for this stream (the file's "0").
+	// FragmentMaxAge overrides fragment_max_age: 0 (not given) takes the node's, a negative
+	// value (the file's "off") turns the idle cut off for this stream.
 	FragmentMaxAge time.Duration
 	// Follow opens LogDir read-only and follows a writer in another process (a live
 	// broker's directory): complete chunks count as committed as they appear.
@@ -367,8 +367,12 @@ var table = []setting{
 		apply: str(func(s *Settings) *string { return &s.GCMode })},
 	{name: "segment_max_bytes", def: "500MB", demo: "32MiB", help: "local segment size of the logs the node opens (demo and declared streams)",
 		apply: size64(func(s *Settings) *int64 { return &s.SegmentMaxBytes })},
-	{name: "fragment_max_age", def: "60s", demo: "5s", help: "cut a fragment below fragment_target_size once its oldest chunk was drained this long ago, so that a quiet stream's tail is uploaded; 0 disables",
-		apply: duration(func(s *Settings) *time.Duration { return &s.FragmentMaxAge })},
+	{name: "fragment_max_age", def: "60s", demo: "5s", help: "cut a fragment below fragment_target_size once its oldest chunk was drained this long ago, so that a quiet stream's tail is uploaded; off disables (0 is refused)",
+		apply: func(s *Settings, v string) error {
+			d, err := ParseMaxAge(v)
+			s.FragmentMaxAge = d
+			return err
+		}},
 	{name: "follow_interval", def: "1s", help: "how often the log directories of streams declared with follow: true are looked at for chunks their writer completed",
 		apply: duration(func(s *Settings) *time.Duration { return &s.FollowInterval })},
 

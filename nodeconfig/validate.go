@@ -13,8 +13,6 @@ import (
 	"github.com/streamtier/streamtier/actors"
 	"github.com/streamtier/streamtier/actors/cluster"
 	"github.com/streamtier/streamtier/actors/governorcore"
-	"github.com/streamtier/streamtier/actors/read/fetchcore"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/gc"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
@@ -151,8 +149,6 @@ func (s Settings) Validate() error {
 		return bad("gc_mode", "%q: want dry-run or delete", s.GCMode)
 	case s.SegmentMaxBytes < 1 || s.SegmentMaxBytes > math.MaxUint32:
 		return bad("segment_max_bytes", "%d: want 1 byte to 4 GiB", s.SegmentMaxBytes)
-	case s.FragmentMaxAge < 0:
-		return bad("fragment_max_age", "%v: negative (0 disables the idle cut)", s.FragmentMaxAge)
 	}
 	for _, p := range []struct {
 		name string
@@ -227,7 +223,7 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 			MaxConcurrent:   s.MaxConcurrentUploads,
 			PerStream:       s.MaxUploadsPerStream,
 		},
-		Stream: readercore.Config{
+		Stream: actors.StreamOptions{
 			FragmentTargetSize:   s.FragmentTargetSize,
 			PersistThreshold:     s.PersistThreshold,
 			PersistInterval:      s.PersistInterval,
@@ -239,11 +235,11 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 			TransferDeadline:     s.EffectiveTransferDeadline(),
 			RetentionTimeout:     s.RetentionTaskTimeout,
 			MaxUnpersistedBytes:  s.MaxUnpersistedBytes,
-			FragmentMaxAge:       CoreFragmentMaxAge(s.FragmentMaxAge),
+			FragmentMaxAge:       s.FragmentMaxAge,
 		},
 		LocalHotWindowBytes: s.LocalHotWindowBytes,
 		ReadBudgetBytes:     s.ReadBudgetBytes,
-		Read:                fetchcore.Config{RangeSize: s.ReadRangeBytes, MaxConcurrency: s.ReadMaxConcurrency},
+		Read:                actors.ReadOptions{RangeSize: s.ReadRangeBytes, MaxConcurrency: s.ReadMaxConcurrency},
 		LocalHotWindowAge:   s.LocalHotWindowAge,
 		PersistTimeout:      s.PersistTimeout,
 		GroupUploadTimeout:  s.GroupUploadTimeout,
@@ -253,13 +249,11 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 	}
 }
 
-// CoreFragmentMaxAge is fragment_max_age as the reader's core takes it: the setting's 0
-// (disabled) is the core's negative value, since a zero core setting takes the default.
-func CoreFragmentMaxAge(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
+// Options are the stream's own settings as the node takes them (StreamSpec.Options): the
+// zero ones take the node's.
+func (st StreamSettings) Options() actors.StreamOptions {
+	return actors.StreamOptions{FragmentTargetSize: st.FragmentTargetSize, PersistThreshold: st.PersistThreshold,
+		PersistInterval: st.PersistInterval, FragmentMaxAge: st.FragmentMaxAge}
 }
 
 // EffectiveTransferDeadline is transfer_deadline, or four times s3_transfer_timeout when 0.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/streamtier/streamtier/actors"
 )
 
 // sizeUnits maps a lower-cased unit suffix to its multiplier: decimal (kB, MB, GB, TB) and
@@ -123,4 +125,28 @@ func FormatSize(b float64) string {
 		return "-" + s
 	}
 	return s
+}
+
+// ParseMaxAge reads fragment_max_age: a positive duration, or "off" (also "none", "never"
+// or any negative duration) for no idle cut, which it returns as actors.NoIdleCut. A 0 is
+// refused: it used to turn the idle cut off, and in Go a zero takes the default; the two
+// readings must not meet, so the file says "off" or leaves the key out (docs/events.md).
+func ParseMaxAge(s string) (time.Duration, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	switch t {
+	case "off", "none", "never":
+		return actors.NoIdleCut, nil
+	case "0", "":
+		return 0, fmt.Errorf("%q is refused: write off to turn the idle cut off, or leave the setting out for the default (0 once meant off; it never means off now)", s)
+	}
+	d, err := time.ParseDuration(t)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%q is not a duration (write e.g. 60s, 500ms, or off)", s)
+	case d == 0:
+		return 0, fmt.Errorf("%q is refused: write off to turn the idle cut off, or leave the setting out for the default (0 once meant off; it never means off now)", s)
+	case d < 0:
+		return actors.NoIdleCut, nil
+	}
+	return d, nil
 }

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/actors"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/metadata/etcdtest"
@@ -226,7 +225,7 @@ func runCrashChild(raw string) int {
 			return fail("commit", err)
 		}
 	}
-	node, err := actors.Start(ctx, actors.Config{Stream: readercore.Config{
+	node, err := actors.Start(ctx, actors.Config{Stream: actors.StreamOptions{
 		FragmentTargetSize: 192 << 10, PersistThreshold: 2, PersistInterval: 100 * time.Millisecond, RebalanceThreshold: 16,
 	}, Logger: testLogger("crash-child")}, store, metadata.NewStore(cli, cfg.EtcdPrefix))
 	if err != nil {

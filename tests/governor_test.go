@@ -9,7 +9,6 @@ import (
 
 	"github.com/streamtier/streamtier/actors"
 	"github.com/streamtier/streamtier/actors/governorcore"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
 )
@@ -23,7 +22,7 @@ func TestGovernorRate(t *testing.T) {
 	const rate = 3 << 20
 	e := newEnv(t, envOptions{node: actors.Config{
 		Governor: governorcore.Config{RateBytesPerSec: rate},
-		Stream:   readercore.Config{FragmentTargetSize: 128 << 10, PersistThreshold: 4, PersistInterval: 200 * time.Millisecond},
+		Stream:   actors.StreamOptions{FragmentTargetSize: 128 << 10, PersistThreshold: 4, PersistInterval: 200 * time.Millisecond},
 	}})
 	lg := genLog(t, t.TempDir(), loadgen.Config{Seed: 21, MinDataBytes: 4000, MaxDataBytes: 16000},
 		loadgen.Limit{Bytes: 48 << 20}, segments.Options{MaxSegmentBytes: 4 << 20})
@@ -47,7 +46,7 @@ func TestGovernorRate(t *testing.T) {
 func TestGovernorOversizedFragment(t *testing.T) {
 	e := newEnv(t, envOptions{node: actors.Config{
 		Governor: governorcore.Config{RateBytesPerSec: 4 << 20, BurstBytes: 32 << 10},
-		Stream:   readercore.Config{FragmentTargetSize: 1 << 20, PersistThreshold: 1},
+		Stream:   actors.StreamOptions{FragmentTargetSize: 1 << 20, PersistThreshold: 1},
 	}})
 	lg := genLog(t, t.TempDir(), loadgen.Config{Seed: 22, MinDataBytes: 8000, MaxDataBytes: 16000},
 		loadgen.Limit{Bytes: 3 << 20}, segments.Options{})
@@ -62,7 +61,7 @@ func TestGovernorOversizedFragment(t *testing.T) {
 func TestGovernorManyStreams(t *testing.T) {
 	e := newEnv(t, envOptions{node: actors.Config{
 		Governor: governorcore.Config{RateBytesPerSec: 16 << 20},
-		Stream:   readercore.Config{FragmentTargetSize: 64 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond},
+		Stream:   actors.StreamOptions{FragmentTargetSize: 64 << 10, PersistThreshold: 1, PersistInterval: 100 * time.Millisecond},
 	}})
 	const streams = 100
 	logs := make([]*segments.Log, streams)

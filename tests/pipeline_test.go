@@ -12,14 +12,13 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/actors"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/s3io/s3test"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
-var smallFragments = actors.Config{Stream: readercore.Config{
+var smallFragments = actors.Config{Stream: actors.StreamOptions{
 	FragmentTargetSize: 128 << 10, PersistThreshold: 2, PersistInterval: 100 * time.Millisecond,
 	UploadRetryDelay: 200 * time.Millisecond, UploadRetryMaxDelay: time.Second,
 }}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/streamtier/streamtier/actors"
 	"github.com/streamtier/streamtier/actors/read"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/s3io/s3test"
@@ -42,7 +41,7 @@ func readBytes(t *testing.T) int64 {
 func TestReadExactlyOnceAcrossTiers(t *testing.T) {
 	t.Setenv("STREAMTIER_DEBUG_READ_POISON", "1") // recycled range buffers poisoned: a chunk used too late fails
 	total := readBytes(t)
-	e := newEnv(t, envOptions{node: actors.Config{Stream: readercore.Config{
+	e := newEnv(t, envOptions{node: actors.Config{Stream: actors.StreamOptions{
 		FragmentTargetSize: 256 << 10, PersistThreshold: 4, PersistInterval: 100 * time.Millisecond, RebalanceThreshold: 8,
 	}}})
 	gen := loadgen.Config{Seed: 11, MinDataBytes: 8 << 10, MaxDataBytes: 64 << 10, MinEntries: 1, MaxEntries: 8, SubBatchPercent: 20, StartTimestamp: 1_700_000_000_000, BytesPerSecond: 1 << 20}
@@ -149,7 +148,7 @@ func TestReadExactlyOnceAcrossTiers(t *testing.T) {
 // from the first offset chunk for chunk as the original holds them, remote then local.
 func TestReadRabbitMQDirectory(t *testing.T) {
 	t.Setenv("STREAMTIER_DEBUG_READ_POISON", "1") // recycled range buffers poisoned: a chunk used too late fails
-	e := newEnv(t, envOptions{faults: true, node: actors.Config{Stream: readercore.Config{
+	e := newEnv(t, envOptions{faults: true, node: actors.Config{Stream: actors.StreamOptions{
 		FragmentTargetSize: 64 << 10, PersistThreshold: 1, PersistInterval: 50 * time.Millisecond, RebalanceThreshold: 4,
 	}}})
 	orig := filepath.Join("/work/shared/testdata/osiris", "rabbitmq-3.10.8-amqp")

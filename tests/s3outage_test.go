@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/actors"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/s3io/s3test"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
@@ -98,7 +97,7 @@ func TestS3OutageBoundsMemory(t *testing.T) {
 		outage = 5 * time.Second
 	}
 	const bound = 256 << 10
-	e := newEnv(t, envOptions{faults: true, node: actors.Config{Stream: readercore.Config{
+	e := newEnv(t, envOptions{faults: true, node: actors.Config{Stream: actors.StreamOptions{
 		FragmentTargetSize: 64 << 10, MaxUnpersistedBytes: bound, PersistThreshold: 4, PersistInterval: 100 * time.Millisecond,
 		UploadRetryDelay: 100 * time.Millisecond, UploadRetryMaxDelay: time.Second, TransientBackoffMax: time.Second,
 	}}})

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/actors"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
@@ -20,7 +19,7 @@ func TestTierGeneratedStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("tiers 1 GiB; TestTierRabbitMQDirectory and the others cover the same path in short mode")
 	}
-	e := newEnv(t, envOptions{node: actors.Config{Stream: readercore.Config{
+	e := newEnv(t, envOptions{node: actors.Config{Stream: actors.StreamOptions{
 		FragmentTargetSize: 1 << 20, PersistThreshold: 8, PersistInterval: 200 * time.Millisecond, RebalanceThreshold: 16,
 	}}})
 	gen := loadgen.Config{Seed: 7, MinDataBytes: 16 << 10, MaxDataBytes: 128 << 10, MinEntries: 1, MaxEntries: 8, StartTimestamp: 1_700_000_000_000}

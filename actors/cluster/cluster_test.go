@@ -99,7 +99,7 @@ func (e *clusterEnv) write(stream string, chunks int64) uint64 {
 // start starts the cluster node n1 on the listener.
 func (e *clusterEnv) start() *Cluster {
 	e.t.Helper()
-	cfg := actors.Config{NodeID: "n1", Logger: clusterTestLogger(e.t), Stream: readercore.Config{
+	cfg := actors.Config{NodeID: "n1", Logger: clusterTestLogger(e.t), Stream: actors.StreamOptions{
 		FragmentTargetSize: 8 << 10, PersistThreshold: 2, PersistInterval: 100 * time.Millisecond,
 	}}
 	cc := Config{

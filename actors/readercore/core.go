@@ -308,7 +308,7 @@ func (c *Core) Step(ev Event) ([]Effect, error) {
 	case LogOpened:
 		err = c.onLogOpened(e)
 	case StreamDeleted:
-		c.stop(cmp.Or(e.Reason, "the stream was deleted"))
+		c.stop(cmp.Or(e.Reason, "the stream was deleted"), 0)
 	case nil:
 		err = fmt.Errorf("stream %s: nil event", c.cfg.StreamID)
 	default:
@@ -394,8 +394,9 @@ func (c *Core) reinitialize(e Reinitialize) {
 
 // stop answers a not-found after an earlier success or a StreamDeleted (the stream was
 // deleted) and a fenced persist (the writer was deposed). Waiters are told, nothing more is
-// written, and every later event is ignored.
-func (c *Core) stop(reason string) {
+// written, and every later event is ignored. deposedBy is the stored epoch that fenced this
+// writer, 0 when the stream was deleted.
+func (c *Core) stop(reason string, deposedBy uint64) {
 	c.dropAll()
 	if len(c.waiters) > 0 {
 		ids := make([]WaiterID, len(c.waiters))
@@ -405,7 +406,7 @@ func (c *Core) stop(reason string) {
 		c.waiters = nil
 		c.emit(ReplyWaiters{Waiters: ids, OK: false, Reason: "reader stopped: " + reason})
 	}
-	c.emit(Stop{Reason: reason})
+	c.emit(Stop{Reason: reason, DeposedBy: deposedBy, Epoch: c.epoch})
 	c.phase = phaseStopped
 	c.stopReason = reason
 }

@@ -306,7 +306,13 @@ type Reinitialize struct {
 }
 
 // Stop tells the shell the stream is gone: shut the reader down and write nothing more.
-type Stop struct{ Reason string }
+// DeposedBy, when not zero, is the higher epoch whose persist fenced this writer (it was
+// deposed); zero means the stream was deleted. Epoch is this writer's epoch.
+type Stop struct {
+	Reason    string
+	DeposedBy uint64
+	Epoch     uint64
+}
 
 // Problem reports an operation the core gave up because a computed change did not apply (a
 // bug, or a manifest function that disagreed with the core); the core carries on without it.
@@ -484,7 +490,12 @@ func (e Reinitialize) String() string {
 	return fmt.Sprintf("reinitialize reason=%q", e.Reason)
 }
 
-func (e Stop) String() string { return fmt.Sprintf("stop reason=%q", e.Reason) }
+func (e Stop) String() string {
+	if e.DeposedBy != 0 {
+		return fmt.Sprintf("stop deposed-by=%d epoch=%d reason=%q", e.DeposedBy, e.Epoch, e.Reason)
+	}
+	return fmt.Sprintf("stop reason=%q", e.Reason)
+}
 
 func (e Problem) String() string { return fmt.Sprintf("problem op=%s err=%q", e.Op, e.Err) }
 

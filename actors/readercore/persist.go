@@ -115,7 +115,7 @@ func (c *Core) onPersistResult(e PersistResult) error {
 		c.inflight = nil
 		c.stats.PersistFailures++
 		if op.expected > 0 {
-			c.stop(fmt.Sprintf("manifest record not found after revision %d: the stream was deleted", op.expected))
+			c.stop(fmt.Sprintf("manifest record not found after revision %d: the stream was deleted", op.expected), 0)
 			return nil
 		}
 		c.notFoundAtZero(e.Reason)
@@ -128,7 +128,7 @@ func (c *Core) onPersistResult(e PersistResult) error {
 		// only meet the fence again; this writer is deposed and stops for good.
 		c.inflight = nil
 		c.stats.PersistFailures++
-		c.stop(fmt.Sprintf("deposed by epoch %d (this writer is at epoch %d)", e.StoredEpoch, c.epoch))
+		c.stop(fmt.Sprintf("deposed by epoch %d (this writer is at epoch %d)", e.StoredEpoch, c.epoch), e.StoredEpoch)
 	}
 	return nil
 }

@@ -344,9 +344,7 @@ func (p *process) openClusterStream(id string) (actors.StreamSpec, error) {
 			Uint64("local_next", lg.NextOffset()).Msg("stream log opened for the cluster")
 	}
 	return actors.StreamSpec{
-		Log: ost.log, Retention: p.s.Retention(st),
-		FragmentTargetSize: st.FragmentTargetSize, PersistThreshold: st.PersistThreshold, PersistInterval: st.PersistInterval,
-		FragmentMaxAge: st.FragmentMaxAge,
+		Log: ost.log, Retention: p.s.Retention(st), Options: st.Options(),
 	}, nil
 }
 
@@ -411,9 +409,7 @@ func (p *process) addToNode(ost *openStream) error {
 // streamSpec is what the node tiers of a declared stream whose log is lg.
 func (p *process) streamSpec(st nodeconfig.StreamSettings, lg *segments.Log) actors.StreamSpec {
 	return actors.StreamSpec{
-		ID: st.ID, Log: lg, Epoch: max(st.Epoch, lg.Epoch(), 1), Retention: p.s.Retention(st),
-		FragmentTargetSize: st.FragmentTargetSize, PersistThreshold: st.PersistThreshold, PersistInterval: st.PersistInterval,
-		FragmentMaxAge: st.FragmentMaxAge,
+		ID: st.ID, Log: lg, Epoch: max(st.Epoch, lg.Epoch(), 1), Retention: p.s.Retention(st), Options: st.Options(),
 	}
 }
 

@@ -31,7 +31,6 @@ import (
 
 	"github.com/streamtier/streamtier/actors"
 	"github.com/streamtier/streamtier/actors/cluster"
-	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/admin"
 	"github.com/streamtier/streamtier/manifest"
 	"github.com/streamtier/streamtier/metadata"
@@ -221,7 +220,7 @@ func run(o options) error {
 		lis.Close()
 		return err
 	}
-	cfg := actors.Config{NodeID: o.node, Logger: logger, Stream: readercore.Config{
+	cfg := actors.Config{NodeID: o.node, Logger: logger, Stream: actors.StreamOptions{
 		FragmentTargetSize: o.fragmentBytes, PersistThreshold: o.persistThreshold, PersistInterval: o.persistInterval,
 		UploadRetryDelay: 200 * time.Millisecond, UploadRetryMaxDelay: time.Second, RebalanceThreshold: o.rebalance,
 	}}
