@@ -235,8 +235,8 @@ func TestReaderReplicasOutliveReinitialize(t *testing.T) {
 	// the record the other writer wrote again; the resolution adopts it. Replicas are synced
 	// with that root and the next broadcast is built on it: replica messages name roots by
 	// seq and uid, never by the record's etcd Version (rev+2 by now).
-	until(t, 5*time.Second, "the new incarnation syncs and broadcasts to both replicas", func() (bool, string) {
-		var adopted readercore.RootRef
+	var adopted readercore.RootRef
+	until(t, 5*time.Second, "the new incarnation syncs both replicas with the adopted root", func() (bool, string) {
 		for _, c := range sink.snapshot()[mark:] {
 			if c.sync && c.replica == "r1" {
 				adopted = c.root
@@ -244,8 +244,15 @@ func TestReaderReplicasOutliveReinitialize(t *testing.T) {
 		}
 		got := strings.Join(callsAfter(sink, mark), "; ")
 		return adopted.Seq == rec.Seq+1 && adopted.UID != rec.RootUID &&
-			strings.Contains(got, fmt.Sprintf("sync rr to r2 root %d/%d next", adopted.Seq, adopted.UID)) &&
-			strings.Contains(got, fmt.Sprintf("broadcast rr to [r1 r2] root %d/", adopted.Seq+1)) &&
+			strings.Contains(got, fmt.Sprintf("sync rr to r2 root %d/%d next", adopted.Seq, adopted.UID)), got
+	})
+	// The adopted root may already hold everything written: write more, so that a persist
+	// after the adoption must come, built on the adopted root.
+	writeLog(t, lg, 15, loadgen.Limit{Bytes: 20 << 10})
+	persisted(t, n, "rr", lg.NextOffset(), 20*time.Second)
+	until(t, 5*time.Second, "the next broadcast, to both replicas, built on the adopted root", func() (bool, string) {
+		got := strings.Join(callsAfter(sink, mark), "; ")
+		return strings.Contains(got, fmt.Sprintf("broadcast rr to [r1 r2] root %d/", adopted.Seq+1)) &&
 			strings.Contains(got, fmt.Sprintf("parent %d/%d", adopted.Seq, adopted.UID)), got
 	})
 	if got := strings.Join(callsAfter(sink, mark), "; "); strings.Contains(got, "broadcast rr to [r1] ") {
