@@ -45,13 +45,20 @@ func (f *followedNode) Status(ctx context.Context, id string) (actors.StreamStat
 	return st, err
 }
 
-// restarting is the status of every followed stream out of the node: its local log as the
-// follower last opened it and why it is not back.
+// restarting is the status of every stream out of the node: a followed stream waiting to be
+// added back (its local log as the follower last opened it and why it is not back), and a
+// stream refused for good (a deleted id), stopped with the reason.
 func (p *process) restarting() []actors.StreamStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []actors.StreamStatus
 	for _, st := range p.streams {
+		if st.refused != "" {
+			lg := st.log
+			out = append(out, actors.StreamStatus{Stream: st.id, Phase: "stopped", StopReason: st.refused,
+				LocalFirst: lg.FirstOffset(), LocalCommitted: lg.CommittedNext(), LocalNext: lg.NextOffset()})
+			continue
+		}
 		if !st.follow || !st.removed {
 			continue
 		}

@@ -56,6 +56,12 @@ func (p *process) quiesce(ctx context.Context) error {
 // why what it still waits for (roots says the stream is past its persist and waits for
 // its superseded roots to be deleted).
 func (p *process) settled(ctx context.Context, st *openStream, roots *bool, why *string) bool {
+	p.mu.Lock()
+	refused := st.refused != ""
+	p.mu.Unlock()
+	if refused {
+		return true // a deleted stream the node refused: nothing of it runs
+	}
 	if p.outOfNode(st) {
 		// A followed stream between a restart's removal and its re-adding (which keeps
 		// failing, or the stop came in between): nothing runs to persist it now.

@@ -21,6 +21,7 @@ import (
 	"github.com/streamtier/streamtier/claim"
 	"github.com/streamtier/streamtier/gc"
 	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/nodeconfig"
 	"github.com/streamtier/streamtier/s3io"
 	"github.com/streamtier/streamtier/segments"
@@ -49,6 +50,9 @@ type openStream struct {
 	// failure is the follower's last failure with this stream (under process.mu), for the
 	// status of a stream out of the node; cleared when it is added back.
 	failure string
+	// refused is why the node refused the stream for good (a deleted id still declared):
+	// the other streams run, status lists this one as stopped with the reason.
+	refused string
 }
 
 // serve runs a node until SIGINT or SIGTERM: the demo (ModeDemo) or `node run`.
@@ -372,10 +376,30 @@ func (p *process) addStream(st nodeconfig.StreamSettings, demo *nodeconfig.Setti
 		}
 	}
 	if err := p.addToNode(ost); err != nil {
-		return err
+		return p.refuseDeleted(ost, err)
 	}
 	p.log.Info().Str("stream", st.ID).Str("log_dir", st.LogDir).Uint64("local_first", lg.FirstOffset()).
 		Uint64("local_next", lg.NextOffset()).Msg("stream opened")
+	return nil
+}
+
+// refuseDeleted keeps the node running when a declared stream was deleted (AddStream
+// refuses its id, metadata.ErrStreamDeleted): the refusal is logged and shown in status
+// as a stopped stream, and the other streams are tiered. Any other error is returned.
+func (p *process) refuseDeleted(ost *openStream, err error) error {
+	if !errors.Is(err, metadata.ErrStreamDeleted) {
+		return err
+	}
+	reason := err.Error()
+	var de *metadata.DeletedError
+	if errors.As(err, &de) {
+		reason = de.Error()
+	}
+	reason += "; remove it from the configuration or use a new stream id"
+	p.mu.Lock()
+	ost.refused = reason
+	p.mu.Unlock()
+	p.log.Error().Str("stream", ost.id).Str("reason", reason).Msg("stream refused: it was deleted; nothing is written for it")
 	return nil
 }
 
