@@ -207,6 +207,13 @@ func (p *Proxy) copy(dst, src net.Conn, l *link, up bool) {
 			if w > 0 && !p.wait(now.Add(w)) {
 				return
 			}
+			if up {
+				// Before the write: the server may answer before Write returns, and its
+				// response must find the turn set and the request's time, or it passes
+				// unheld (it did, under load).
+				l.lastUp.Store(time.Now().UnixNano())
+				l.turn.Store(true)
+			}
 			if _, err := dst.Write(buf[:n]); err != nil {
 				dst.Close()
 				src.Close() // the other direction ends too
@@ -214,8 +221,6 @@ func (p *Proxy) copy(dst, src net.Conn, l *link, up bool) {
 			}
 			if up {
 				p.up.Add(uint64(n))
-				l.lastUp.Store(time.Now().UnixNano())
-				l.turn.Store(true)
 			} else {
 				p.down.Add(uint64(n))
 			}
