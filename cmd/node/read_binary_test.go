@@ -22,11 +22,12 @@ import (
 func TestBinaryReadAndRestore(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	// A hot window keeps uploaded segments locally for a while, so that the hand-off point is
+	// A hot window (16 MiB: 8 s of the demo's 2 MB/s, room for a read on a loaded machine;
+	// 3 MiB failed once in CI) keeps uploaded segments locally for a while, so that the hand-off point is
 	// still in the local log when the reader gets there: without one, at this rate and
 	// segment size the log's first offset overtakes the remote end and a read can be all
 	// remote, rightly (the reader reads on remotely), which would not show the hand-off.
-	n := startNode(t, dir, append(slices.Clone(demoFlags), "--local-hot-window-bytes", "3MiB")...)
+	n := startNode(t, dir, append(slices.Clone(demoFlags), "--local-hot-window-bytes", "16MiB")...)
 	waitFor(t, 60*time.Second, "remote data below the local log", func() bool {
 		s := n.status()
 		return s.Remote.PersistedNext > 0 && s.Local.First > 0
