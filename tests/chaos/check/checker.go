@@ -96,8 +96,8 @@ type truncation struct {
 // old timeline's chunks from at on (acknowledged before the fork), which the local log no
 // longer has. Only those may leave it, and only down to at.
 type pendingFork struct {
-	at       uint64
-	timeline int // the new timeline's index in the lineage
+	at  uint64
+	old mapping // the lineage's content before the fork
 }
 
 // rng is a half-open offset range.
@@ -233,12 +233,13 @@ func (c *Checker) Forked(stream string, cut uint64, cfg loadgen.Config) error {
 	if st.fork != nil {
 		return fmt.Errorf("check: stream %s forked at %d while the fork at %d is pending", stream, cut, st.fork.at)
 	}
+	old := st.lin.Mapping()
 	if err := st.lin.Fork(cut, cfg); err != nil {
 		return fmt.Errorf("check: stream %s: %w", stream, err)
 	}
 	c.stats.Forks++
 	if cut < st.ackedNext {
-		st.fork = &pendingFork{at: cut, timeline: st.lin.Timelines() - 1}
+		st.fork = &pendingFork{at: cut, old: old}
 		st.truncations = append(st.truncations, truncation{cut: cut, fork: true})
 		// Fragments compared before the fork matched the old timeline: compare them again,
 		// so that one still live above the fork counts as old (and is judged once followed).
@@ -537,7 +538,7 @@ func (c *Checker) judgeRetention(st *streamState, from, to uint64) {
 // fork (the old chunks may still be there), else every timeline.
 func (st *streamState) remote() mapping {
 	if st.fork != nil {
-		return st.lin.upTo(st.fork.timeline)
+		return st.fork.old
 	}
 	return st.lin.tls
 }
