@@ -465,6 +465,19 @@ func (c *Checker) judgeRecord(st *streamState, kv *mvccpb.KeyValue, recovered st
 			c.violate(stream, "truncated-below-divergence", "persisted next offset %d after %d was acknowledged: the harness cut the local log at %d, the chunks both hold end there, so only offsets from %d on may leave the remote tier, yet [%d,%d) left it too",
 				r.NextOffset, st.ackedNext, tr.cut, tr.cut, r.NextOffset, tr.cut)
 			st.keepNext = min(st.keepNext, tr.cut)
+		case tr.fork && r.NextOffset > tr.cut && st.fork != nil && st.fork.at == tr.cut:
+			// The cut and the new timeline's first fragments in one persist (the cut's own
+			// persist failed, and its retry carried what was uploaded since): the record
+			// alone cannot tell the new timeline's [cut, next) from the old one's kept. The
+			// fork is taken as followed, so the next check compares every live fragment
+			// above the cut with the new timeline only: old chunks kept there are
+			// bytes-differ, old and new at once mixed-timelines.
+			st.keepNext = min(st.keepNext, tr.cut)
+			c.stats.Truncations++
+			if h := c.cfg.History; h != nil {
+				h.Add(c.cycle, "truncation-seen", stream, false, "persisted next %d -> %d (the fork the harness wrote at %d, with the new timeline's [%d,%d) in the same persist: judged by the next check's fragments)",
+					st.ackedNext, r.NextOffset, tr.cut, tr.cut, r.NextOffset)
+			}
 		case tr.fork && r.NextOffset > tr.cut:
 			c.violate(stream, "truncated-above-divergence", "persisted next offset %d after %d was acknowledged: the local log holds another timeline's chunks from %d on (a fork), so the remote tier must be cut back to %d exactly, yet it kept the old timeline's [%d,%d)",
 				r.NextOffset, st.ackedNext, tr.cut, tr.cut, tr.cut, r.NextOffset)
