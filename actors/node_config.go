@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/streamtier/streamtier/actors/divergence"
 	"github.com/streamtier/streamtier/actors/governorcore"
 	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/read"
@@ -215,6 +216,11 @@ type StreamSpec struct {
 	// FragmentMaxAge overrides the idle cut (readercore.Config.FragmentMaxAge): zero takes
 	// the node's, a negative value disables it for this stream.
 	FragmentMaxAge time.Duration
+	// Rewritten, when set, says the log's follower saw it rewritten below what it had seen
+	// before this stream was added on it (a followed stream restarted on a rewritten log):
+	// should the log start above the remote next offset at the stream's first resolution,
+	// the stream holds as diverged, naming it, instead of declaring the gap.
+	Rewritten *divergence.Rewritten
 }
 
 // Validate refuses a spec with a hostile id or no log.
