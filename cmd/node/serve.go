@@ -16,6 +16,7 @@ import (
 
 	"github.com/streamtier/streamtier/actors"
 	"github.com/streamtier/streamtier/actors/cluster"
+	"github.com/streamtier/streamtier/actors/divergence"
 	"github.com/streamtier/streamtier/admin"
 	"github.com/streamtier/streamtier/backends"
 	"github.com/streamtier/streamtier/claim"
@@ -49,6 +50,11 @@ type openStream struct {
 	// failure is the follower's last failure with this stream (under process.mu), for the
 	// status of a stream out of the node; cleared when it is added back.
 	failure string
+	// rewritten is the follower's proof of a rewrite (a seen file shrank, a seen chunk
+	// changed) to hand to the node when the stream is added back (nil: none); given is the
+	// one handed at the last add, kept while the stream has not run on the log since.
+	// Follower goroutine only.
+	rewritten, given *divergence.Rewritten
 }
 
 // serve runs a node until SIGINT or SIGTERM: the demo (ModeDemo) or `node run`.
