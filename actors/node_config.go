@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/streamtier/streamtier/actors/divergence"
 	"github.com/streamtier/streamtier/actors/governorcore"
 	"github.com/streamtier/streamtier/actors/internal/shell"
 	"github.com/streamtier/streamtier/actors/read"
@@ -218,6 +219,11 @@ type StreamSpec struct {
 	// Options, where non-zero, replace the node's Config.Stream for this stream (a negative
 	// FragmentMaxAge turns its idle cut off).
 	Options StreamOptions
+	// Rewritten, when set, says the log's follower saw it rewritten below what it had seen
+	// before this stream was added on it (a followed stream restarted on a rewritten log):
+	// should the log start above the remote next offset at the stream's first resolution,
+	// the stream holds as diverged, naming it, instead of declaring the gap.
+	Rewritten *divergence.Rewritten
 }
 
 // ErrBadEpoch is returned by AddStream for a spec whose epoch is 0 or below the epoch of

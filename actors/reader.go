@@ -390,6 +390,13 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		r.timers.After(c.ActorSystem().Root, c.Self(), logRecheck, logGrowthCheckMsg{first: e.LocalFirst, next: e.LocalNext})
 	case readercore.StalledDiverged:
 		r.n.metrics.DivergedStalls.Add(1)
+		if rw := e.Rewritten; rw != nil {
+			r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
+				Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).Uint64("rewritten_below", rw.SeenNext).
+				Str("rewrite", rw.Detail).
+				Msg("the local log starts above the remote tier after its follower saw it rewritten: the rewrite may start below the remote next offset and cannot be compared; nothing is uploaded or deleted until an operator runs 'node truncate' (which keeps the remote tier and declares the gap)")
+			return
+		}
 		if a := e.EpochAhead; a != nil {
 			r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
 				Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).Uint64("local_first_epoch", a.LocalEpoch).

@@ -31,7 +31,7 @@ func (r *reader) resolve(c actor.Context) {
 				return &resolvedMsg{Stall: stall}
 			}
 			lg := h.spec.Log
-			opened := readercore.LogOpened{First: lg.FirstOffset(), Next: lg.NextOffset(), Epoch: h.spec.Epoch}
+			opened := readercore.LogOpened{First: lg.FirstOffset(), Next: lg.NextOffset(), Epoch: h.spec.Epoch, Rewritten: h.spec.Rewritten}
 			if err == nil && deleted == "" {
 				res.Comparison, err = compareWithLocal(ctx, n, stream, h.spec.Epoch, lg, res.Manifest, opened.First, opened.Next)
 				if err != nil {

@@ -575,6 +575,9 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 		if a := c.EpochAhead; a != nil {
 			r.Remote.Diverged.Reason = fmt.Sprintf("the local log starts at %d, above the remote next offset, with a chunk of epoch %d, above the remote tier's last chunk's %d: the broker may have rewritten the log below the remote next offset and trimmed the rewrite before the node looked (or failed over as it lost those offsets); `node truncate --yes` keeps the remote tier and declares the gap", a.LocalFirst, a.LocalEpoch, a.RemoteEpoch)
 		}
+		if rw := c.Rewritten; rw != nil {
+			r.Remote.Diverged.Reason = fmt.Sprintf("the local log starts at %d, above the remote next offset, and its follower saw it rewritten below offset %d (%s) before the stream was opened on it again: the rewrite may start below the remote next offset, where the remote tier holds the old timeline, and cannot be compared; `node truncate --yes` keeps the remote tier and declares the gap", c.LocalFirst, rw.SeenNext, rw.Detail)
+		}
 		if g := c.GapFork; g != nil {
 			r.Remote.Diverged.Reason = fmt.Sprintf("the local log forks at %d, in the declared gap [%d,%d), and durable data follows the gap: cutting back to the fork would delete it (restore the run after the last gap, docs/reading.md)", g.At, g.From, g.To)
 		}

@@ -31,6 +31,11 @@ type RewrittenError struct {
 	Last    uint64 // chunk id of the last chunk it saw (when HasLast)
 	HasLast bool
 	Detail  string // what changed
+	// Shrank says the change proves a rewrite: a file the follower had seen shrank, a chunk
+	// it had seen changed, or its last segment vanished while an older one stayed (the
+	// writer's retention deletes the oldest first). A last segment that vanished with
+	// every older one could as well be retention: Shrank is false then.
+	Shrank bool
 }
 
 // Error names the directory, the file, what changed and the offsets the follower held.
@@ -258,11 +263,18 @@ func (l *Log) refresh() (FollowState, error) {
 	}
 	act := *segs[len(segs)-1]
 	rewritten := func(name, detail string, args ...any) error {
-		return &RewrittenError{Dir: l.dir, Segment: name, Next: act.next, Last: last.ChunkID, HasLast: hasLast, Detail: fmt.Sprintf(detail, args...)}
+		return &RewrittenError{Dir: l.dir, Segment: name, Next: act.next, Last: last.ChunkID, HasLast: hasLast, Detail: fmt.Sprintf(detail, args...), Shrank: true}
 	}
 	sf, xf, segSize, idxSize, err := openPairReadOnly(l.dir, act.first)
 	if errors.Is(err, fs.ErrNotExist) {
-		return FollowState{}, rewritten(act.name, "the last segment or its index is gone")
+		rw := rewritten(act.name, "the last segment or its index is gone").(*RewrittenError)
+		// The loop above stopped at a segment still there, older than the last, unless it
+		// dropped every older one.
+		rw.Shrank = drop < len(segs)-1
+		if rw.Shrank {
+			rw.Detail += fmt.Sprintf(" while the older %s is still there", segs[drop].name)
+		}
+		return FollowState{}, rw
 	}
 	if err != nil {
 		return FollowState{}, fmt.Errorf("refresh %s: %w", l.dir, err)
@@ -367,7 +379,9 @@ func seenUnchanged(sf, xf *os.File, s *segment, segSize, idxSize int64, last chu
 func (l *Log) prevUnchanged(prev *segment, last chunk.Header, rewritten func(name, detail string, args ...any) error) error {
 	sf, xf, segSize, idxSize, err := openPairReadOnly(l.dir, prev.first)
 	if errors.Is(err, fs.ErrNotExist) {
-		return rewritten(prev.name, "the segment holding the last chunk seen or its index is gone")
+		rw := rewritten(prev.name, "the segment holding the last chunk seen or its index is gone").(*RewrittenError)
+		rw.Shrank = false // the writer's retention may have deleted it (the empty last one stays)
+		return rw
 	}
 	if err != nil {
 		return fmt.Errorf("refresh %s: %w", l.dir, err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -323,7 +324,7 @@ func TestFollowRewrittenTail(t *testing.T) {
 	}
 	_, err := f.Refresh()
 	var rw *RewrittenError
-	if !errors.Is(err, ErrRewritten) || !errors.As(err, &rw) || rw.Next != hs[5].NextID() || rw.Last != hs[5].ChunkID || rw.Segment != seg.Name {
+	if !errors.Is(err, ErrRewritten) || !errors.As(err, &rw) || rw.Next != hs[5].NextID() || rw.Last != hs[5].ChunkID || rw.Segment != seg.Name || !rw.Shrank {
 		t.Fatalf("after a shrink: %v (%+v)", err, rw)
 	}
 	if _, err := f.LastRefresh(); !errors.Is(err, ErrRewritten) {
@@ -350,14 +351,60 @@ func TestFollowRewrittenTail(t *testing.T) {
 		t.Fatalf("rewritten chunk %+v, want the size and id of %+v", h, hs[5])
 	}
 	_, err = f.Refresh()
-	if !errors.Is(err, ErrRewritten) || !errors.As(err, &rw) || rw.Next != hs[5].NextID() {
-		t.Fatalf("after a rewrite in place: %v", err)
+	if !errors.Is(err, ErrRewritten) || !errors.As(err, &rw) || rw.Next != hs[5].NextID() || !rw.Shrank {
+		t.Fatalf("after a rewrite in place: %v (%+v)", err, rw)
 	}
 	// A new follower sees the new timeline.
 	g := mustFollow(t, dir)
 	if last, _ := g.LastChunk(); last != h {
 		t.Fatalf("new follower's last chunk %+v, want %+v", last, h)
 	}
+}
+
+// A vanished last segment proves a rewrite only while an older segment of the view is still
+// there (the writer truncated into it and deleted the later files): the writer's retention
+// deletes the oldest first, so a view whose every segment vanished (retention ran past it
+// all, the writer rolled on) is a rewrite for the follower, but not a proven one.
+func TestFollowRewriteEvidence(t *testing.T) {
+	build := func(t *testing.T) (string, *Log, []SegmentInfo) {
+		dir := t.TempDir()
+		w := mustOpen(t, dir, Options{MaxSegmentBytes: 300})
+		appendN(t, w, 8, 1)
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		f := mustFollow(t, dir)
+		segs := f.Segments()
+		if len(segs) < 3 {
+			t.Fatalf("want at least 3 segments, got %d", len(segs))
+		}
+		return dir, f, segs
+	}
+	remove := func(t *testing.T, dir string, s SegmentInfo) {
+		for _, name := range []string{s.Name, IndexName(s.FirstOffset)} {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Run("last-gone-older-kept", func(t *testing.T) {
+		dir, f, segs := build(t)
+		remove(t, dir, segs[len(segs)-1])
+		var rw *RewrittenError
+		if _, err := f.Refresh(); !errors.As(err, &rw) || !rw.Shrank || !strings.Contains(rw.Detail, segs[0].Name) {
+			t.Fatalf("the last segment gone, the older ones kept: %v (%+v)", err, rw)
+		}
+	})
+	t.Run("all-gone", func(t *testing.T) {
+		dir, f, segs := build(t)
+		for _, s := range segs {
+			remove(t, dir, s)
+		}
+		var rw *RewrittenError
+		if _, err := f.Refresh(); !errors.As(err, &rw) || rw.Shrank {
+			t.Fatalf("every segment seen gone: %v (%+v), want a rewrite not proven", err, rw)
+		}
+	})
 }
 
 // Opening read-only, refreshing, reading and closing change no byte of the directory, on a

@@ -141,6 +141,28 @@ type Result struct {
 	// loss; the two cannot be told apart). Truncation then keeps the whole remote tier: the
 	// operator's truncate accepts the loss as a gap.
 	EpochAhead *EpochAhead
+	// Rewritten is set with NoCommon when the local log starts above the remote next offset
+	// and the follower of the log saw it rewritten below what it had seen (a file shrank or
+	// a seen chunk changed) before the stream was opened on it again: the rewrite's chunks
+	// cannot be compared with the remote tier, which may hold the old timeline above the
+	// rewrite point. Set by the reader core (HoldRewritten), not by Find.
+	Rewritten *Rewritten
+}
+
+// Rewritten is what the follower of a local log saw of a rewrite before the stream was
+// opened on the rewritten log: where its view ended and what changed.
+type Rewritten struct {
+	SeenNext uint64 // one past the last chunk the follower had seen
+	Detail   string // what changed, in the follower's words
+}
+
+// HoldRewritten is the hold for a local log [localFirst, localNext) that starts above the
+// remote tier m's next offset after its follower saw it rewritten (rw): the two cannot be
+// compared, so nothing is declared or uploaded. The operator's truncate keeps the whole
+// remote tier (the loss becomes a gap), as for EpochAhead.
+func HoldRewritten(m manifest.Manifest, localFirst, localNext uint64, rw *Rewritten) Result {
+	return Result{Kind: NoCommon, RemoteFirst: m.FirstOffset, RemoteNext: m.NextOffset, LocalFirst: localFirst, LocalNext: localNext,
+		Rewritten: rw, Truncation: &Truncation{At: m.NextOffset, Manifest: m.Clone()}}
 }
 
 // EpochAhead names the local first chunk's epoch and the remote tier's last chunk's.

@@ -138,7 +138,11 @@ func (h *harness) resolveCompare(t *testing.T, d *datadriven.TestData) []Event {
 			LastTimestamp: tr.PrefixLastTimestamp, Size: tr.PrefixBytes, UID: argU(t, d, "copy-uid", 777), Kind: manifest.KindFragment}
 	}
 	r.Comparison = res
-	return []Event{r, LogOpened{First: m.lf, Next: m.ln}}
+	opened := LogOpened{First: m.lf, Next: m.ln}
+	if d.HasArg("rewritten-below") {
+		opened.Rewritten = &divergence.Rewritten{SeenNext: argU(t, d, "rewritten-below", 0), Detail: argS(d, "rewrite", "the segment shrank")}
+	}
+	return []Event{r, opened}
 }
 
 // parseTree reads entry lines like parseEntries; lines indented deeper than the group line

@@ -122,6 +122,9 @@ type Core struct {
 	ref   Ref // last reference handed out
 	out   []Effect
 	now   int64 // latest time an event brought (ms); only remote retention reads it
+	// rewriteJudged: a start ran with the log's follower's word on a rewrite
+	// (LogOpened.Rewritten) and did not hold for it; later starts ignore it.
+	rewriteJudged bool
 
 	resolved *Resolved
 	logInfo  *LogOpened

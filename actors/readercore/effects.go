@@ -118,6 +118,9 @@ type StalledDiverged struct {
 	// EpochAhead, when set, says the local log starts above the remote next offset with a
 	// chunk of a higher epoch than the remote tier's last: possibly another timeline.
 	EpochAhead *divergence.EpochAhead
+	// Rewritten, when set, says the local log starts above the remote next offset after its
+	// follower saw it rewritten: the rewrite cannot be compared with the remote tier.
+	Rewritten *divergence.Rewritten
 }
 
 // RegisterOffsetListener tells the shell to register the one-shot offset listener for
@@ -378,6 +381,9 @@ func (e StalledDiverged) String() string {
 	}
 	if a := e.EpochAhead; a != nil {
 		s += fmt.Sprintf(" local-first-epoch=%d remote-last-epoch=%d", a.LocalEpoch, a.RemoteEpoch)
+	}
+	if rw := e.Rewritten; rw != nil {
+		s += fmt.Sprintf(" rewritten-below=%d (%s)", rw.SeenNext, rw.Detail)
 	}
 	return s
 }

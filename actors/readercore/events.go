@@ -52,6 +52,11 @@ type LogOpened struct {
 	First uint64
 	Next  uint64
 	Epoch uint64
+	// Rewritten, when set, says the log's follower saw it rewritten below what it had seen
+	// before the stream was opened on it (docs/durability.md): should the log start above
+	// the remote next offset at the first start, the stream holds as diverged rather than
+	// declaring the gap.
+	Rewritten *divergence.Rewritten
 }
 
 // ChunkDrained is the next committed chunk's header and its place on disk.

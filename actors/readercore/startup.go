@@ -116,6 +116,13 @@ func (c *Core) start() error {
 		c.resolved, c.logInfo = nil, nil
 		return fmt.Errorf("stream %s: comparison made against the local log [%d,%d), it holds [%d,%d)", c.cfg.StreamID, cmp.LocalFirst, cmp.LocalNext, l.First, l.Next)
 	}
+	// The follower's word on a rewrite counts until a start did not hold for it: once the
+	// stream ran on the log, a later resolution's local-ahead is the broker's retention as
+	// usual.
+	rewritten := l.Rewritten
+	if c.rewriteJudged {
+		rewritten = nil
+	}
 	c.phase = phaseRunning
 	c.persisted = p
 	c.revision = r.Revision
@@ -134,6 +141,14 @@ func (c *Core) start() error {
 		c.diverged = &cmp
 		c.drainNext = p.NextOffset
 		c.emit(StalledDiverged{RemoteFirst: p.FirstOffset, RemoteNext: p.NextOffset, LocalFirst: l.First, LocalNext: l.Next, EpochAhead: cmp.EpochAhead})
+	case l.First > p.NextOffset && rewritten != nil && len(p.Entries) > 0:
+		// Local ahead after the follower saw the log rewritten: the rewrite may start below
+		// the remote next offset, where the remote tier holds the old timeline; the chunks
+		// that would show it are gone. Declaring the gap would mix the two.
+		d := divergence.HoldRewritten(p, l.First, l.Next, rewritten)
+		c.diverged = &d
+		c.drainNext = p.NextOffset
+		c.emit(StalledDiverged{RemoteFirst: p.FirstOffset, RemoteNext: p.NextOffset, LocalFirst: l.First, LocalNext: l.Next, Rewritten: rewritten})
 	case l.First > p.NextOffset:
 		c.resume()
 		c.declareGap(GapLocalAhead, l.First)
@@ -152,6 +167,7 @@ func (c *Core) start() error {
 	default:
 		c.resume()
 	}
+	c.rewriteJudged = c.rewriteJudged || c.diverged == nil || c.diverged.Rewritten == nil
 	c.afterChange()
 	return nil
 }

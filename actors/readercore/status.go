@@ -56,6 +56,9 @@ type Status struct {
 	// EpochAhead: the hold is for a local log starting above the remote next offset at a
 	// higher epoch than the remote tier's last chunk.
 	EpochAhead *divergence.EpochAhead
+	// Rewritten: the hold is for a local log starting above the remote next offset after
+	// its follower saw it rewritten.
+	Rewritten *divergence.Rewritten
 
 	Stalled       bool
 	StalledOffset uint64
@@ -143,7 +146,7 @@ func (c *Core) Status() Status {
 		s.Diverged = true
 		s.Behind = d.Kind == divergence.Behind
 		s.RemoteFirst, s.RemoteNext, s.LocalFirst, s.LocalNext = d.RemoteFirst, d.RemoteNext, d.LocalFirst, d.LocalNext
-		s.GapFork, s.EpochAhead = d.GapFork, d.EpochAhead
+		s.GapFork, s.EpochAhead, s.Rewritten = d.GapFork, d.EpochAhead, d.Rewritten
 	}
 	s.OldestUnpersistedTimestamp = -1
 	for _, p := range c.pending {
@@ -217,6 +220,8 @@ func (s Status) String() string {
 		fmt.Fprintf(&b, "behind: local=[%d,%d) is a prefix of remote=[%d,%d)\n", s.LocalFirst, s.LocalNext, s.RemoteFirst, s.RemoteNext)
 	} else if g := s.GapFork; s.Diverged && g != nil {
 		fmt.Fprintf(&b, "diverged: remote=[%d,%d) local=[%d,%d) fork at %d in the declared gap [%d,%d) with durable data above it\n", s.RemoteFirst, s.RemoteNext, s.LocalFirst, s.LocalNext, g.At, g.From, g.To)
+	} else if rw := s.Rewritten; s.Diverged && rw != nil {
+		fmt.Fprintf(&b, "diverged: remote=[%d,%d) local=[%d,%d) starts above the remote tier after its follower saw it rewritten below %d (%s)\n", s.RemoteFirst, s.RemoteNext, s.LocalFirst, s.LocalNext, rw.SeenNext, rw.Detail)
 	} else if a := s.EpochAhead; s.Diverged && a != nil {
 		fmt.Fprintf(&b, "diverged: remote=[%d,%d) local=[%d,%d) starts above the remote tier at epoch %d, above its last chunk's %d\n", s.RemoteFirst, s.RemoteNext, s.LocalFirst, s.LocalNext, a.LocalEpoch, a.RemoteEpoch)
 	} else if s.Diverged {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/divergence"
 	"github.com/streamtier/streamtier/nodeconfig"
 	"github.com/streamtier/streamtier/segments"
 )
@@ -128,6 +129,7 @@ func (p *process) followOnce(ctx context.Context, st *openStream) {
 		st.logged = ""
 	case errors.Is(err, segments.ErrClosed):
 	case errors.As(err, &rw):
+		p.noteRewrite(ctx, st, rw)
 		if st.logged != err.Error() {
 			st.logged = err.Error()
 			p.log.Error().Err(err).Str("stream", st.id).Str("log_dir", st.cfg.LogDir).Str("file", rw.Segment).
@@ -137,6 +139,34 @@ func (p *process) followOnce(ctx context.Context, st *openStream) {
 		p.restartFollowed(ctx, st)
 	default:
 		p.logFollowFailure(st, err, "cannot look at the followed log (retried every follow_interval; status shows it)")
+	}
+}
+
+// noteRewrite keeps what the follower proved of a rewrite of st's log for the stream's
+// restart: the node then holds the stream as diverged, naming it, should the rewritten log
+// start above the remote next offset (docs/durability.md). A rewrite the follower cannot
+// prove (every seen segment vanished: retention may have run past them) brings nothing new,
+// but the proof handed at the last restart stays while the stream has not run on the log
+// since (it may be restarting again before its resolution).
+func (p *process) noteRewrite(ctx context.Context, st *openStream, rw *segments.RewrittenError) {
+	if st.rewritten != nil {
+		return // not handed yet: the first proof stands
+	}
+	if rw.Shrank {
+		st.rewritten = &divergence.Rewritten{SeenNext: rw.Next, Detail: rw.Segment + ": " + rw.Detail}
+	}
+	if st.given == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := p.node.Status(sctx, st.id)
+	if err != nil || s.Core.Phase != "running" || s.Core.Rewritten != nil {
+		// Not resolved on the rewritten log yet, or holding for the rewrite: that proof
+		// still says where the remote tier may hold the old timeline.
+		if st.rewritten == nil || st.given.SeenNext < st.rewritten.SeenNext {
+			st.rewritten = st.given
+		}
 	}
 }
 
@@ -193,10 +223,12 @@ func (p *process) readdFollowed(ctx context.Context, st *openStream) {
 		p.logFollowFailure(st, err, "cannot read the restarted followed stream's stored epoch (retried every follow_interval)")
 		return
 	}
+	spec.Rewritten = st.rewritten
 	if err := p.node.AddStream(spec); err != nil {
 		p.logFollowFailure(st, err, "cannot add the restarted followed stream to the node (retried every follow_interval)")
 		return
 	}
+	st.given, st.rewritten = st.rewritten, nil
 	p.mu.Lock()
 	st.removed, st.oldRoots, st.failure = false, roots, ""
 	p.mu.Unlock()

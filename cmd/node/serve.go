@@ -16,6 +16,7 @@ import (
 
 	"github.com/streamtier/streamtier/actors"
 	"github.com/streamtier/streamtier/actors/cluster"
+	"github.com/streamtier/streamtier/actors/divergence"
 	"github.com/streamtier/streamtier/admin"
 	"github.com/streamtier/streamtier/backends"
 	"github.com/streamtier/streamtier/claim"
@@ -53,6 +54,11 @@ type openStream struct {
 	// refused is why the node refused the stream for good (a deleted id still declared):
 	// the other streams run, status lists this one as stopped with the reason.
 	refused string
+	// rewritten is the follower's proof of a rewrite (a seen file shrank, a seen chunk
+	// changed) to hand to the node when the stream is added back (nil: none); given is the
+	// one handed at the last add, kept while the stream has not run on the log since.
+	// Follower goroutine only.
+	rewritten, given *divergence.Rewritten
 }
 
 // serve runs a node until SIGINT or SIGTERM: the demo (ModeDemo) or `node run`.

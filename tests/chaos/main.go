@@ -2,11 +2,12 @@
 // on a three-member etcd cluster and a real S3 server that it owns, writes the streams'
 // local logs with the deterministic load, injects the faults a seeded schedule draws (node
 // kills, S3 storms, etcd member and cluster restarts, gc, retention changes, lost tails, a
-// broker's retention outrunning the upload, forced cuts), and has an independent checker
+// broker's retention outrunning the upload, forced cuts, a replica cutting a deposed
+// leader's suffix, retention racing a behind log), and has an independent checker
 // judge the bucket and the etcd records after every cycle and at the end. See docs/soak.md.
 //
 //	go run ./tests/chaos [--seed N] [--duration D] [--streams K] [--dir DIR] [--keep] [-v] [--avoid-known-bugs]
-//	                     [--weight KIND=N]... [--rewind-percent P]
+//	                     [--weight KIND=N]... [--rewind-percent P] [--broker-percent P]
 //
 // It exits 0 when no violation was found, 1 when one was, 2 when the harness could not run.
 package main
@@ -60,6 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return nil
 	})
 	rewind := fs.Int("rewind-percent", -1, "chance (0-100) that a cycle also holds an etcd wipe or snapshot restore (-1: the default)")
+	broker := fs.Int("broker-percent", -1, "chance (0-100) that a cycle also holds a broker rewrite: a deposed tail or retention racing a behind stream (-1: the default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -74,6 +76,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	maps.Copy(cfg.Schedule.Weights, weights)
 	if *rewind >= 0 {
 		cfg.Schedule.RewindPercent = min(*rewind, 100)
+	}
+	if *broker >= 0 {
+		cfg.Schedule.BrokerPercent = min(*broker, 100)
 	}
 	if *verbose {
 		cfg.Live = stderr

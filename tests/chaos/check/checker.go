@@ -96,8 +96,8 @@ type truncation struct {
 // old timeline's chunks from at on (acknowledged before the fork), which the local log no
 // longer has. Only those may leave it, and only down to at.
 type pendingFork struct {
-	at       uint64
-	timeline int // the new timeline's index in the lineage
+	at  uint64
+	old mapping // the lineage's content before the fork
 }
 
 // rng is a half-open offset range.
@@ -233,12 +233,13 @@ func (c *Checker) Forked(stream string, cut uint64, cfg loadgen.Config) error {
 	if st.fork != nil {
 		return fmt.Errorf("check: stream %s forked at %d while the fork at %d is pending", stream, cut, st.fork.at)
 	}
+	old := st.lin.Mapping()
 	if err := st.lin.Fork(cut, cfg); err != nil {
 		return fmt.Errorf("check: stream %s: %w", stream, err)
 	}
 	c.stats.Forks++
 	if cut < st.ackedNext {
-		st.fork = &pendingFork{at: cut, timeline: st.lin.Timelines() - 1}
+		st.fork = &pendingFork{at: cut, old: old}
 		st.truncations = append(st.truncations, truncation{cut: cut, fork: true})
 		// Fragments compared before the fork matched the old timeline: compare them again,
 		// so that one still live above the fork counts as old (and is judged once followed).
@@ -464,6 +465,19 @@ func (c *Checker) judgeRecord(st *streamState, kv *mvccpb.KeyValue, recovered st
 			c.violate(stream, "truncated-below-divergence", "persisted next offset %d after %d was acknowledged: the harness cut the local log at %d, the chunks both hold end there, so only offsets from %d on may leave the remote tier, yet [%d,%d) left it too",
 				r.NextOffset, st.ackedNext, tr.cut, tr.cut, r.NextOffset, tr.cut)
 			st.keepNext = min(st.keepNext, tr.cut)
+		case tr.fork && r.NextOffset > tr.cut && st.fork != nil && st.fork.at == tr.cut:
+			// The cut and the new timeline's first fragments in one persist (the cut's own
+			// persist failed, and its retry carried what was uploaded since): the record
+			// alone cannot tell the new timeline's [cut, next) from the old one's kept. The
+			// fork is taken as followed, so the next check compares every live fragment
+			// above the cut with the new timeline only: old chunks kept there are
+			// bytes-differ, old and new at once mixed-timelines.
+			st.keepNext = min(st.keepNext, tr.cut)
+			c.stats.Truncations++
+			if h := c.cfg.History; h != nil {
+				h.Add(c.cycle, "truncation-seen", stream, false, "persisted next %d -> %d (the fork the harness wrote at %d, with the new timeline's [%d,%d) in the same persist: judged by the next check's fragments)",
+					st.ackedNext, r.NextOffset, tr.cut, tr.cut, r.NextOffset)
+			}
 		case tr.fork && r.NextOffset > tr.cut:
 			c.violate(stream, "truncated-above-divergence", "persisted next offset %d after %d was acknowledged: the local log holds another timeline's chunks from %d on (a fork), so the remote tier must be cut back to %d exactly, yet it kept the old timeline's [%d,%d)",
 				r.NextOffset, st.ackedNext, tr.cut, tr.cut, tr.cut, r.NextOffset)
@@ -537,7 +551,7 @@ func (c *Checker) judgeRetention(st *streamState, from, to uint64) {
 // fork (the old chunks may still be there), else every timeline.
 func (st *streamState) remote() mapping {
 	if st.fork != nil {
-		return st.lin.upTo(st.fork.timeline)
+		return st.fork.old
 	}
 	return st.lin.tls
 }

@@ -10,11 +10,14 @@ import (
 // offset 0, then, for every fork, another load written from the fork's offset on (what a
 // new leader writes after an unclean failover: other chunks, a higher epoch, at offsets the
 // old timeline had used). The chunk at an offset is that of the last timeline starting at
-// or below it. Forks are appended in rising offset order. A Lineage is not safe for
-// concurrent Fork calls: the checker guards its own with its lock, the harness's writer is
-// one goroutine.
+// or below it. A fork above the latest timeline's start is appended; a fork below it (a
+// replica cutting a deposed leader's higher-epoch suffix away, then following a new leader)
+// replaces every timeline that starts at or above it: their chunks are in no log any more.
+// A Lineage is not safe for concurrent Fork calls: the checker guards its own with its
+// lock, the harness's writer is one goroutine.
 type Lineage struct {
-	tls mapping
+	tls     mapping
+	created int // timelines ever started, those replaced included
 }
 
 // mapping is a prefix of a lineage's timelines: which reference holds each offset.
@@ -26,26 +29,42 @@ func NewLineage(cfg loadgen.Config) (*Lineage, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Lineage{tls: mapping{r}}, nil
+	return &Lineage{tls: mapping{r}, created: 1}, nil
 }
 
 // Fork starts a new timeline at offset at, written by the load cfg describes. at must lie
-// above the latest timeline's base and be a chunk boundary of it.
+// above offset 0 and be a chunk boundary of the timeline that holds it; the timelines
+// starting at or above it are replaced (they were a deposed leader's). The mappings handed
+// out before (Mapping) keep the old content.
 func (l *Lineage) Fork(at uint64, cfg loadgen.Config) error {
-	last := l.Latest()
-	if at <= last.Base() {
-		return fmt.Errorf("check: fork at %d, not above the latest timeline's base %d", at, last.Base())
+	if at == 0 {
+		return fmt.Errorf("check: fork at offset 0: a new stream, not a fork")
 	}
-	if _, ok := last.Index(at); !ok {
-		return fmt.Errorf("check: fork at %d, where no chunk of the latest timeline starts", at)
+	keep := len(l.tls)
+	for keep > 1 && l.tls[keep-1].Base() >= at {
+		keep--
+	}
+	holder := l.tls[keep-1]
+	if _, ok := holder.Index(at); !ok {
+		return fmt.Errorf("check: fork at %d, where no chunk of the timeline holding it (from %d) starts", at, holder.Base())
 	}
 	r, err := NewReferenceAt(cfg, at)
 	if err != nil {
 		return err
 	}
-	l.tls = append(l.tls, r)
+	// A new backing array: a mapping handed out before keeps the replaced timelines.
+	l.tls = append(l.tls[:keep:keep], r)
+	l.created++
 	return nil
 }
+
+// Created is how many timelines the lineage ever started (1 before any fork), those a
+// deeper fork replaced included: the next fork's load is numbered after them, so that its
+// epoch is above every epoch the log ever held.
+func (l *Lineage) Created() int { return l.created }
+
+// Mapping is the lineage's content now; a later fork leaves it as it is.
+func (l *Lineage) Mapping() mapping { return l.tls }
 
 // Latest is the newest timeline: the one the local log's end is written in.
 func (l *Lineage) Latest() *Reference { return l.tls[len(l.tls)-1] }
@@ -58,10 +77,6 @@ func (l *Lineage) At(off uint64) *Reference { return l.tls.at(off) }
 
 // ChunkCovering is the chunk that holds offset off.
 func (l *Lineage) ChunkCovering(off uint64) RefChunk { return l.tls.chunkCovering(off) }
-
-// upTo is the mapping of the lineage's first n timelines (the content before the later
-// forks).
-func (l *Lineage) upTo(n int) mapping { return l.tls[:n] }
 
 // at is the reference holding off: the last whose base is at or below it.
 func (m mapping) at(off uint64) *Reference {

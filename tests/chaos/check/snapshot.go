@@ -409,7 +409,7 @@ func (c *Checker) checkFragment(ctx context.Context, sn *snapshot, l leaf, full 
 	maps := []mapping{st.lin.tls}
 	forkAbove := st.fork != nil && last.ID >= st.fork.at
 	if forkAbove {
-		maps = append(maps, st.lin.upTo(st.fork.timeline))
+		maps = append(maps, st.fork.old)
 	}
 	var miss []mismatch
 	for i, m := range maps {

@@ -54,10 +54,27 @@ const (
 	// the snapshot (records behind the bucket), runs `node recover --yes --after-restore`
 	// and starts the node again: the same promise.
 	EtcdSnapshotRestore Kind = "etcd-snapshot-restore"
+	// DeposedTail is a replica truncating a deposed leader's higher-epoch suffix: before the
+	// start the broker goes on at a higher epoch from the log's end (a leader elected with
+	// that epoch), the node tiers some of it; at the fault's moment the node is killed, the
+	// broker cuts the log below that epoch's first chunk (below the latest fork point) and
+	// writes another timeline from the cut at a still higher epoch (the replica rejoining the
+	// new leader), and the node starts again: it must cut the remote tier back to the cut and
+	// tier the new timeline.
+	DeposedTail Kind = "deposed-tail"
+	// BehindRetention is the broker's retention racing a behind stream: before the start the
+	// log is cut back below the persisted next offset (a broker restored from an older copy:
+	// the log is a prefix of the remote tier) and it stays there while the node waits; at
+	// the fault's moment the node is killed and the broker's retention deletes the log's
+	// oldest segments, either within the behind log (Past false) or, after the log refilled
+	// with the same chunks, past the remote next offset (Past true: a gap is due); the node
+	// starts again and the log grows on.
+	BehindRetention Kind = "behind-retention"
 )
 
 // Kinds lists every kind, in a fixed order.
-var Kinds = []Kind{NodeKill, S3Storm, EtcdMemberKill, EtcdClusterRestart, GCDelete, Retention, LocalAhead, LostTail, Cut, EtcdWipe, EtcdSnapshotRestore}
+var Kinds = []Kind{NodeKill, S3Storm, EtcdMemberKill, EtcdClusterRestart, GCDelete, Retention, LocalAhead, LostTail, Cut, EtcdWipe, EtcdSnapshotRestore,
+	DeposedTail, BehindRetention}
 
 // Rewinds are the kinds that take etcd's records back (wiped or restored): a cycle holds
 // at most one, drawn after everything else (see Options.RewindPercent).
@@ -65,6 +82,18 @@ var Rewinds = []Kind{EtcdWipe, EtcdSnapshotRestore}
 
 // IsRewind reports whether k takes etcd's records back.
 func IsRewind(k Kind) bool { return k == EtcdWipe || k == EtcdSnapshotRestore }
+
+// BrokerRewrites are the kinds that rewrite a log the way a broker's failover or restore
+// does (beyond a lost tail): a cycle holds at most one, drawn after everything else (see
+// Options.BrokerPercent).
+var BrokerRewrites = []Kind{DeposedTail, BehindRetention}
+
+// IsBrokerRewrite reports whether k is one of BrokerRewrites.
+func IsBrokerRewrite(k Kind) bool { return k == DeposedTail || k == BehindRetention }
+
+// drawnApart reports whether k is drawn after a cycle's other faults (not among its 1 to
+// MaxFaults).
+func drawnApart(k Kind) bool { return IsRewind(k) || IsBrokerRewrite(k) }
 
 // Storm is what an S3 storm does to the requests it hits.
 type Storm string
@@ -108,9 +137,16 @@ type Fault struct {
 	Policy Policy
 	// LostTail: where in the range it may cut, 0 to 1; Fork: the log is refilled at once
 	// with ForkBytes of another timeline's chunks (else it refills later with the same ones).
+	// DeposedTail: where below the deposed leader's first chunk the cut falls, and the new
+	// timeline's bytes. BehindRetention: where the lost tail's cut falls (the retention's
+	// reach is drawn as Reach).
 	Fraction  float64
 	Fork      bool
 	ForkBytes int64
+	// BehindRetention: the retention deletes past the remote next offset (after a refill)
+	// rather than within the behind log; Reach (0 to 1) is how far into the log it goes.
+	Past  bool
+	Reach float64
 	// NodeKill and LocalAhead: bytes each stream's log grows by before the restart.
 	Appends []int64
 }
@@ -140,6 +176,10 @@ func (f Fault) String() string {
 		if f.Fork {
 			fmt.Fprintf(&b, " fork %d bytes", f.ForkBytes)
 		}
+	case DeposedTail:
+		fmt.Fprintf(&b, " cut at %.3f, new timeline %d bytes", f.Fraction, f.ForkBytes)
+	case BehindRetention:
+		fmt.Fprintf(&b, " behind at %.3f, retention reach %.3f past=%t", f.Fraction, f.Reach, f.Past)
 	}
 	if len(f.Appends) > 0 {
 		fmt.Fprintf(&b, " appends=%v", f.Appends)
@@ -192,17 +232,23 @@ type Options struct {
 	// so that it leaves the rest of a seed's schedule as it was (the CI soak's seed keeps
 	// its forks); a rewind comes on top of MaxFaults.
 	RewindPercent int
+	// BrokerPercent is the chance a cycle also holds one broker rewrite (a deposed tail or a
+	// retention racing a behind stream, chosen by their Weights). It is drawn after the
+	// rewind, so that it leaves the rest of a seed's schedule as it was; it comes on top of
+	// MaxFaults.
+	BrokerPercent int
 }
 
 // DefaultWeights are the relative frequencies of the faults during a cycle.
 var DefaultWeights = map[Kind]int{NodeKill: 3, S3Storm: 6, EtcdMemberKill: 2, EtcdClusterRestart: 1, GCDelete: 2, Retention: 2, LocalAhead: 1, Cut: 3,
-	EtcdWipe: 1, EtcdSnapshotRestore: 1}
+	EtcdWipe: 1, EtcdSnapshotRestore: 1, DeposedTail: 1, BehindRetention: 1}
 
 // DefaultOptions is the soak's schedule for streams streams on a three-member etcd.
 func DefaultOptions(streams int) Options {
 	return Options{Streams: streams, Members: 3, MinCycle: 4 * time.Second, MaxCycle: 9 * time.Second,
 		MinAppend: 128 << 10, MaxAppend: 1536 << 10, SegmentBytes: 256 << 10, MaxFaults: 3,
-		Weights: DefaultWeights, LostTailPercent: 15, ForkPercent: 50, CleanStopPercent: 30, RewindPercent: 6}
+		Weights: DefaultWeights, LostTailPercent: 15, ForkPercent: 50, CleanStopPercent: 30, RewindPercent: 6,
+		BrokerPercent: 5}
 }
 
 // Plan is cycle index's plan under seed.
@@ -227,7 +273,7 @@ func Plan(seed uint64, index int, o Options) Cycle {
 	var kinds []Kind
 	total := 0
 	for _, k := range Kinds {
-		if w := o.Weights[k]; w > 0 && !IsRewind(k) {
+		if w := o.Weights[k]; w > 0 && !drawnApart(k) {
 			kinds = append(kinds, k)
 			total += w
 		}
@@ -320,7 +366,63 @@ func Plan(seed uint64, index int, o Options) Cycle {
 		c.Faults = append(c.Faults, f)
 		sort.SliceStable(c.Faults, func(i, j int) bool { return c.Faults[i].At < c.Faults[j].At })
 	}
+	// Drawn after the rewind, for the same reason.
+	if f, ok := planBrokerRewrite(r, o, c, dur); ok {
+		if end := f.At + time.Second; end > c.Duration {
+			c.Duration = end
+		}
+		c.Faults = append(c.Faults, f)
+		sort.SliceStable(c.Faults, func(i, j int) bool { return c.Faults[i].At < c.Faults[j].At })
+	}
 	return c
+}
+
+// planBrokerRewrite draws a cycle's broker rewrite, if any: BrokerPercent decides whether,
+// the kinds' weights which. Its stream is one the cycle's lost tail and local-ahead leave
+// alone (none: no rewrite). The draws are made whatever the outcome, so that one option
+// changes only what depends on it.
+func planBrokerRewrite(r *rand.Rand, o Options, c Cycle, dur func(lo, hi time.Duration) time.Duration) (Fault, bool) {
+	total := 0
+	for _, k := range BrokerRewrites {
+		total += max(o.Weights[k], 0)
+	}
+	if o.BrokerPercent <= 0 || total == 0 || r.IntN(100) >= o.BrokerPercent {
+		return Fault{}, false
+	}
+	pick := r.IntN(total)
+	var k Kind
+	for _, kk := range BrokerRewrites {
+		if w := max(o.Weights[kk], 0); pick < w {
+			k = kk
+			break
+		} else {
+			pick -= w
+		}
+	}
+	f := Fault{Kind: k, Stream: r.IntN(o.Streams), Fraction: float64(r.IntN(1000)) / 1000,
+		// Late enough that the node has tiered part of what the cycle began with.
+		At:        dur(1500*time.Millisecond, max(c.Duration-500*time.Millisecond, 1501*time.Millisecond)).Round(time.Millisecond),
+		ForkBytes: o.MinAppend/8 + r.Int64N(o.MaxAppend),
+		Past:      r.IntN(2) == 0, Reach: float64(r.IntN(1000)) / 1000}
+	for range o.Streams {
+		f.Appends = append(f.Appends, o.MinAppend+r.Int64N(o.MaxAppend-o.MinAppend+1))
+	}
+	busy := map[int]bool{}
+	if c.LostTail != nil {
+		busy[c.LostTail.Stream] = true
+	}
+	for _, g := range c.Faults {
+		if g.Kind == LocalAhead {
+			busy[g.Stream] = true
+		}
+	}
+	for range o.Streams {
+		if !busy[f.Stream] {
+			return f, true
+		}
+		f.Stream = (f.Stream + 1) % o.Streams
+	}
+	return Fault{}, false
 }
 
 // planRewind draws a cycle's etcd rewind, if any: RewindPercent decides whether, the

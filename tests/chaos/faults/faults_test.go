@@ -24,7 +24,7 @@ func TestPlanReplays(t *testing.T) {
 	seen := map[Kind]int{}
 	forks := 0
 	for _, c := range a {
-		rewinds := 0
+		rewinds, rewrites := 0, 0
 		for _, f := range c.Faults {
 			if IsRewind(f.Kind) {
 				rewinds++
@@ -32,8 +32,14 @@ func TestPlanReplays(t *testing.T) {
 					t.Fatalf("a rewind that ends past the cycle: %s", c)
 				}
 			}
+			if IsBrokerRewrite(f.Kind) {
+				rewrites++
+				if f.At >= c.Duration || (c.LostTail != nil && c.LostTail.Stream == f.Stream) {
+					t.Fatalf("a broker rewrite past the cycle or on the lost tail's stream: %s", c)
+				}
+			}
 		}
-		if c.Duration < o.MinCycle || len(c.Appends) != 3 || len(c.Faults) == 0 || len(c.Faults) > o.MaxFaults+rewinds || rewinds > 1 {
+		if c.Duration < o.MinCycle || len(c.Appends) != 3 || len(c.Faults) == 0 || len(c.Faults) > o.MaxFaults+rewinds+rewrites || rewinds > 1 || rewrites > 1 {
 			t.Fatalf("bad cycle: %s", c)
 		}
 		if c.LostTail != nil {
@@ -75,6 +81,7 @@ func TestPlanReplays(t *testing.T) {
 // else of a seed's schedule: with RewindPercent 0 every cycle is the same but for them.
 func TestRewindsLeaveTheScheduleAlone(t *testing.T) {
 	with, without := DefaultOptions(3), DefaultOptions(3)
+	with.BrokerPercent, without.BrokerPercent = 0, 0 // drawn after the rewind: see the test below
 	without.RewindPercent = 0
 	n := 0
 	for i := range 300 {
@@ -94,5 +101,35 @@ func TestRewindsLeaveTheScheduleAlone(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("300 cycles drew no rewind")
+	}
+}
+
+// TestBrokerRewritesLeaveTheScheduleAlone checks that the broker rewrites (deposed tails,
+// retention racing a behind stream), drawn after everything else, change nothing else of
+// seed 70's schedule (the CI soak's): with BrokerPercent 0 every cycle is the same but for
+// them.
+func TestBrokerRewritesLeaveTheScheduleAlone(t *testing.T) {
+	with, without := DefaultOptions(3), DefaultOptions(3)
+	without.BrokerPercent = 0
+	seen := map[Kind]int{}
+	for i := range 300 {
+		a, b := Plan(70, i, with), Plan(70, i, without)
+		var kept []Fault
+		for _, f := range a.Faults {
+			if IsBrokerRewrite(f.Kind) {
+				seen[f.Kind]++
+				continue
+			}
+			kept = append(kept, f)
+		}
+		a.Faults, a.Duration = kept, b.Duration
+		if a.String() != b.String() {
+			t.Fatalf("cycle %d: a broker rewrite changed the schedule:\n%s\n%s", i, a, b)
+		}
+	}
+	for _, k := range BrokerRewrites {
+		if seen[k] == 0 {
+			t.Errorf("300 cycles of seed 70 drew no %s", k)
+		}
 	}
 }

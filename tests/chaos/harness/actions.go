@@ -204,6 +204,15 @@ func (w *world) actions(f faults.Fault, plan faults.Cycle) []action {
 				return w.restartNode(ctx, func() error { return w.rewindEtcd(ctx, f.Kind, snap, snapRev) })
 			}},
 		}
+	case faults.DeposedTail, faults.BehindRetention:
+		return []action{{f.At, string(f.Kind), func(ctx context.Context) error {
+			if f.Kind == faults.DeposedTail {
+				if err := w.awaitDeposedTiered(ctx, f); err != nil {
+					return err
+				}
+			}
+			return w.restartNode(ctx, func() error { return w.applyRewrite(ctx, f, plan) })
+		}}}
 	case faults.LocalAhead:
 		return []action{{f.At, "local ahead", func(ctx context.Context) error {
 			return w.restartNode(ctx, func() error {

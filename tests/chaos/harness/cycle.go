@@ -135,7 +135,7 @@ func (w *world) lostTail(ctx context.Context, f faults.Fault) error {
 		w.countFault(string(faults.LostTail), id, "local log cut back from %d to %d (persisted [%d,%d)): the remote tier is ahead", next, cut, pFirst, pNext)
 		return nil
 	}
-	cfg := w.forkLoad(id, l.lin.Timelines(), l.lin.ChunkCovering(cut).TS)
+	cfg := w.forkLoad(id, l.lin.Created(), l.lin.ChunkCovering(cut).TS)
 	if err := w.chk.Forked(id, cut, cfg); err != nil {
 		return err
 	}
@@ -233,6 +233,15 @@ func (w *world) runCycle(ctx context.Context, plan faults.Cycle) error {
 			return err
 		}
 	}
+	budgets := append([]int64(nil), plan.Appends...)
+	w.rewrite = nil
+	for _, f := range plan.Faults {
+		if faults.IsBrokerRewrite(f.Kind) {
+			if err := w.prepareRewrite(ctx, f, budgets); err != nil {
+				return fmt.Errorf("cycle %d: %s before the start: %w", plan.Index, f.Kind, err)
+			}
+		}
+	}
 	acts := w.awaitActions(plan.Duration) // before the appends: it notes where the logs end
 	// The broker writes the cycle's bytes while the node runs (the node follows the logs).
 	// A local-ahead stream's bytes are all due well before the fault, so that its log is
@@ -242,8 +251,13 @@ func (w *world) runCycle(ctx context.Context, plan faults.Cycle) error {
 		if f.Kind == faults.LocalAhead {
 			paces[f.Stream] = min(paces[f.Stream], time.Duration(writerPaceShare*float64(f.At)))
 		}
+		if f.Kind == faults.DeposedTail {
+			// The deposed leader's bytes are due by half the fault's moment, so that the
+			// node has tiered some of them when its suffix is cut away.
+			paces[f.Stream] = min(paces[f.Stream], f.At/2)
+		}
 	}
-	if err := w.openWriters(plan.Appends, paces); err != nil {
+	if err := w.openWriters(budgets, paces); err != nil {
 		return err
 	}
 	for _, f := range plan.Faults {

@@ -100,6 +100,9 @@ type world struct {
 	nextRule   int
 	// localAheadRule is the rule blocking a local-ahead stream's uploads (0: none).
 	localAheadRule int
+	// rewrite is what the first half of the cycle's broker rewrite left for the second
+	// (nil: none this cycle).
+	rewrite *rewriteState
 	// writers are the live writers appending to the logs during a node run (nil: none
 	// open); nodeUp says whether a node process runs, for their counts; appends sums
 	// what closed writers appended.
