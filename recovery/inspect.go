@@ -59,6 +59,8 @@ type Inspection struct {
 	// Newest is the LastModified of the newest root of the prefix (the store's clock; zero
 	// when there is none): recovery's "a live cluster may own it" looks at it.
 	Newest time.Time
+
+	vanished bool // a listed root was not found when read (choose lists again)
 }
 
 // Inspect finds the stream's newest persisted manifest from the bucket alone: one listing
@@ -115,7 +117,26 @@ func Latest(ctx context.Context, store *s3io.Store, keyPrefix, stream string) (m
 	return in.Root, nil
 }
 
+// vanishedAttempts bounds how often choose lists again because a listed root was gone
+// when read: a live writer's reaper deletes a superseded root right after a persist.
+const vanishedAttempts = 5
+
+// choose chooses the stream's top root; a root listed and then not found (a live writer
+// persisted a later one and reaped it in between) makes it list again, a few times, rather
+// than call the lineage undecided.
 func choose(ctx context.Context, store *s3io.Store, keyPrefix, stream string) (Inspection, manifest.Root, error) {
+	requests := 0
+	for attempt := 1; ; attempt++ {
+		in, obj, err := chooseListed(ctx, store, keyPrefix, stream)
+		in.Requests += requests
+		if err != nil || !in.vanished || attempt == vanishedAttempts {
+			return in, obj, err
+		}
+		requests = in.Requests
+	}
+}
+
+func chooseListed(ctx context.Context, store *s3io.Store, keyPrefix, stream string) (Inspection, manifest.Root, error) {
 	in, obj := Inspection{Stream: stream}, manifest.Root{}
 	if err := manifest.ValidateStreamID(stream); err != nil {
 		return in, obj, fmt.Errorf("inspect: %w", err)
@@ -160,6 +181,7 @@ func choose(ctx context.Context, store *s3io.Store, keyPrefix, stream string) (I
 			obj, err := readRoot(ctx, store, o.Key)
 			in.Requests++
 			if err != nil {
+				in.vanished = s3io.IsNotFound(err)
 				// An unreadable root above the others may be the newest: never skip it.
 				in.Choice = resolve.TopChoice{Outcome: resolve.TopUndecided, Reason: err.Error(), Candidates: []resolve.Root{r}}
 				return in, obj, nil
@@ -184,6 +206,7 @@ func choose(ctx context.Context, store *s3io.Store, keyPrefix, stream string) (I
 		obj, err = readRoot(ctx, store, key)
 		in.Requests++
 		if err != nil {
+			in.vanished = s3io.IsNotFound(err)
 			in.Check = err
 			return in, obj, nil
 		}

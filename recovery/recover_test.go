@@ -15,6 +15,7 @@ import (
 	"github.com/streamtier/streamtier/metadata/etcdtest"
 	"github.com/streamtier/streamtier/recovery"
 	"github.com/streamtier/streamtier/s3io"
+	"github.com/streamtier/streamtier/s3io/s3test"
 	"github.com/streamtier/streamtier/tiertest"
 )
 
@@ -150,5 +151,37 @@ func TestRecoverAfterRestore(t *testing.T) {
 	}
 	if rec, _, _, _ := be.Meta.ReadManifest(ctx, "s"); rec.Seq != 3 || rec.RootUID != top.UID {
 		t.Fatalf("record after recovery %+v", rec)
+	}
+}
+
+// TestInspectListsAgainWhenARootVanishes: a live writer persists a later root and reaps
+// the one recovery listed before recovery reads it: recovery lists again and chooses the
+// later root (it called the lineage undecided, and `node recover --takeover` of a live
+// cluster's prefix refused the stream).
+func TestInspectListsAgainWhenARootVanishes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	be := tiertest.StartBackends(ctx, t, true)
+	store := be.Store
+	s := tiertest.Write(t, tiertest.Env{Store: store, Meta: be.Meta}, tiertest.Spec{Stream: "live", Seed: 5, Epoch: 1})
+	top := upgrade(t, store, s, 2, 1)
+	hit := make(chan string, 1)
+	be.Faults.Add(s3test.Rule{Method: "GET", KeyRegexp: "root-00000000000000000002", Fault: s3test.FaultDelay, Delay: time.Second, Count: 1, Hit: hit})
+	done := make(chan struct{})
+	go func() { // the live writer, owned by the test and joined below
+		defer close(done)
+		<-hit
+		next := manifest.Lineage{Seq: 3, Epoch: 1, UID: tiertest.UID(), ParentSeq: top.Seq, ParentUID: top.UID}
+		if err := store.PutObjectIfAbsent(ctx, manifest.SeqRootKey(p, "live", 3), manifest.EncodeRootV3(next, s.Manifest)); err != nil {
+			t.Error(err)
+		}
+		if _, err := store.DeleteObjects(ctx, []string{manifest.SeqRootKey(p, "live", 2)}); err != nil {
+			t.Error(err)
+		}
+	}()
+	in, err := recovery.Inspect(ctx, store, p, "live", false)
+	<-done
+	if err != nil || !in.Chosen() || in.Check != nil || in.Choice.Root.Seq != 3 {
+		t.Fatalf("inspection with a root reaped under it: %+v %v, want seq 3 chosen", in.Choice, err)
 	}
 }
