@@ -148,6 +148,13 @@ func (w *world) final(ctx context.Context, rep *Report) error {
 	if err := w.writePast(ctx, past, unfollowed); err != nil {
 		return fmt.Errorf("final appends: %w", err)
 	}
+	for i, lw := range w.writers {
+		if !w.followed(i) {
+			if err := lw.release(); err != nil { // the node opens this log as its own
+				return fmt.Errorf("final appends: %w", err)
+			}
+		}
+	}
 	healed := time.Now()
 	var err error
 	if w.node, err = w.startNode(ctx, nodeStartTimeout); err != nil {

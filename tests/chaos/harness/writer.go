@@ -100,6 +100,14 @@ func (lw *liveWriter) start() {
 	if lw.started {
 		return
 	}
+	if lw.lg == nil { // released: open it again (the node is down)
+		lg, g, err := lw.sl.openAtLoad()
+		if err != nil {
+			lw.err = err
+			return
+		}
+		lw.lg, lw.g = lg, g
+	}
 	lw.started = true
 	now := time.Now()
 	lw.mu.Lock()
@@ -218,6 +226,20 @@ func (lw *liveWriter) close() (AppendStats, uint64, error) {
 		close(lw.stop)
 		<-lw.done
 	}
+	lw.mu.Lock()
+	owed := lw.budget > lw.written
+	lw.mu.Unlock()
+	if lw.lg == nil && !owed { // released with nothing left to write: the node may hold it
+		lw.sl.end = lw.end()
+		return lw.stats, lw.end(), lw.err
+	}
+	if lw.lg == nil { // released while the node ran (an unfollowed log): the node is down now
+		lg, g, err := lw.sl.openAtLoad()
+		if err != nil {
+			return lw.stats, lw.next, err
+		}
+		lw.lg, lw.g = lg, g
+	}
 	err := lw.err
 	if err == nil {
 		lw.mu.Lock()
@@ -245,6 +267,9 @@ func (w *world) openWriters(budgets []int64, pace []time.Duration) error {
 			b = budgets[i]
 		}
 		lw, err := openWriter(l, b, pace[i], &w.nodeUp)
+		if err == nil && !w.followed(i) {
+			err = lw.release() // the node opens this log as its own
+		}
 		if err != nil {
 			_, cerr := w.closeWriters()
 			return errors.Join(err, cerr)
@@ -252,6 +277,23 @@ func (w *world) openWriters(budgets []int64, pace []time.Duration) error {
 		w.writers = append(w.writers, lw)
 	}
 	return nil
+}
+
+// release stops the writer (if it runs) and closes its log, so that the node can open the
+// directory as its own (a log is held by one opener at a time: its lock); start or close
+// open it again. It returns the writer's error, if it failed.
+func (lw *liveWriter) release() error {
+	if lw.lg == nil {
+		return nil
+	}
+	if lw.started {
+		close(lw.stop)
+		<-lw.done
+		lw.started, lw.stop, lw.done = false, make(chan struct{}), make(chan struct{})
+	}
+	err := errors.Join(lw.err, lw.lg.Close())
+	lw.lg, lw.g = nil, nil
+	return err
 }
 
 // startWriters starts the open writers of the followed logs that have not started yet
