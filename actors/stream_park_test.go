@@ -68,9 +68,11 @@ func TestParkedStreamComesBack(t *testing.T) {
 	if err := n.ForceCut("pk"); err == nil || !strings.Contains(err.Error(), "parked") {
 		t.Fatalf("cut of a parked stream: %v", err)
 	}
-	if n.Metrics().Parks.Load() != 1 || logs.Count("stream parked") != 1 {
-		t.Fatalf("parks %d, log lines %d", n.Metrics().Parks.Load(), logs.Count("stream parked"))
-	}
+	// The supervisor counts and logs the park right after it publishes the parked state.
+	until(t, 5*time.Second, "the park counted and logged once", func() (bool, string) {
+		p, l := n.Metrics().Parks.Load(), logs.Count("stream parked")
+		return p == 1 && l == 1, fmt.Sprintf("parks %d, log lines %d", p, l)
+	})
 	since := st.Parked.Since
 	failures := h.restarts.Load()
 	if d := clock.AwaitTimer(t, retry, "park retry"); d != retry {
