@@ -391,28 +391,24 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 	case readercore.StalledDiverged:
 		r.n.metrics.DivergedStalls.Add(1)
 		if rw := e.Rewritten; rw != nil {
-			r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
-				Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).Uint64("rewritten_below", rw.SeenNext).
+			withRanges(r.log.Error(), e.RemoteFirst, e.RemoteNext, e.LocalFirst, e.LocalNext).Uint64("rewritten_below", rw.SeenNext).
 				Str("rewrite", rw.Detail).
 				Msg("the local log starts above the remote tier after its follower saw it rewritten: the rewrite may start below the remote next offset and cannot be compared; nothing is uploaded or deleted until an operator runs 'node truncate' (which keeps the remote tier and declares the gap)")
 			return
 		}
 		if a := e.EpochAhead; a != nil {
-			r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
-				Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).Uint64("local_first_epoch", a.LocalEpoch).
+			withRanges(r.log.Error(), e.RemoteFirst, e.RemoteNext, e.LocalFirst, e.LocalNext).Uint64("local_first_epoch", a.LocalEpoch).
 				Uint64("remote_last_epoch", a.RemoteEpoch).
 				Msg("the local log starts above the remote tier at a higher epoch than its last chunk: a rewrite may have been trimmed unseen; nothing is uploaded or deleted until an operator runs 'node truncate' (which keeps the remote tier and declares the gap)")
 			return
 		}
 		if g := e.GapFork; g != nil {
-			r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
-				Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).Uint64("fork_at", g.At).
+			withRanges(r.log.Error(), e.RemoteFirst, e.RemoteNext, e.LocalFirst, e.LocalNext).Uint64("fork_at", g.At).
 				Uint64("gap_from", g.From).Uint64("gap_to", g.To).
 				Msg("the local log forks from the remote tier inside a declared gap with durable data above it: nothing is deleted or uploaded until an operator runs 'node truncate' (which deletes that data) or restores the local log from the run after the gap")
 			return
 		}
-		r.log.Error().Uint64("remote_first", e.RemoteFirst).Uint64("remote_next", e.RemoteNext).
-			Uint64("local_first", e.LocalFirst).Uint64("local_next", e.LocalNext).
+		withRanges(r.log.Error(), e.RemoteFirst, e.RemoteNext, e.LocalFirst, e.LocalNext).
 			Msg("the local log shares no chunk with the remote tier: nothing is deleted or uploaded until an operator runs 'node truncate' (or restores the local log)")
 	case readercore.RegisterOffsetListener:
 		c.Send(r.drain, drainListen{Offset: e.Offset, Gen: r.drainGen, Budget: r.core.DrainRoom()})
@@ -580,4 +576,10 @@ func (r *reader) reap(c actor.Context, e readercore.DeleteObjects) {
 		req.Keys = append(req.Keys, manifest.RootKey(prefix, stream, root.Epoch, root.UID))
 	}
 	c.Send(r.n.reaper, req)
+}
+
+// withRanges adds the remote and local ranges a divergence stall names to a log event.
+func withRanges(ev *zerolog.Event, remoteFirst, remoteNext, localFirst, localNext uint64) *zerolog.Event {
+	return ev.Uint64("remote_first", remoteFirst).Uint64("remote_next", remoteNext).
+		Uint64("local_first", localFirst).Uint64("local_next", localNext)
 }
