@@ -178,7 +178,27 @@ func Logger(t *testing.T) (zerolog.Logger, *LogBuffer) {
 	if os.Getenv("STREAMTIER_TEST_LOG") != "" {
 		w = zerolog.MultiLevelWriter(buf, zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"})
 	}
+	t.Cleanup(func() { buf.dumpIfFailed(t) })
 	return zerolog.New(w).With().Str("test", t.Name()).Logger().Hook(msTimestamp{}), buf
+}
+
+// dumpLines is how many of a failed test's last log lines dumpIfFailed shows.
+const dumpLines = 300
+
+// dumpIfFailed shows a failed test's last log lines in its output, so that a failure seen
+// once (in CI, under load) can be understood without running it again.
+func (l *LogBuffer) dumpIfFailed(t *testing.T) {
+	if !t.Failed() || os.Getenv("STREAMTIER_TEST_LOG") != "" {
+		return
+	}
+	l.mu.Lock()
+	lines := strings.Split(strings.TrimSuffix(l.b.String(), "\n"), "\n")
+	l.mu.Unlock()
+	if len(lines) > dumpLines {
+		t.Logf("the log's last %d lines of %d:", dumpLines, len(lines))
+		lines = lines[len(lines)-dumpLines:]
+	}
+	t.Log("log:\n" + strings.Join(lines, "\n"))
 }
 
 // msTimestamp stamps log lines to the millisecond (zerolog's default is the second).
