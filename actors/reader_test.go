@@ -225,7 +225,7 @@ func TestReaderStrayMessagesNotFed(t *testing.T) {
 // persist, although its tail is far below the fragment target, below the persist threshold,
 // and the persist interval is a minute: the idle cut cuts the tail once its oldest chunk
 // waited the max age, and the persist follows the upload at once because the pipeline has
-// drained. Without the idle cut the tail would stay local; without the drained persist it
+// drained. Without the idle cut the tail would stay local; without the settled persist it
 // would wait for the interval. The same again for a second burst on the running stream.
 func TestReaderQuietStreamFullyPersisted(t *testing.T) {
 	const maxAge, margin = 300 * time.Millisecond, 10 * time.Second

@@ -89,8 +89,9 @@ func TestClusterReadReplica(t *testing.T) {
 	w.startNode("n3", extra...)
 	var m manifest.Manifest
 	var localFirst uint64
+	caughtUp := w.caughtUp(stream)
 	w.waitFor(40*time.Second, "groups, remote retention and n2's local retention", func() (bool, string) {
-		if ok, state := w.converged(stream); !ok {
+		if ok, state := caughtUp(); !ok {
 			return false, state
 		}
 		last, _ := w.latest(stream)

@@ -7,15 +7,15 @@ import (
 	"pgregory.net/rapid"
 )
 
-// The model's side of the idle cut and of the drained persist. The shell arms the stream's
+// The model's side of the idle cut and of the settled persist. The shell arms the stream's
 // one cut timer when the core says so and it fires on the shell's monotonic clock at its
 // due time (the clock moves there), like a retry timer; a cancelled one sometimes fires
 // anyway. The model keeps when the assembly's oldest chunk arrived (the model's clock when
 // the chunk that found the assembly empty was fed) and checks that a fragment is cut below
 // its target only by a forced cut or by the armed cut timer, at or after that arrival plus
 // the fragment max age; that the timer is armed exactly while the assembly holds chunks
-// (and the idle cut is enabled); and, after every step, that a drained pipeline (nothing
-// assembled, no transfer) never leaves unpersisted edits without a persist, unless
+// (and the idle cut is enabled); and, after every step, that settled uploads (no transfer
+// outstanding, whatever is assembled) never leave unpersisted edits without a persist, unless
 // persists back off after failures, and that after two failures in a row nothing but the
 // persist timer starts the next attempt.
 
@@ -118,13 +118,16 @@ func (w *world) checkCut(ev Event, e SubmitTransfer) {
 
 // checkPersistStart checks what may start a persist: after two failures in a row only the
 // persist timer (the retry delay; the persist may still wait for a group upload or a
-// retention fetch when it fires), never the drained pipeline or the threshold.
+// retention fetch when it fires), never the settled uploads or the threshold.
 func (w *world) checkPersistStart(ev Event) {
 	if w.idle.persistFails >= 2 && !w.idle.timerFired {
 		w.t.Fatalf("persist started on %T after %d failures in a row, before its timer fired", ev, w.idle.persistFails)
 	}
-	if w.c.asm.Empty() && len(w.c.transfers) == 0 {
-		modelStats["persists-drained"]++
+	if len(w.c.transfers) == 0 {
+		modelStats["persists-settled"]++
+		if !w.c.asm.Empty() {
+			modelStats["persists-settled-while-assembling"]++
+		}
 	}
 }
 
@@ -143,8 +146,8 @@ func (w *world) notePersistResult(ev PersistResult, counted bool) {
 }
 
 // checkIdleCut runs after every step: the cut timer is armed exactly while the assembly
-// holds chunks and the idle cut is enabled; a drained pipeline leaves no unpersisted edit
-// without a persist unless persists back off.
+// holds chunks and the idle cut is enabled; settled uploads (none outstanding) leave no
+// unpersisted edit without a persist unless persists back off.
 func (w *world) checkIdleCut() {
 	t := w.t
 	c := w.c
@@ -158,8 +161,8 @@ func (w *world) checkIdleCut() {
 	if c.phase != phaseRunning || c.diverged != nil {
 		return
 	}
-	if c.asm.Empty() && len(c.transfers) == 0 && len(c.pending) > 0 && c.inflight == nil && c.rebalance == nil && c.retention == nil && !c.persistBackoff {
-		t.Fatalf("drained pipeline with %d unpersisted edits and no persist:\n%s", len(c.pending), c.Status())
+	if len(c.transfers) == 0 && len(c.pending) > 0 && c.inflight == nil && c.rebalance == nil && c.retention == nil && !c.persistBackoff {
+		t.Fatalf("settled uploads with %d unpersisted edits and no persist:\n%s", len(c.pending), c.Status())
 	}
 }
 

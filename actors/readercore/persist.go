@@ -25,22 +25,25 @@ func (c *Core) maybePersist() {
 		return
 	}
 	// Paused at the bound on bytes not yet durable, only a persist frees the budget: the
-	// uploaded appends are persisted now rather than at the threshold or the timer. Drained
-	// (nothing assembled, no transfer outstanding), no edit will join these soon: waiting
-	// for the threshold or the timer would only delay them.
+	// uploaded appends are persisted now rather than at the threshold or the timer. With no
+	// upload outstanding, no edit will join these before the next fragment is filled and
+	// uploaded: waiting for the threshold or the timer would only delay them (the settled
+	// persist; a steady writer then persists about once per fragment, a busy one whose
+	// uploads overlap still at the threshold or the timer).
 	// A flush whose uploads are applied is persisted now too, also while a steady write
 	// keeps the assembly busy.
-	due := c.persistDue || (!c.persistBackoff && (c.reset != nil || len(c.pending) >= c.cfg.PersistThreshold || c.paused || c.drained() || c.flushPersistDue()))
+	due := c.persistDue || (!c.persistBackoff && (c.reset != nil || len(c.pending) >= c.cfg.PersistThreshold || c.paused || c.uploadsSettled() || c.flushPersistDue()))
 	if due {
 		c.startPersist()
 	}
 }
 
-// drained says the upload pipeline holds nothing: no chunk is being assembled and every
-// cut fragment is applied. Unpersisted edits are then persisted at once (the drained
-// persist) rather than at the threshold or the persist interval, which still bound a busy
-// stream, whose assembly is never empty for long.
-func (c *Core) drained() bool { return c.asm.Empty() && len(c.transfers) == 0 }
+// uploadsSettled says no cut fragment is outstanding: every upload is applied. Unpersisted
+// edits are then persisted at once (the settled persist), whatever is being assembled,
+// rather than at the threshold or the persist interval, which still bound a stream whose
+// uploads overlap. The commit-to-persisted latency of a steadily written stream is then
+// one fragment's fill time, one upload and one persist.
+func (c *Core) uploadsSettled() bool { return len(c.transfers) == 0 }
 
 // startPersist captures the in-memory manifest and the edits since the last persist.
 func (c *Core) startPersist() {
