@@ -455,6 +455,19 @@ func (w *clusterWorld) waitFor(d time.Duration, what string, cond func() (bool, 
 	}
 }
 
+// statuses reads the status of every running node, by name.
+func (w *clusterWorld) statuses() (map[string]nodeStatus, error) {
+	sts := map[string]nodeStatus{}
+	for name := range w.nodes {
+		st, err := w.status(name)
+		if err != nil {
+			return nil, err
+		}
+		sts[name] = st
+	}
+	return sts, nil
+}
+
 // caughtUp returns a condition for a wait while the load goes on: every stream persisted
 // at least once after the wait began (the target: its first such persist the test fetched),
 // and its writer's cache and every running replica hold that root or a later one. A strict
@@ -479,13 +492,9 @@ func (w *clusterWorld) caughtUp(streams ...string) func() (bool, string) {
 				return false, fmt.Sprintf("%s: no persist fetched since the wait began", s)
 			}
 		}
-		sts := map[string]nodeStatus{}
-		for name := range w.nodes {
-			st, err := w.status(name)
-			if err != nil {
-				return false, err.Error()
-			}
-			sts[name] = st
+		sts, err := w.statuses()
+		if err != nil {
+			return false, err.Error()
 		}
 		for _, s := range streams {
 			tg := targets[s]
@@ -515,13 +524,9 @@ func (w *clusterWorld) caughtUp(streams ...string) func() (bool, string) {
 // persisted manifest (same revision, same digest), and the writer's cache too: for a wait
 // once the load has stopped (caughtUp while it goes on).
 func (w *clusterWorld) converged(streams ...string) (bool, string) {
-	sts := map[string]nodeStatus{}
-	for name := range w.nodes {
-		st, err := w.status(name)
-		if err != nil {
-			return false, err.Error()
-		}
-		sts[name] = st
+	sts, err := w.statuses()
+	if err != nil {
+		return false, err.Error()
 	}
 	for _, s := range streams {
 		last, ok := w.latest(s)
