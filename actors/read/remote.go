@@ -17,9 +17,11 @@ import (
 
 // The remote reader: one actor per open remote source. Its decisions are the pure
 // fetchcore.Core's; the actor executes the effects: range GETs, index fetches and manifest
-// walks as task actors (each under a deadline, cancelled with the reader), backoff timers on
-// the injected clock, items handed to the consumer's queue. The source (remoteRead) is what
-// the cross-tier reader holds: Next pops that queue and reports what it consumed.
+// walks in goroutines it owns (shell.TaskSet.Go: each under a deadline, cancelled with the
+// reader, its result posted to the actor's mailbox, all of them awaited at Close), backoff
+// timers on the injected clock, items handed to the consumer's queue (a chunk across ranges
+// copied into a pooled buffer first). The source (remoteRead) is what the cross-tier reader
+// holds: Next pops that queue and reports what it consumed.
 
 func init() { openRemoteSource = openRemoteRead }
 
@@ -42,6 +44,11 @@ type (
 // walkTimeout bounds one manifest walk (a manifest read, a few group objects, a listing).
 const walkTimeout = 2 * time.Minute
 
+// closeWait bounds how long Close waits for the reader's goroutines once their context is
+// cancelled (they honour it: a GET's connection is closed at once); past it Close logs the
+// ones left and returns, as protoactor's StopFuture gives up on an actor after 10 s.
+const closeWait = 10 * time.Second
+
 // remoteReader is the actor.
 type remoteReader struct {
 	env     Env
@@ -59,6 +66,7 @@ type remoteReader struct {
 	tasks  shell.TaskSet
 	gets   map[uint64]runningGet // core get id -> its task
 	bufs   map[uint64][]byte     // core get id -> the buffer lent to it, until Release
+	copies map[uint64][]byte     // core copy id -> the pooled copy of a chunk across ranges, until Release
 	rangeN int64                 // the core's range size: the buffers' size
 
 	firstChunk bool
@@ -95,15 +103,15 @@ func openRemoteRead(ctx context.Context, env Env, from uint64) (remoteSource, er
 	if err != nil {
 		return nil, fmt.Errorf("open remote read of %s: %w", env.Stream, err)
 	}
-	src := &remoteRead{root: env.System.Root, signal: make(chan struct{}, 1), budget: env.Budget, stats: env.Stats}
+	log := env.Log.With().Str("actor", "remote-reader").Str("stream", env.Stream).Uint64("from", from).Logger()
+	src := &remoteRead{root: env.System.Root, signal: make(chan struct{}, 1), budget: env.Budget, stats: env.Stats, log: log}
 	if ownSystem {
 		src.system = env.System
 	}
-	log := env.Log.With().Str("actor", "remote-reader").Str("stream", env.Stream).Uint64("from", from).Logger()
 	r := &remoteReader{
 		env: env, core: core, src: src, walker: newLeafWalker(env), log: log,
 		metrics: env.Stats, clock: env.Clock, opened: env.Clock.Now(), gets: map[uint64]runningGet{},
-		bufs: map[uint64][]byte{}, rangeN: cfg.RangeSize,
+		bufs: map[uint64][]byte{}, copies: map[uint64][]byte{}, rangeN: cfg.RangeSize,
 	}
 	if r.rangeN == 0 {
 		r.rangeN = fetchcore.DefaultRangeSize
@@ -137,6 +145,7 @@ func (r *remoteReader) Receive(c actor.Context) {
 		r.metrics.Buffered.Add(-r.shownHeld)
 		r.shownConc, r.shownHeld = 0, 0
 		clear(r.bufs) // GETs may still write into theirs, the consumer may hold the last chunk
+		clear(r.copies)
 	case budgetShare:
 		r.step(c, fetchcore.SetBudget{Bytes: m.bytes})
 	case remoteConsumed:
@@ -208,13 +217,17 @@ func (r *remoteReader) execute(c actor.Context, effs []fetchcore.Effect) {
 			}
 			delete(r.bufs, e.ID) // its GET may still write into it: never reused
 		case fetchcore.Release:
-			if b, ok := r.bufs[e.ID]; ok {
-				delete(r.bufs, e.ID)
+			lent := r.bufs
+			if e.Copy {
+				lent = r.copies
+			}
+			if b, ok := lent[e.ID]; ok {
+				delete(lent, e.ID)
 				r.env.Budget.bufs.put(b)
 			}
 		case fetchcore.FetchIndex:
 			store := r.env.Store
-			r.tasks.Spawn(c, r.ctx, &r.tm, shell.TaskSpec{
+			r.tasks.Go(c, r.ctx, &r.tm, &r.src.running, shell.TaskSpec{
 				Name: "remote-read-index", Timeout: 2 * store.TransferTimeout(),
 				Run: func(ctx context.Context) any {
 					recs, err := store.ReadFragmentIndex(ctx, e.Key, 0, e.Size)
@@ -226,7 +239,7 @@ func (r *remoteReader) execute(c actor.Context, effs []fetchcore.Effect) {
 			})
 		case fetchcore.NeedLeaves:
 			w := r.walker
-			r.tasks.Spawn(c, r.ctx, &r.tm, shell.TaskSpec{
+			r.tasks.Go(c, r.ctx, &r.tm, &r.src.running, shell.TaskSpec{
 				Name: "remote-read-walk", Timeout: walkTimeout,
 				Run: func(ctx context.Context) any { return remoteWalkDone{ev: w.walk(ctx, e.ID, e.From, e.Fresh)} },
 				Failed: func(reason string) any {
@@ -239,6 +252,11 @@ func (r *remoteReader) execute(c actor.Context, effs []fetchcore.Effect) {
 			it := Item{Kind: ItemKind(e.Item.Kind), Tier: TierRemote, Offset: e.Item.Offset, End: e.Item.End}
 			if e.Item.Kind == fetchcore.ItemChunk {
 				it.Header, it.Chunk = e.Item.Header, e.Item.Chunk
+				if e.Item.Parts != nil { // across ranges: copied now, the ranges' buffers may be released next
+					buf := r.env.Budget.bufs.get(r.rangeN, int64(e.Item.Size()))
+					it.Chunk = e.Item.Assemble(buf)
+					r.copies[e.Item.Copy] = it.Chunk
+				}
 				if !r.firstChunk {
 					r.firstChunk = true
 					r.metrics.observeFirstChunk(r.since())
@@ -265,13 +283,17 @@ func (r *remoteReader) execute(c actor.Context, effs []fetchcore.Effect) {
 func (r *remoteReader) spawnGet(c actor.Context, e fetchcore.Get) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	store, clk, opened := r.env.Store, r.clock, r.opened
+	get := r.env.getRange
+	if get == nil {
+		get = store.GetRangePartial
+	}
 	buf := r.env.Budget.bufs.get(r.rangeN, e.Len)
 	r.bufs[e.ID] = buf
 	r.metrics.GETs.Add(1)
-	task := r.tasks.Spawn(c, ctx, &r.tm, shell.TaskSpec{
+	task := r.tasks.Go(c, ctx, &r.tm, &r.src.running, shell.TaskSpec{
 		Name: "remote-read-get", Timeout: store.TransferTimeout(),
 		Run: func(ctx context.Context) any {
-			data, err := store.GetRangePartial(ctx, e.Key, e.Off, e.Len, buf)
+			data, err := get(ctx, e.Key, e.Off, e.Len, buf)
 			return remoteGetDone{id: e.ID, data: data, err: err, at: clk.Now().Sub(opened), ran: true}
 		},
 		Failed: func(reason string) any {
@@ -288,7 +310,11 @@ type remoteRead struct {
 	system *actor.ActorSystem // owned (an offline read): shut down on Close
 	budget *Budget
 	stats  *RemoteStats
+	log    zerolog.Logger
 	signal chan struct{}
+	// running counts the reader's goroutines (GETs, index fetches, walks): the actor adds
+	// them, Close waits for them once the actor stopped and cancelled their context.
+	running sync.WaitGroup
 
 	held int64 // chunk bytes of the item Next returned last: consumed at the next Next
 	done int64 // chunk bytes consumed and not yet reported to the reader
@@ -397,8 +423,8 @@ func (s *remoteRead) Next(ctx context.Context) (Item, error) {
 	}
 }
 
-// Close stops the reader's actor and its tasks (their GETs are cancelled) and waits for
-// them; the budget share goes back to the other readers.
+// Close stops the reader's actor, which cancels its goroutines (GETs, index fetches, walks),
+// and waits for them (at most closeWait); the budget share goes back to the other readers.
 func (s *remoteRead) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -408,10 +434,29 @@ func (s *remoteRead) Close() error {
 		if err := s.root.StopFuture(s.pid).Wait(); err != nil {
 			s.finish(err)
 		}
+		s.awaitRunning()
 		s.stats.Open.Add(-1)
 		if s.system != nil {
 			s.system.Shutdown()
 		}
 	})
 	return nil
+}
+
+// awaitRunning waits for the reader's goroutines once the actor stopped (its Stopping
+// cancelled their context, and it starts no more): at most closeWait, then it logs and
+// lets them end on their own deadlines.
+func (s *remoteRead) awaitRunning() {
+	done := make(chan struct{})
+	go func() {
+		s.running.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.log.Error().Dur("waited", closeWait).Msg("remote reader closed with GET, index or walk goroutines still running past their cancellation")
+	}
 }

@@ -145,6 +145,9 @@ type Env struct {
 	Fetch  fetchcore.Config // range size and concurrency ceiling; Budget comes from Budget
 	// AtTask is the node's fault hook (tests): a panic injected into a GET, index or walk task.
 	AtTask func(name string)
+
+	// getRange replaces Store.GetRangePartial (tests: a GET stuck outside its context).
+	getRange func(ctx context.Context, key string, off, n int64, buf []byte) ([]byte, error)
 }
 
 // openRemoteSource opens the remote source a reader uses; from is at or above the manifest's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -124,6 +125,29 @@ func (s *TaskSet) Spawn(c actor.Context, ctx context.Context, tm *Timers, spec T
 	id := s.Track(c, tm, spec.Name, spec.Timeout, spec.Failed)
 	t := &task{id: id, ctx: ctx, spec: spec, set: s}
 	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return t }))
+	return id
+}
+
+// Go starts spec in a goroutine the actor behind c owns, instead of a child task actor (no
+// actor to spawn, start and stop per operation: for the many short operations of one
+// owner, such as range GETs). It is tracked on tm like Spawn's tasks, with the same
+// contract: it runs under spec.Timeout with ctx, a panic becomes its failure, its result
+// comes to the actor as TaskDone (dropped once ctx is cancelled) or, when it does not
+// come in time, TaskOverdue. wg counts the goroutine until it returns: the owner cancels
+// ctx when it stops and waits on wg, so that none outlives it. It returns the
+// operation's id (what Settle takes).
+func (s *TaskSet) Go(c actor.Context, ctx context.Context, tm *Timers, wg *sync.WaitGroup, spec TaskSpec) uint64 {
+	id := s.Track(c, tm, spec.Name, spec.Timeout, spec.Failed)
+	t := &task{id: id, ctx: ctx, spec: spec, set: s}
+	root, self := c.ActorSystem().Root, c.Self()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		res := t.execute()
+		if ctx.Err() == nil {
+			root.Send(self, TaskDone{ID: id, Result: res})
+		}
+	}()
 	return id
 }
 

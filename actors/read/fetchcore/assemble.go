@@ -50,18 +50,23 @@ func (e *MissingObjectError) Is(target error) bool { return target == ErrMissing
 
 // piece is one response's bytes (RangeDone ID's buffer, or what is left of it), with the
 // delivery mark of the last chunk handed out as a sub-slice of it: the cumulative delivered
-// chunk bytes once that chunk was delivered (0: no chunk refers to it).
+// chunk bytes once that chunk was delivered (0: no chunk refers to it). A copy piece is the
+// shell's copy of a chunk across responses (Item.Copy ID; b is nil): it is released like a
+// response's buffer once the consumer passed its mark.
 type piece struct {
 	b    []byte
 	id   uint64
 	mark int64
+	copy bool
 }
 
 // assembler holds the received bytes of one object, in order from position pos, until they
 // make whole chunks. Pieces are kept as they came: a chunk inside one piece is handed out
-// as a sub-slice of it, only a chunk across pieces is copied. Pieces it is done with go to
-// freed, in order, with their marks: their buffers are free once the consumer is done with
-// the chunk of the mark.
+// as a sub-slice of it; a chunk across pieces is handed out as the sub-slices of the pieces
+// it spans, which the shell copies into a buffer of its own when it executes the Deliver.
+// Pieces it is done with go to freed, in order, with their marks: their buffers are free
+// once the consumer is done with the chunk of the mark (and, for the pieces of a chunk
+// across pieces, once the shell copied it: the core frees them after its Deliver).
 type assembler struct {
 	bufs  []piece
 	freed []piece
@@ -91,21 +96,46 @@ func (a *assembler) peekHeader() []byte {
 	return a.hdr[:]
 }
 
-// take removes and returns the first n bytes held (the caller checked there are); mark is
-// the delivery mark of the chunk they make.
-func (a *assembler) take(n, mark int64) []byte {
+// take removes the first n bytes held (the caller checked there are) and returns them: as
+// b, a sub-slice of the first piece, when it holds them all (the piece then carries mark,
+// the delivery mark of the chunk they make); otherwise as parts, the sub-slices of the
+// pieces they span in order, valid until those pieces are released (the pieces keep their
+// marks: the chunk the parts make is copied, it does not refer to them).
+func (a *assembler) take(n, mark int64) (b []byte, parts [][]byte) {
 	if first := a.bufs[0].b; int64(len(first)) >= n {
 		a.bufs[0].mark = mark
 		a.drop(n)
-		return first[:n:n]
+		return first[:n:n], nil
 	}
-	out := make([]byte, 0, n)
-	for int64(len(out)) < n {
-		k := min(int64(len(a.bufs[0].b)), n-int64(len(out)))
-		out = append(out, a.bufs[0].b[:k]...)
+	for got := int64(0); got < n; {
+		k := min(int64(len(a.bufs[0].b)), n-got)
+		parts = append(parts, a.bufs[0].b[:k:k])
+		got += k
 		a.drop(k)
 	}
-	return out
+	return nil, parts
+}
+
+// crcOf is the CRC-32 (IEEE) of the n bytes at off of a chunk held as b or, when b is nil,
+// as parts in order.
+func crcOf(b []byte, parts [][]byte, off, n int64) uint32 {
+	if parts == nil {
+		return crc32.ChecksumIEEE(b[off : off+n])
+	}
+	var crc uint32
+	for _, p := range parts {
+		if off >= int64(len(p)) {
+			off -= int64(len(p))
+			continue
+		}
+		k := min(int64(len(p))-off, n)
+		crc = crc32.Update(crc, crc32.IEEETable, p[off:off+k])
+		off, n = 0, n-k
+		if n == 0 {
+			break
+		}
+	}
+	return crc
 }
 
 // drop removes the first k bytes, which the first piece holds.
@@ -131,31 +161,32 @@ func (a *assembler) reset(pos int64) {
 }
 
 // nextChunk returns the next whole chunk held, verified (header, region bounds, data CRC,
-// id expected), or ok false when the chunk is not all there yet. delivered is the
-// cumulative chunk bytes delivered before it (for the mark of the pieces it refers to).
-func (a *assembler) nextChunk(key string, regionEnd int64, expectID uint64, delivered int64) (h chunk.Header, b []byte, ok bool, err error) {
+// id expected), or ok false when the chunk is not all there yet: as b, a sub-slice of one
+// piece, or as parts when it spans pieces (see take). delivered is the cumulative chunk
+// bytes delivered before it (for the mark of the piece it refers to).
+func (a *assembler) nextChunk(key string, regionEnd int64, expectID uint64, delivered int64) (h chunk.Header, b []byte, parts [][]byte, ok bool, err error) {
 	if a.n < chunk.HeaderSize {
-		return h, nil, false, nil
+		return h, nil, nil, false, nil
 	}
 	pos := a.pos
 	h, perr := chunk.ParseHeader(a.peekHeader())
 	if perr != nil {
-		return h, nil, false, &CorruptError{Key: key, Position: pos, Reason: perr.Error()}
+		return h, nil, nil, false, &CorruptError{Key: key, Position: pos, Reason: perr.Error()}
 	}
 	size := h.Size()
 	if pos+size > regionEnd {
-		return h, nil, false, &CorruptError{Key: key, Position: pos, Reason: fmt.Sprintf("chunk %d of %d bytes overruns the chunk region ending at %d", h.ChunkID, size, regionEnd)}
+		return h, nil, nil, false, &CorruptError{Key: key, Position: pos, Reason: fmt.Sprintf("chunk %d of %d bytes overruns the chunk region ending at %d", h.ChunkID, size, regionEnd)}
 	}
 	if h.ChunkID != expectID {
-		return h, nil, false, &CorruptError{Key: key, Position: pos, Reason: fmt.Sprintf("chunk id %d, expected %d", h.ChunkID, expectID)}
+		return h, nil, nil, false, &CorruptError{Key: key, Position: pos, Reason: fmt.Sprintf("chunk id %d, expected %d", h.ChunkID, expectID)}
 	}
 	if a.n < size {
-		return h, nil, false, nil
+		return h, nil, nil, false, nil
 	}
-	b = a.take(size, delivered+size)
+	b, parts = a.take(size, delivered+size)
 	data := chunk.HeaderSize + int64(h.BloomSize)
-	if got := crc32.ChecksumIEEE(b[data : data+int64(h.DataLen)]); got != h.DataCRC {
-		return h, nil, false, &CorruptError{Key: key, Position: pos, Reason: fmt.Sprintf("chunk %d: data CRC %08x, header says %08x", h.ChunkID, got, h.DataCRC)}
+	if got := crcOf(b, parts, data, int64(h.DataLen)); got != h.DataCRC {
+		return h, nil, nil, false, &CorruptError{Key: key, Position: pos, Reason: fmt.Sprintf("chunk %d: data CRC %08x, header says %08x", h.ChunkID, got, h.DataCRC)}
 	}
-	return h, b, true, nil
+	return h, b, parts, true, nil
 }

@@ -85,6 +85,7 @@ type Core struct {
 	ph         phase
 	err        error
 	lastID     uint64
+	lastCopy   uint64 // Item.Copy of the last chunk across responses
 	out        []Effect
 
 	// counters for status
@@ -480,16 +481,24 @@ func (c *Core) leavesTimerArmed() bool {
 }
 
 func (c *Core) deliver(it Item) {
+	n := int64(it.Size())
+	if it.Parts != nil {
+		c.lastCopy++
+		it.Copy = c.lastCopy
+	}
 	c.emit(Deliver{Item: it})
-	c.unconsumed += int64(len(it.Chunk))
-	c.delivered += int64(len(it.Chunk))
+	c.unconsumed += n
+	c.delivered += n
+	if it.Parts != nil { // the shell's copy: free once the consumer is done with it
+		c.pending = append(c.pending, piece{id: it.Copy, mark: c.delivered, copy: true})
+	}
 }
 
 // free hands back the buffer of a piece the core no longer holds: at once when no chunk the
 // consumer may still hold refers to it, else once the consumer passed its mark.
 func (c *Core) free(p piece) {
 	if p.mark <= c.consumed {
-		c.emit(Release{ID: p.id})
+		c.emit(Release{ID: p.id, Copy: p.copy})
 		return
 	}
 	c.pending = append(c.pending, p)
@@ -509,7 +518,7 @@ func (c *Core) releasePending() {
 	kept := c.pending[:0]
 	for _, p := range c.pending {
 		if p.mark <= c.consumed {
-			c.emit(Release{ID: p.id})
+			c.emit(Release{ID: p.id, Copy: p.copy})
 		} else {
 			kept = append(kept, p)
 		}
@@ -546,23 +555,25 @@ func (c *Core) deliverReady() {
 			c.ranges = c.ranges[1:]
 		}
 		for {
-			h, b, ok, err := lf.asm.nextChunk(lf.Key, lf.regionEnd, lf.nextID, c.delivered)
-			c.freeFrom(&lf.asm)
-			if err != nil {
-				c.fail(err)
-				return
-			}
-			if !ok {
+			h, b, parts, ok, err := lf.asm.nextChunk(lf.Key, lf.regionEnd, lf.nextID, c.delivered)
+			if err != nil || !ok {
+				c.freeFrom(&lf.asm)
+				if err != nil {
+					c.fail(err)
+					return
+				}
 				break
 			}
 			if h.NextID() <= c.pos {
+				c.freeFrom(&lf.asm)
 				c.fail(&CorruptError{Key: lf.Key, Position: lf.asm.pos - h.Size(), Reason: fmt.Sprintf("chunk [%d,%d) lies below the read position %d", h.ChunkID, h.NextID(), c.pos)})
 				return
 			}
-			c.buffered -= int64(len(b))
+			c.buffered -= h.Size()
 			lf.nextID = h.NextID()
 			c.pos = h.NextID()
-			c.deliver(Item{Kind: ItemChunk, Offset: h.ChunkID, End: h.NextID(), Header: h, Chunk: b})
+			c.deliver(Item{Kind: ItemChunk, Offset: h.ChunkID, End: h.NextID(), Header: h, Chunk: b, Parts: parts})
+			c.freeFrom(&lf.asm) // after the Deliver: the shell copied parts out of these pieces
 		}
 		if lf.needIndex || lf.planPos < lf.regionEnd || (len(c.ranges) > 0 && c.ranges[0].lf == lf) {
 			return

@@ -49,10 +49,16 @@ type ArmTimer struct {
 // the consumer may still hold refers to its bytes (the consumer said, by Consumed, that it
 // is done with every chunk cut from it). The shell may reuse it for another range. Each
 // RangeDone the core received is released at most once; one held when the read fails or
-// is cancelled is never released (it is left to the garbage collector).
-type Release struct{ ID uint64 }
+// is cancelled is never released (it is left to the garbage collector). With Copy, ID
+// names the shell's copy of a chunk across responses (Item.Copy), released the same way
+// once the consumer is done with that chunk.
+type Release struct {
+	ID   uint64
+	Copy bool
+}
 
-// Deliver hands Item to the consumer.
+// Deliver hands Item to the consumer. A chunk across responses comes as Item.Parts: the
+// shell copies them before it executes the next effect.
 type Deliver struct{ Item Item }
 
 // End says everything below At, the freshest manifest's next offset, is delivered.
@@ -83,6 +89,11 @@ func (e FetchIndex) String() string {
 }
 func (e ArmTimer) String() string { return fmt.Sprintf("arm-timer id=%d after=%s", e.ID, e.After) }
 func (e Deliver) String() string  { return "deliver " + e.Item.String() }
-func (e Release) String() string  { return fmt.Sprintf("release id=%d", e.ID) }
-func (e End) String() string      { return fmt.Sprintf("end at=%d", e.At) }
-func (e Fail) String() string     { return "fail: " + e.Err.Error() }
+func (e Release) String() string {
+	if e.Copy {
+		return fmt.Sprintf("release copy=%d", e.ID)
+	}
+	return fmt.Sprintf("release id=%d", e.ID)
+}
+func (e End) String() string  { return fmt.Sprintf("end at=%d", e.At) }
+func (e Fail) String() string { return "fail: " + e.Err.Error() }

@@ -125,14 +125,49 @@ type Item struct {
 	Offset uint64
 	End    uint64
 	Header chunk.Header // ItemChunk only
-	Chunk  []byte       // ItemChunk only: the chunk's bytes as written
+	// Chunk is the chunk's bytes as written (ItemChunk only), a sub-slice of one response's
+	// buffer; nil when the chunk spans several responses: then Parts holds it.
+	Chunk []byte
+	// Parts is a chunk across responses (ItemChunk only): its bytes in order, sub-slices of
+	// the buffers of the responses it spans. They are valid only while the shell executes
+	// this Deliver (a Release after it in the same step may free those buffers): the shell
+	// copies them into a buffer of its own and lends it to the consumer as the chunk, until
+	// the core says Release{ID: Copy, Copy: true}.
+	Parts [][]byte
+	// Copy names the shell's copy of Parts (ids of their own, from 1).
+	Copy uint64
+}
+
+// Size is a chunk's length in bytes (of Chunk or of Parts together); 0 for other items.
+func (it Item) Size() int {
+	if it.Parts == nil {
+		return len(it.Chunk)
+	}
+	n := 0
+	for _, p := range it.Parts {
+		n += len(p)
+	}
+	return n
+}
+
+// Assemble returns the chunk's bytes: Chunk, or Parts copied in order into dst (grown when
+// it is too short).
+func (it Item) Assemble(dst []byte) []byte {
+	if it.Parts == nil {
+		return it.Chunk
+	}
+	dst = dst[:0]
+	for _, p := range it.Parts {
+		dst = append(dst, p...)
+	}
+	return dst
 }
 
 // String is the scenario form: kind and offsets, and a chunk's size.
 func (it Item) String() string {
 	switch it.Kind {
 	case ItemChunk:
-		return fmt.Sprintf("chunk [%d,%d) bytes=%d", it.Offset, it.End, len(it.Chunk))
+		return fmt.Sprintf("chunk [%d,%d) bytes=%d", it.Offset, it.End, it.Size())
 	case ItemGap:
 		return fmt.Sprintf("gap [%d,%d)", it.Offset, it.End)
 	case ItemSkipped:

@@ -30,6 +30,7 @@ type world struct {
 	unconsumed []int64
 	items      []Item            // the chunks of unconsumed, checked again when consumed
 	bufs       map[uint64][]byte // buffers lent to the core (RangeDone ID) and not released
+	copies     map[uint64][]byte // the shell's copies of chunks across responses (Item.Copy), not released
 	ended      bool
 	endAt      uint64
 	maxChunk   int64
@@ -50,7 +51,7 @@ func (w *world) live(key string) bool {
 }
 
 func genWorld(t *rapid.T) *world {
-	w := &world{objects: map[string]*testObject{}, bufs: map[uint64][]byte{}, gets: map[uint64]Get{}, indexes: map[uint64]FetchIndex{}, walks: map[uint64]NeedLeaves{}, timers: map[uint64]bool{}}
+	w := &world{objects: map[string]*testObject{}, bufs: map[uint64][]byte{}, copies: map[uint64][]byte{}, gets: map[uint64]Get{}, indexes: map[uint64]FetchIndex{}, walks: map[uint64]NeedLeaves{}, timers: map[uint64]bool{}}
 	n := rapid.IntRange(1, 8).Draw(t, "leaves")
 	off := rapid.Uint64Range(0, 5).Draw(t, "base")
 	for i := 0; i < n; i++ {
@@ -115,14 +116,18 @@ func (w *world) take(t *rapid.T, effs []Effect, c *Core, budgetBound int64) {
 		case ArmTimer:
 			w.timers[e.ID] = true
 		case Release:
-			b, ok := w.bufs[e.ID]
+			lent := w.bufs
+			if e.Copy {
+				lent = w.copies
+			}
+			b, ok := lent[e.ID]
 			if !ok {
-				t.Fatalf("release id=%d: not lent, or released twice", e.ID)
+				t.Fatalf("%s: not lent, or released twice", e)
 			}
 			for i := range b { // the shell reuses it: a chunk still cut from it would change
 				b[i] = 0xEE
 			}
-			delete(w.bufs, e.ID)
+			delete(lent, e.ID)
 		case Fail:
 			t.Fatalf("core failed: %v", e.Err)
 		case End:
@@ -134,7 +139,15 @@ func (w *world) take(t *rapid.T, effs []Effect, c *Core, budgetBound int64) {
 			}
 			w.ended, w.endAt = true, e.At
 		case Deliver:
-			w.check(t, e.Item)
+			it := e.Item
+			if it.Parts != nil { // as the shell does: copied at once, the parts may be released next
+				if _, dup := w.copies[it.Copy]; dup || it.Copy == 0 {
+					t.Fatalf("%s: copy id %d reused", it, it.Copy)
+				}
+				it.Chunk = it.Assemble(make([]byte, 0, it.Size()))
+				w.copies[it.Copy], it.Parts = it.Chunk, nil
+			}
+			w.check(t, it)
 		}
 	}
 	st := c.Status()
@@ -397,8 +410,8 @@ func TestPropertyReadsSourceExactly(t *testing.T) {
 		if len(w.unconsumed) > 0 {
 			step(w.consume(t, len(w.unconsumed)))
 		}
-		if len(w.bufs) > 0 {
-			t.Fatalf("%d buffers lent to the core were never released after everything was consumed", len(w.bufs))
+		if len(w.bufs) > 0 || len(w.copies) > 0 {
+			t.Fatalf("%d buffers lent to the core and %d copies of chunks were never released after everything was consumed", len(w.bufs), len(w.copies))
 		}
 	})
 }

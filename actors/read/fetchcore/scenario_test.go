@@ -190,7 +190,7 @@ func (h *scenario) track(effs []Effect) {
 		case FetchIndex:
 			h.indexes[e.ID] = e.Key
 		case Deliver:
-			h.held += int64(len(e.Item.Chunk))
+			h.held += int64(e.Item.Size())
 			if e.Item.Kind == ItemChunk {
 				o := h.objectOf(e.Item.Offset)
 				if o == nil || !bytesEqual(o, e.Item) {
@@ -213,7 +213,7 @@ func (h *scenario) objectOf(id uint64) *testObject {
 func bytesEqual(o *testObject, it Item) bool {
 	for i, r := range o.records {
 		if r.ChunkID == it.Offset {
-			return string(o.chunks[i]) == string(it.Chunk)
+			return string(o.chunks[i]) == string(it.Assemble(nil))
 		}
 	}
 	return false
