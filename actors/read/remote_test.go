@@ -275,8 +275,10 @@ func TestRemoteReadRecyclesRangeBuffers(t *testing.T) {
 	}
 	src.Close() // every GET and the actor are done: the kept slices can be read
 	gets, allocs, reuses := f.env.Stats.GETs.Load(), env.Budget.bufs.allocs.Load(), env.Budget.bufs.reuses.Load()
-	if reuses == 0 || allocs*2 > gets {
-		t.Fatalf("%d GETs: %d range buffers allocated, %d reused; want them reused", gets, allocs, reuses)
+	// Buffers are taken for GETs and for copies of chunks across ranges alike: at least
+	// half of all takes must be reuses.
+	if reuses == 0 || allocs > reuses {
+		t.Fatalf("%d GETs: %d buffers allocated, %d reused (GETs and cross-range copies); want most reused", gets, allocs, reuses)
 	}
 	changed := 0
 	for _, k := range keep {
