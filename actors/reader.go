@@ -73,17 +73,19 @@ type reader struct {
 	// arrives after the core learned of it from the handle is not fed twice.
 	waiters map[readercore.WaiterID]bool
 
-	drain        *actor.PID
-	drainGen     uint64
-	persistDeps  persistDeps
-	broadcaster  *actor.PID  // nil without Config.Replicas
-	shell        readerShell // owner id, tasks, held deadlines, drain restarts
-	resolveTries int
-	resolveErr   string
-	running      bool // the core has Resolved and LogOpened
-	counted      bool // counted in StreamsRunning (start got that far)
-	retLog       retentionLog
-	pauseLog     pauseLog
+	drain       *actor.PID
+	drainGen    uint64
+	persistDeps persistDeps
+	// persistLogger is set once persistDeps.log is made (at the first persist).
+	persistLogger bool
+	broadcaster   *actor.PID  // nil without Config.Replicas
+	shell         readerShell // owner id, tasks, held deadlines, drain restarts
+	resolveTries  int
+	resolveErr    string
+	running       bool // the core has Resolved and LogOpened
+	counted       bool // counted in StreamsRunning (start got that far)
+	retLog        retentionLog
+	pauseLog      pauseLog
 	// localErr is the drain's failure to read the local log, nil when it reads: while set,
 	// the stream is "stalled" (counted in StreamsStalled, not StreamsRunning).
 	localErr error
@@ -229,7 +231,7 @@ func (r *reader) start(c actor.Context) {
 	}))
 	r.persistDeps = persistDeps{
 		store: r.n.store, meta: r.n.meta, keyPrefix: r.n.cfg.KeyPrefix, timeout: r.n.cfg.PersistTimeout,
-		log: r.log.With().Str("actor", "persist").Logger(), metrics: r.n.metrics, faults: r.n.cfg.faults, clock: r.n.cfg.clock,
+		metrics: r.n.metrics, faults: r.n.cfg.faults, clock: r.n.cfg.clock,
 		claim: &r.n.claim, stream: r.h.spec.ID, doubt: &r.h.doubt, lose: r.n.loseClaim,
 		fresh: &r.h.fresh, staleAfter: r.n.cfg.StaleAfter,
 	}
@@ -508,6 +510,11 @@ func (r *reader) persist(c actor.Context, e readercore.StartPersist) {
 		metrics.observePersist(readercore.PersistFailed, 0)
 		return persistDone{Result: persistFailure(stream, e.Ref, reason, r.n.cfg.clock.Now())}
 	})
+	if !r.persistLogger {
+		// Made at the first persist, not at start: zerolog's With takes 512 bytes, which
+		// an idle stream that never persists held for nothing.
+		r.persistDeps.log, r.persistLogger = r.log.With().Str("actor", "persist").Logger(), true
+	}
 	ctx, deps := r.ctx, r.persistDeps
 	pid := c.Spawn(actor.PropsFromProducer(func() actor.Actor { return newPersister(ctx, deps) }))
 	c.Send(pid, &persistRequest{ID: id, Stream: stream, Persist: e, ReplyTo: c.Self()})

@@ -195,18 +195,20 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descStage, float64(rep.Node.Stages.AssemblyBytes), "assembly")
 	gauge(descStage, float64(rep.Node.Stages.TransferBytes), "transfer")
 	gauge(descStage, float64(rep.Node.Stages.PersistBytes), "persist")
+	sc := newStreamScrape(ch)
 	for _, s := range rep.Streams {
 		id := s.Stream
+		ss := sc.stream(id)
 		running := 0.0
 		if s.Error == "" && s.Phase != "starting" && s.Phase != "resolving" && s.Phase != "stopped" && s.Phase != "stalled" && s.Phase != "parked" {
 			running = 1
 		}
-		gauge(descStreamUp, running, id)
+		ss.gauge(descStreamUp, running, id)
 		parked := 0.0
 		if s.Parked != nil {
 			parked = 1
 		}
-		gauge(descStreamParked, parked, id)
+		ss.gauge(descStreamParked, parked, id)
 		if s.Error != "" {
 			continue
 		}
@@ -218,42 +220,42 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			{"drained", s.Pipeline.DrainNext}, {"uploaded", s.Remote.Next},
 			{"persisted_first", s.Remote.PersistedFirst}, {"persisted_next", s.Remote.PersistedNext},
 		} {
-			gauge(descStreamOffset, float64(o.v), id, o.name)
+			ss.gauge(descStreamOffset, float64(o.v), id, o.name)
 		}
-		gauge(descStreamBytes, float64(s.Local.Bytes), id, "local")
-		gauge(descStreamBytes, float64(s.Remote.TotalSize), id, "remote")
-		gauge(descStreamBytes, float64(s.Fragment.Bytes), id, "assembly")
-		gauge(descStreamBytes, float64(s.Pipeline.InFlightBytes), id, "transfer")
-		gauge(descStreamBytes, float64(s.Pipeline.UnpersistedBytes), id, "persist")
-		gauge(descStreamFrags, float64(s.Remote.Fragments), id)
-		gauge(descStreamXfers, float64(s.Pipeline.InFlight), id, "in_flight")
-		gauge(descStreamXfers, float64(s.Pipeline.WaitingRetry), id, "waiting_retry")
-		gauge(descStreamXfers, float64(s.Pipeline.Buffered), id, "buffered")
-		gauge(descStreamLagB, float64(s.Lag.Bytes), id)
-		gauge(descStreamLagS, s.Lag.Seconds, id)
-		gauge(descStreamPersist, s.Pipeline.LastPersistAgeSeconds, id)
+		ss.gauge(descStreamBytes, float64(s.Local.Bytes), id, "local")
+		ss.gauge(descStreamBytes, float64(s.Remote.TotalSize), id, "remote")
+		ss.gauge(descStreamBytes, float64(s.Fragment.Bytes), id, "assembly")
+		ss.gauge(descStreamBytes, float64(s.Pipeline.InFlightBytes), id, "transfer")
+		ss.gauge(descStreamBytes, float64(s.Pipeline.UnpersistedBytes), id, "persist")
+		ss.gauge(descStreamFrags, float64(s.Remote.Fragments), id)
+		ss.gauge(descStreamXfers, float64(s.Pipeline.InFlight), id, "in_flight")
+		ss.gauge(descStreamXfers, float64(s.Pipeline.WaitingRetry), id, "waiting_retry")
+		ss.gauge(descStreamXfers, float64(s.Pipeline.Buffered), id, "buffered")
+		ss.gauge(descStreamLagB, float64(s.Lag.Bytes), id)
+		ss.gauge(descStreamLagS, s.Lag.Seconds, id)
+		ss.gauge(descStreamPersist, s.Pipeline.LastPersistAgeSeconds, id)
 		stalled := 0.0
 		if s.Pipeline.Stalled {
 			stalled = 1
 		}
-		gauge(descStreamStalled, stalled, id)
+		ss.gauge(descStreamStalled, stalled, id)
 		paused := 0.0
 		if s.Pipeline.Paused {
 			paused = 1
 		}
-		gauge(descStreamPaused, paused, id)
-		gauge(descStreamBytes, float64(s.Pipeline.HeldBytes), id, "held")
-		gauge(descStreamGaps, float64(s.Remote.GapOffsets), id)
+		ss.gauge(descStreamPaused, paused, id)
+		ss.gauge(descStreamBytes, float64(s.Pipeline.HeldBytes), id, "held")
+		ss.gauge(descStreamGaps, float64(s.Remote.GapOffsets), id)
 		diverged := 0.0
 		if s.Remote.Diverged != nil && !s.Remote.Diverged.Behind {
 			diverged = 1
 		}
-		gauge(descStreamDiverge, diverged, id)
+		ss.gauge(descStreamDiverge, diverged, id)
 		behind := 0.0
 		if s.Remote.Diverged != nil && s.Remote.Diverged.Behind {
 			behind = 1
 		}
-		gauge(descStreamBehind, behind, id)
+		ss.gauge(descStreamBehind, behind, id)
 	}
 
 	for _, op := range in.S3 {
@@ -285,14 +287,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for stream, req := range in.StreamRequests {
+		ss := sc.stream(stream)
 		for k := s3io.Kind(0); k < s3io.NumKinds; k++ {
-			counter(descStreamReqs, float64(req[k]), stream, k.String())
+			ss.counter(descStreamReqs, float64(req[k]), stream, k.String())
 		}
 	}
 	for _, s := range rep.Streams {
 		if s.Cost != nil {
-			gauge(descStreamCost, s.Cost.RequestsPerMonthUSD, s.Stream, "requests")
-			gauge(descStreamCost, s.Cost.StoragePerMonthUSD, s.Stream, "storage")
+			ss := sc.stream(s.Stream)
+			ss.gauge(descStreamCost, s.Cost.RequestsPerMonthUSD, s.Stream, "requests")
+			ss.gauge(descStreamCost, s.Cost.StoragePerMonthUSD, s.Stream, "storage")
 		}
 	}
 	if c := rep.Node.Cost; c != nil {
@@ -407,7 +411,9 @@ func gatherInput(ctx context.Context, o Options) NodeInput {
 		in.Faults = o.Faults()
 	}
 	in.Governor, in.GovernorErr = o.Node.GovernorStatus(ctx)
-	for _, id := range o.Node.Streams() {
+	ids := o.Node.Streams()
+	in.Streams = make([]StreamInput, 0, len(ids))
+	for _, id := range ids {
 		st, err := o.Node.Status(ctx, id)
 		if err != nil {
 			st = actors.StreamStatus{Stream: id, Phase: "unknown"}

@@ -496,7 +496,7 @@ func BuildReport(in NodeInput, now time.Time) Report {
 		n.Etcd.ErrorsByClass["retriable"] += op.Retriable
 		n.Etcd.ErrorsByClass["other"] += op.Other
 	}
-	r := Report{Node: n, Streams: []StreamReport{}}
+	r := Report{Node: n, Streams: make([]StreamReport, 0, len(in.Streams))}
 	for _, s := range in.Streams {
 		sr := streamReport(s, in.RebalanceThreshold, now)
 		r.Node.Stages.AssemblyBytes += sr.Fragment.Bytes

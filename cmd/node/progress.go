@@ -13,6 +13,7 @@ import (
 
 	"github.com/streamtier/streamtier/actors"
 	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // display is the live progress block on a terminal: it redraws a few lines in place and
@@ -100,13 +101,21 @@ func newLogger(s nodeconfig.Settings, stderr io.Writer, d *display) zerolog.Logg
 type sample struct {
 	at       time.Time
 	streams  []actors.StreamStatus
+	skipped  int              // quiet streams not asked (log mode: see progressLog.skip)
 	uploaded int64            // node-wide fragment bytes uploaded
 	written  map[string]int64 // per demo stream, chunk bytes appended to its log
 }
 
-func (p *process) sample(ctx context.Context) sample {
+// sample asks the node for the status of every open stream, except those skip says to
+// leave out this time (nil: none), which it counts in skipped.
+func (p *process) sample(ctx context.Context, skip func(*openStream) bool) sample {
+	open := p.openStreams()
 	sm := sample{at: time.Now(), uploaded: p.node.Metrics().BytesUploaded.Load(), written: map[string]int64{}}
-	for _, st := range p.openStreams() {
+	for _, st := range open {
+		if skip != nil && skip(st) {
+			sm.skipped++
+			continue
+		}
 		s, err := p.node.Status(ctx, st.id)
 		if err != nil {
 			s = actors.StreamStatus{Stream: st.id, Phase: "unknown"}
@@ -130,11 +139,14 @@ func (p *process) sample(ctx context.Context) sample {
 const rateWindow = 10 * time.Second
 
 // window keeps the samples of the last rateWindow; its oldest and newest give the rates.
+// It keeps what the rates need (the time, the bytes uploaded and written), not the
+// streams' statuses: with ten thousand streams those were 8 MiB a sample, held three times.
 type window struct{ samples []sample }
 
-// add appends s and drops the samples that the next-oldest one still covers the window
-// without; it returns the oldest sample kept.
+// add appends s (without its statuses) and drops the samples that the next-oldest one
+// still covers the window without; it returns the oldest sample kept.
 func (w *window) add(s sample) sample {
+	s.streams = nil
 	w.samples = append(w.samples, s)
 	for len(w.samples) > 2 && s.at.Sub(w.samples[1].at) >= rateWindow {
 		w.samples = w.samples[1:]
@@ -165,19 +177,123 @@ func (p *process) progress(ctx context.Context) {
 	defer tick.Stop()
 	h := header{adminURL: p.admin.URL(), demoRetention: p.demoRetention()}
 	var w window
-	w.add(p.sample(ctx))
+	logged := newProgressLog(quietRecheck)
+	var skip func(*openStream) bool
+	if !p.display.active {
+		skip = func(st *openStream) bool {
+			return st.log != nil && logged.skip(st.id, logOffsetsOf(st.log), time.Now())
+		}
+	}
+	w.add(p.sample(ctx, skip))
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		cur := p.sample(ctx)
+		cur := p.sample(ctx, skip)
 		prev := w.add(cur)
 		if p.display.active {
 			p.display.show(renderProgress(prev, cur, h, p.node.Metrics()))
 		} else {
-			p.logProgress(prev, cur)
+			p.logProgress(prev, cur, logged)
+		}
+	}
+}
+
+// quietRecheck is how long the progress log goes without asking a quiet stream whose local
+// log did not change for its status (its phase may change without its log: a lost claim,
+// a deleted stream).
+const quietRecheck = time.Minute
+
+// progressState is what a stream's progress line said that changes only when the stream
+// moves (not its rates or ages).
+type progressState struct {
+	phase                          string
+	committed, uploaded, persisted uint64
+	lagBytes                       int64
+	remoteBytes                    uint64
+}
+
+func stateOf(s actors.StreamStatus) progressState {
+	return progressState{phase: s.Phase, committed: s.LocalCommitted, uploaded: s.Core.Next, persisted: s.Core.PersistedNext,
+		remoteBytes: s.Core.TotalSize, lagBytes: s.LagBytes}
+}
+
+// logOffsets are a local log's offsets, which change whenever its writer appends or
+// commits and its retention trims.
+type logOffsets struct{ first, committed, next uint64 }
+
+func logOffsetsOf(l *segments.Log) logOffsets {
+	return logOffsets{first: l.FirstOffset(), committed: l.CommittedNext(), next: l.NextOffset()}
+}
+
+// progressEntry is what the progress log remembers of a stream.
+type progressEntry struct {
+	state progressState // what its last line said
+	quiet bool          // whether its last status was quiet
+	log   logOffsets    // its local log when that status was taken
+	asked time.Time     // when that status was taken
+	round uint64        // the last round that saw the stream
+}
+
+// progressLog remembers, per stream, its last progress line and status, so that an idle
+// stream is logged once when it becomes quiet and then neither logged nor asked for its
+// status at every interval: ten thousand idle streams logged ten thousand identical lines
+// every five seconds, and asked ten thousand statuses for them, nearly all an idle node
+// allocated.
+type progressLog struct {
+	recheck time.Duration
+	round   uint64
+	streams map[string]*progressEntry
+}
+
+func newProgressLog(recheck time.Duration) *progressLog {
+	return &progressLog{recheck: recheck, streams: map[string]*progressEntry{}}
+}
+
+// skip reports whether the stream need not be asked for its status now: its last status
+// was quiet, its local log still has the same offsets, and it was asked less than recheck
+// ago.
+func (l *progressLog) skip(id string, log logOffsets, now time.Time) bool {
+	e, ok := l.streams[id]
+	if !ok || !e.quiet || e.log != log || now.Sub(e.asked) >= l.recheck {
+		if ok {
+			e.log, e.asked = log, now // the status asked now goes with these offsets
+		} else {
+			l.streams[id] = &progressEntry{log: log, asked: now, round: l.round}
+		}
+		return false
+	}
+	e.round = l.round + 1
+	return true
+}
+
+// due reports whether s gets a progress line now: unless it is quiet (everything it
+// committed persisted, nothing in flight: see quiet) and its last line said the same. It
+// records the status.
+func (l *progressLog) due(s actors.StreamStatus) bool {
+	st, q := stateOf(s), quiet(s)
+	e, ok := l.streams[s.Stream]
+	if !ok {
+		e = &progressEntry{}
+		l.streams[s.Stream] = e
+	}
+	e.round, e.quiet = l.round+1, q
+	if ok && e.state == st && q && e.state.phase != "" {
+		return false
+	}
+	e.state = st
+	return true
+}
+
+// endRound forgets the streams that this round neither asked nor skipped (removed from
+// the node).
+func (l *progressLog) endRound() {
+	l.round++
+	for id, e := range l.streams {
+		if e.round < l.round {
+			delete(l.streams, id)
 		}
 	}
 }
@@ -201,9 +317,17 @@ func (p *process) demoRetention() string {
 	return "keeps " + strings.Join(parts, ", ") + " in S3"
 }
 
-func (p *process) logProgress(prev, cur sample) {
+// logProgress logs a progress line for each stream of cur that moved since its last line
+// (or is not quiet), and one line counting the quiet streams it left out.
+func (p *process) logProgress(prev, cur sample, logged *progressLog) {
 	dt := cur.at.Sub(prev.at).Seconds()
+	defer logged.endRound()
+	unchanged := cur.skipped
 	for _, s := range cur.streams {
+		if !logged.due(s) {
+			unchanged++
+			continue
+		}
 		c := s.Core
 		ev := p.log.Info().Str("stream", s.Stream).Str("phase", s.Phase).
 			Uint64("committed", s.LocalCommitted).Uint64("uploaded", c.Next).Uint64("persisted", c.PersistedNext).
@@ -231,6 +355,10 @@ func (p *process) logProgress(prev, cur sample) {
 			ev = ev.Str("stopped", s.StopReason)
 		}
 		ev.Msg("progress")
+	}
+	if unchanged > 0 {
+		p.log.Info().Int("streams", len(cur.streams)+cur.skipped).Int("quiet_unchanged", unchanged).
+			Msg("progress: quiet streams unchanged since their last progress line are not logged again")
 	}
 }
 

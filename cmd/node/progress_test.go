@@ -82,3 +82,98 @@ func TestRateWindow(t *testing.T) {
 		t.Fatalf("window keeps %d samples", len(w.samples))
 	}
 }
+
+// TestProgressLogsAQuietStreamOnce: a quiet stream gets a progress line when it becomes
+// quiet, and no more while it stays as it was; one that moves or is not quiet gets one
+// every time. Ten thousand idle streams logged ten thousand identical lines every five
+// seconds, nearly all an idle node allocated.
+func TestProgressLogsAQuietStreamOnce(t *testing.T) {
+	idle := actors.StreamStatus{Stream: "a", Phase: "running", LocalCommitted: 100, Core: readercore.Status{PersistedNext: 100, Next: 100, PersistState: "idle"}}
+	busy := actors.StreamStatus{Stream: "b", Phase: "running", LocalCommitted: 100, LagBytes: 10, Core: readercore.Status{PersistedNext: 90, Next: 100, InFlight: 1}}
+	l := newProgressLog(time.Minute)
+	if !l.due(idle) || !l.due(busy) {
+		t.Fatal("a stream's first line not logged")
+	}
+	l.endRound()
+	for range 3 {
+		if l.due(idle) {
+			t.Fatal("an unchanged quiet stream logged again")
+		}
+		if !l.due(busy) {
+			t.Fatal("a stream with uploads in flight not logged")
+		}
+		l.endRound()
+	}
+	moved := idle
+	moved.LocalCommitted, moved.Core.PersistedNext, moved.Core.Next = 120, 120, 120
+	if !l.due(moved) || l.due(moved) {
+		t.Fatal("a quiet stream that moved: want one line, then none")
+	}
+	stalled := moved
+	stalled.Phase = "metadata_missing"
+	if !l.due(stalled) {
+		t.Fatal("a phase change not logged")
+	}
+	l.endRound()
+	l.due(busy)
+	l.endRound()
+	if _, ok := l.streams["a"]; ok || len(l.streams) != 1 {
+		t.Fatalf("a stream neither asked nor skipped in a round is kept: %v", l.streams)
+	}
+}
+
+// TestProgressSkipsAQuietStream: a quiet stream whose local log has not changed is not
+// asked for its status again until recheck has passed; a change of its log, or a status
+// that was not quiet, has it asked at once.
+func TestProgressSkipsAQuietStream(t *testing.T) {
+	t0 := time.Now()
+	l := newProgressLog(time.Minute)
+	idle := actors.StreamStatus{Stream: "a", Phase: "running", LocalCommitted: 100, Core: readercore.Status{PersistedNext: 100, Next: 100, PersistState: "idle"}}
+	off := logOffsets{first: 0, committed: 100, next: 100}
+	round := func(at time.Time, log logOffsets, st actors.StreamStatus) (asked bool) {
+		defer l.endRound()
+		if l.skip("a", log, at) {
+			return false
+		}
+		l.due(st)
+		return true
+	}
+	if !round(t0, off, idle) {
+		t.Fatal("a new stream not asked")
+	}
+	for i := 1; i < 12; i++ {
+		if round(t0.Add(time.Duration(i)*5*time.Second), off, idle) {
+			t.Fatalf("round %d: an unchanged quiet stream asked again", i)
+		}
+	}
+	if !round(t0.Add(time.Minute), off, idle) {
+		t.Fatal("not asked again after recheck")
+	}
+	grown := logOffsets{first: 0, committed: 100, next: 120}
+	busy := idle
+	busy.LocalNext, busy.LocalCommitted, busy.LagBytes = 120, 120, 20 // committed, not yet persisted
+	if !round(t0.Add(65*time.Second), grown, busy) {
+		t.Fatal("a stream whose log changed not asked")
+	}
+	if !round(t0.Add(70*time.Second), grown, busy) {
+		t.Fatal("a stream that was not quiet not asked")
+	}
+	if len(l.streams) != 1 {
+		t.Fatalf("%d streams remembered", len(l.streams))
+	}
+}
+
+// TestWindowKeepsNoStatuses: the rate window keeps only what the rates need; with ten
+// thousand streams each sample's statuses were 8 MiB, held three times over.
+func TestWindowKeepsNoStatuses(t *testing.T) {
+	var w window
+	t0 := time.Now()
+	for i := range 5 {
+		w.add(sample{at: t0.Add(time.Duration(i) * 5 * time.Second), streams: make([]actors.StreamStatus, 100)})
+	}
+	for i, s := range w.samples {
+		if s.streams != nil {
+			t.Fatalf("sample %d of the window keeps %d statuses", i, len(s.streams))
+		}
+	}
+}

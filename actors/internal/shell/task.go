@@ -157,9 +157,19 @@ func (s *TaskSet) Settle(tm *Timers, id uint64) bool {
 	if !ok {
 		return false
 	}
-	delete(s.live, id)
+	s.forget(id)
 	tm.Cancel(lt.timer)
 	return true
+}
+
+// forget stops waiting for id. The map goes once empty: a reader keeps its TaskSet for its
+// whole incarnation, and an idle one held the buckets of its resolution's map (about 400
+// bytes a stream) for nothing.
+func (s *TaskSet) forget(id uint64) {
+	delete(s.live, id)
+	if len(s.live) == 0 {
+		s.live = nil
+	}
 }
 
 // Done returns the result to deliver for m, if its task is still waited for.
@@ -177,7 +187,7 @@ func (s *TaskSet) Overdue(m TaskOverdue) (any, string, bool) {
 	if !ok {
 		return nil, "", false
 	}
-	delete(s.live, m.ID)
+	s.forget(m.ID)
 	reason := fmt.Sprintf("%s task gave no result within %s", lt.name, lt.timeout+TaskGrace(lt.timeout))
 	return lt.failed(reason), lt.name, true
 }
