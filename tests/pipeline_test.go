@@ -13,6 +13,7 @@ import (
 
 	"github.com/streamtier/streamtier/actors"
 	"github.com/streamtier/streamtier/manifest"
+	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/s3io/s3test"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
@@ -167,14 +168,25 @@ func TestConflictReinitializes(t *testing.T) {
 	}
 	e.await("conflict", 100, 60*time.Second)
 
-	// A second writer persists over the node's revision (same root, new revision).
+	// A second writer persists over the node's revision (same root, new revision). The node
+	// may persist between its read and its write (it persists on, the load's tail): it
+	// reads again then, until its own persist succeeds.
 	ctx := context.Background()
-	rec, rev, _, err := e.meta.ReadManifest(ctx, "conflict")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := e.meta.Persist(ctx, "conflict", 1, rev, rec); err != nil || res.Revision != rev+1 {
-		t.Fatalf("second writer's persist: %+v %v", res, err)
+	for attempt := 1; ; attempt++ {
+		rec, rev, _, err := e.meta.ReadManifest(ctx, "conflict")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.meta.Persist(ctx, "conflict", 1, rev, rec)
+		if err != nil {
+			t.Fatalf("second writer's persist: %v", err)
+		}
+		if res.Outcome == metadata.PersistOK {
+			break
+		}
+		if attempt == 20 {
+			t.Fatalf("second writer's persist: %+v after %d attempts", res, attempt)
+		}
 	}
 	// More data: the node's next persist conflicts, it reinitializes and carries on.
 	if _, err := loadgen.Write(ctx, lg, g, loadgen.Limit{Chunks: 600}, loadgen.WriteOptions{Commit: true}); err != nil {
