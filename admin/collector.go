@@ -203,12 +203,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		if s.Error == "" && s.Phase != "starting" && s.Phase != "resolving" && s.Phase != "stopped" && s.Phase != "stalled" && s.Phase != "parked" {
 			running = 1
 		}
-		ss.gauge(descStreamUp, running, id)
+		ss.gauge(descStreamUp, running)
 		parked := 0.0
 		if s.Parked != nil {
 			parked = 1
 		}
-		ss.gauge(descStreamParked, parked, id)
+		ss.gauge(descStreamParked, parked)
 		if s.Error != "" {
 			continue
 		}
@@ -220,42 +220,42 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			{"drained", s.Pipeline.DrainNext}, {"uploaded", s.Remote.Next},
 			{"persisted_first", s.Remote.PersistedFirst}, {"persisted_next", s.Remote.PersistedNext},
 		} {
-			ss.gauge(descStreamOffset, float64(o.v), id, o.name)
+			ss.gauge(descStreamOffset, float64(o.v), o.name)
 		}
-		ss.gauge(descStreamBytes, float64(s.Local.Bytes), id, "local")
-		ss.gauge(descStreamBytes, float64(s.Remote.TotalSize), id, "remote")
-		ss.gauge(descStreamBytes, float64(s.Fragment.Bytes), id, "assembly")
-		ss.gauge(descStreamBytes, float64(s.Pipeline.InFlightBytes), id, "transfer")
-		ss.gauge(descStreamBytes, float64(s.Pipeline.UnpersistedBytes), id, "persist")
-		ss.gauge(descStreamFrags, float64(s.Remote.Fragments), id)
-		ss.gauge(descStreamXfers, float64(s.Pipeline.InFlight), id, "in_flight")
-		ss.gauge(descStreamXfers, float64(s.Pipeline.WaitingRetry), id, "waiting_retry")
-		ss.gauge(descStreamXfers, float64(s.Pipeline.Buffered), id, "buffered")
-		ss.gauge(descStreamLagB, float64(s.Lag.Bytes), id)
-		ss.gauge(descStreamLagS, s.Lag.Seconds, id)
-		ss.gauge(descStreamPersist, s.Pipeline.LastPersistAgeSeconds, id)
+		ss.gauge(descStreamBytes, float64(s.Local.Bytes), "local")
+		ss.gauge(descStreamBytes, float64(s.Remote.TotalSize), "remote")
+		ss.gauge(descStreamBytes, float64(s.Fragment.Bytes), "assembly")
+		ss.gauge(descStreamBytes, float64(s.Pipeline.InFlightBytes), "transfer")
+		ss.gauge(descStreamBytes, float64(s.Pipeline.UnpersistedBytes), "persist")
+		ss.gauge(descStreamFrags, float64(s.Remote.Fragments))
+		ss.gauge(descStreamXfers, float64(s.Pipeline.InFlight), "in_flight")
+		ss.gauge(descStreamXfers, float64(s.Pipeline.WaitingRetry), "waiting_retry")
+		ss.gauge(descStreamXfers, float64(s.Pipeline.Buffered), "buffered")
+		ss.gauge(descStreamLagB, float64(s.Lag.Bytes))
+		ss.gauge(descStreamLagS, s.Lag.Seconds)
+		ss.gauge(descStreamPersist, s.Pipeline.LastPersistAgeSeconds)
 		stalled := 0.0
 		if s.Pipeline.Stalled {
 			stalled = 1
 		}
-		ss.gauge(descStreamStalled, stalled, id)
+		ss.gauge(descStreamStalled, stalled)
 		paused := 0.0
 		if s.Pipeline.Paused {
 			paused = 1
 		}
-		ss.gauge(descStreamPaused, paused, id)
-		ss.gauge(descStreamBytes, float64(s.Pipeline.HeldBytes), id, "held")
-		ss.gauge(descStreamGaps, float64(s.Remote.GapOffsets), id)
+		ss.gauge(descStreamPaused, paused)
+		ss.gauge(descStreamBytes, float64(s.Pipeline.HeldBytes), "held")
+		ss.gauge(descStreamGaps, float64(s.Remote.GapOffsets))
 		diverged := 0.0
 		if s.Remote.Diverged != nil && !s.Remote.Diverged.Behind {
 			diverged = 1
 		}
-		ss.gauge(descStreamDiverge, diverged, id)
+		ss.gauge(descStreamDiverge, diverged)
 		behind := 0.0
 		if s.Remote.Diverged != nil && s.Remote.Diverged.Behind {
 			behind = 1
 		}
-		ss.gauge(descStreamBehind, behind, id)
+		ss.gauge(descStreamBehind, behind)
 	}
 
 	for _, op := range in.S3 {
@@ -289,14 +289,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for stream, req := range in.StreamRequests {
 		ss := sc.stream(stream)
 		for k := s3io.Kind(0); k < s3io.NumKinds; k++ {
-			ss.counter(descStreamReqs, float64(req[k]), stream, k.String())
+			ss.counter(descStreamReqs, float64(req[k]), k.String())
 		}
 	}
 	for _, s := range rep.Streams {
 		if s.Cost != nil {
 			ss := sc.stream(s.Stream)
-			ss.gauge(descStreamCost, s.Cost.RequestsPerMonthUSD, s.Stream, "requests")
-			ss.gauge(descStreamCost, s.Cost.StoragePerMonthUSD, s.Stream, "storage")
+			ss.gauge(descStreamCost, s.Cost.RequestsPerMonthUSD, "requests")
+			ss.gauge(descStreamCost, s.Cost.StoragePerMonthUSD, "storage")
 		}
 	}
 	if c := rep.Node.Cost; c != nil {

@@ -97,22 +97,22 @@ func (s *streamSample) Write(m *dto.Metric) error {
 	return nil
 }
 
-// gauge sends a gauge of the stream; labels are the stream (as a const metric takes it)
-// and, for a metric with a second label, its value.
-func (ss streamSeries) gauge(d *prometheus.Desc, v float64, labels ...string) {
-	ss.send(d, v, false, labels)
+// gauge sends a gauge of the stream (its stream label comes from ss); second is the value
+// of the metric's second label, for a metric that has one.
+func (ss streamSeries) gauge(d *prometheus.Desc, v float64, second ...string) {
+	ss.send(d, v, false, second)
 }
 
-// counter sends a counter of the stream, with labels as gauge takes them.
-func (ss streamSeries) counter(d *prometheus.Desc, v float64, labels ...string) {
-	ss.send(d, v, true, labels)
+// counter sends a counter of the stream, with second as gauge takes it.
+func (ss streamSeries) counter(d *prometheus.Desc, v float64, second ...string) {
+	ss.send(d, v, true, second)
 }
 
-func (ss streamSeries) send(d *prometheus.Desc, v float64, isCount bool, labels []string) {
+func (ss streamSeries) send(d *prometheus.Desc, v float64, isCount bool, second []string) {
 	name, two := secondLabel[d]
-	if len(labels) == 0 || labels[0] != ss.stream || two != (len(labels) == 2) || len(labels) > 2 {
-		// labels is not in the message: it would escape, and cost an allocation a series.
-		panic(fmt.Sprintf("admin collector: series %s of stream %q sent with %d labels", d, ss.stream, len(labels)))
+	if two != (len(second) == 1) || len(second) > 1 {
+		// second is not in the message: it would escape, and cost an allocation a series.
+		panic(fmt.Sprintf("admin collector: series %s of stream %q sent with %d second labels", d, ss.stream, len(second)))
 	}
 	sc := ss.sc
 	if len(sc.slab) == 0 {
@@ -125,7 +125,7 @@ func (ss streamSeries) send(d *prometheus.Desc, v float64, isCount bool, labels 
 	if two {
 		// Label pairs sorted by name, as the registry expects (and would otherwise copy
 		// and sort for every series).
-		s.labels[0], s.labels[1], s.n = sc.pair(name, labels[1]), ss.label, 2
+		s.labels[0], s.labels[1], s.n = sc.pair(name, second[0]), ss.label, 2
 		if name > streamLabelName {
 			s.labels[0], s.labels[1] = s.labels[1], s.labels[0]
 		}
