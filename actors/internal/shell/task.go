@@ -56,9 +56,15 @@ func (t *task) Receive(c actor.Context) {
 		return
 	}
 	defer c.Stop(c.Self())
+	t.run(c.ActorSystem().Root, c.Parent())
+}
+
+// run executes the task and sends its result to owner, unless the owner's context was
+// cancelled meanwhile (it stopped or restarted: nobody waits for the result).
+func (t *task) run(root *actor.RootContext, owner *actor.PID) {
 	res := t.execute()
 	if t.ctx.Err() == nil {
-		c.Send(c.Parent(), TaskDone{ID: t.id, Result: res})
+		root.Send(owner, TaskDone{ID: t.id, Result: res})
 	}
 }
 
@@ -122,10 +128,14 @@ func (s *TaskSet) Track(c actor.Context, tm *Timers, name string, timeout time.D
 // Spawn starts spec as a child task of the actor behind c, with the owner's context ctx,
 // tracked on tm, and returns its id (what Settle takes to stop waiting for it).
 func (s *TaskSet) Spawn(c actor.Context, ctx context.Context, tm *Timers, spec TaskSpec) uint64 {
-	id := s.Track(c, tm, spec.Name, spec.Timeout, spec.Failed)
-	t := &task{id: id, ctx: ctx, spec: spec, set: s}
+	t := s.track(c, ctx, tm, spec)
 	c.Spawn(actor.PropsFromProducer(func() actor.Actor { return t }))
-	return id
+	return t.id
+}
+
+// track registers spec as an operation of the actor behind c (Track) and returns its task.
+func (s *TaskSet) track(c actor.Context, ctx context.Context, tm *Timers, spec TaskSpec) *task {
+	return &task{id: s.Track(c, tm, spec.Name, spec.Timeout, spec.Failed), ctx: ctx, spec: spec, set: s}
 }
 
 // Go starts spec in a goroutine the actor behind c owns, instead of a child task actor (no
@@ -137,18 +147,14 @@ func (s *TaskSet) Spawn(c actor.Context, ctx context.Context, tm *Timers, spec T
 // ctx when it stops and waits on wg, so that none outlives it. It returns the
 // operation's id (what Settle takes).
 func (s *TaskSet) Go(c actor.Context, ctx context.Context, tm *Timers, wg *sync.WaitGroup, spec TaskSpec) uint64 {
-	id := s.Track(c, tm, spec.Name, spec.Timeout, spec.Failed)
-	t := &task{id: id, ctx: ctx, spec: spec, set: s}
+	t := s.track(c, ctx, tm, spec)
 	root, self := c.ActorSystem().Root, c.Self()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		res := t.execute()
-		if ctx.Err() == nil {
-			root.Send(self, TaskDone{ID: id, Result: res})
-		}
+		t.run(root, self)
 	}()
-	return id
+	return t.id
 }
 
 // Settle reports whether the operation id is still waited for, and stops waiting for it.
