@@ -556,6 +556,9 @@ func (c *Core) deliverReady() {
 		}
 		for {
 			h, b, parts, ok, err := lf.asm.nextChunk(lf.Key, lf.regionEnd, lf.nextID, c.delivered)
+			if ok && h.NextID() <= c.pos {
+				err = &CorruptError{Key: lf.Key, Position: lf.asm.pos - h.Size(), Reason: fmt.Sprintf("chunk [%d,%d) lies below the read position %d", h.ChunkID, h.NextID(), c.pos)}
+			}
 			if err != nil || !ok {
 				c.freeFrom(&lf.asm)
 				if err != nil {
@@ -563,11 +566,6 @@ func (c *Core) deliverReady() {
 					return
 				}
 				break
-			}
-			if h.NextID() <= c.pos {
-				c.freeFrom(&lf.asm)
-				c.fail(&CorruptError{Key: lf.Key, Position: lf.asm.pos - h.Size(), Reason: fmt.Sprintf("chunk [%d,%d) lies below the read position %d", h.ChunkID, h.NextID(), c.pos)})
-				return
 			}
 			c.buffered -= h.Size()
 			lf.nextID = h.NextID()
