@@ -1,9 +1,7 @@
 package read
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -81,49 +79,14 @@ func TestRemoteReadCloseMidGetLeavesNoGoroutine(t *testing.T) {
 func TestRemoteReadPoisonsCrossRangeCopies(t *testing.T) {
 	t.Setenv(readPoisonEnv, "1")
 	f := newRemoteFixture(t, 400)
-	m := f.st.Manifest
 	env := f.env
 	env.Budget = NewBudget(256 << 10)
 	if !env.Budget.bufs.poison {
 		t.Fatalf("%s=1 did not turn the poison on", readPoisonEnv)
 	}
-	src := f.open(t, env, m.FirstOffset)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	type kept struct {
-		id    uint64
-		chunk []byte
-	}
-	var copies []kept
-	n := 0
-	for {
-		it, err := src.Next(ctx)
-		if errors.Is(err, ErrRemoteEnd) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		n++
-		if !bytes.Equal(f.chunks[it.Offset], it.Chunk) {
-			t.Fatalf("chunk %d differs from the chunk written when Next returns it", it.Offset)
-		}
-		// A chunk inside one range is a full slice expression of the range's buffer (cap =
-		// len); a copy lives in a pooled buffer of a size class, larger than the chunk.
-		if cap(it.Chunk) > len(it.Chunk) {
-			copies = append(copies, kept{it.Offset, it.Chunk}) // what a consumer must not do
-		}
-	}
-	src.Close() // every goroutine is done: the kept slices can be read
-	if n != len(f.order) {
-		t.Fatalf("read %d chunks of %d", n, len(f.order))
-	}
-	changed := 0
-	for _, k := range copies {
-		if !bytes.Equal(f.chunks[k.id], k.chunk) {
-			changed++
-		}
-	}
+	// A chunk inside one range is a full slice expression of the range's buffer (cap = len);
+	// a copy lives in a pooled buffer of a size class, larger than the chunk.
+	n, copies, changed := readKeeping(t, f, env, func(it Item) bool { return cap(it.Chunk) > len(it.Chunk) })
 	if len(copies) == 0 || changed == 0 {
 		t.Fatalf("%d chunks across ranges copied, %d of them changed once kept past Next: want copies, poisoned when they came back", len(copies), changed)
 	}

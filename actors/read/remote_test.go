@@ -245,46 +245,15 @@ func TestRemoteReadLostObjectFails(t *testing.T) {
 // does change (the contract is real: a consumer must copy what it keeps).
 func TestRemoteReadRecyclesRangeBuffers(t *testing.T) {
 	f := newRemoteFixture(t, 400)
-	m := f.st.Manifest
 	env := f.env
 	env.Budget = NewBudget(256 << 10)
 	env.Budget.bufs.poison = true
-	src := f.open(t, env, m.FirstOffset)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	type kept struct {
-		id    uint64
-		chunk []byte
-	}
-	var keep []kept
-	for {
-		it, err := src.Next(ctx)
-		if errors.Is(err, ErrRemoteEnd) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(f.chunks[it.Offset], it.Chunk) {
-			t.Fatalf("chunk %d differs from the chunk written when Next returns it: a buffer came back too early", it.Offset)
-		}
-		keep = append(keep, kept{it.Offset, it.Chunk}) // what a consumer must not do
-	}
-	if n := len(keep); n != len(f.order) {
-		t.Fatalf("read %d chunks of %d", n, len(f.order))
-	}
-	src.Close() // every GET and the actor are done: the kept slices can be read
+	_, keep, changed := readKeeping(t, f, env, func(Item) bool { return true })
 	gets, allocs, reuses := f.env.Stats.GETs.Load(), env.Budget.bufs.allocs.Load(), env.Budget.bufs.reuses.Load()
 	// Buffers are taken for GETs and for copies of chunks across ranges alike: at least
 	// half of all takes must be reuses.
 	if reuses == 0 || allocs > reuses {
 		t.Fatalf("%d GETs: %d buffers allocated, %d reused (GETs and cross-range copies); want most reused", gets, allocs, reuses)
-	}
-	changed := 0
-	for _, k := range keep {
-		if !bytes.Equal(f.chunks[k.id], k.chunk) {
-			changed++
-		}
 	}
 	if changed == 0 {
 		t.Fatalf("no chunk kept past the next Next changed: the buffers were not recycled")
@@ -333,4 +302,47 @@ func TestRemoteReadGetPastDeadlineOrPanicRetried(t *testing.T) {
 		t.Fatalf("the read took %v: a hung GET waited for the server instead of its 1 s deadline", took)
 	}
 	t.Logf("%d chunks in %v through 2 hung GETs and 3 panicking GET tasks; %d retriable errors", n, took.Round(time.Millisecond), rs.Errors[RemoteErrRetriable].Load())
+}
+
+// keptChunk is a chunk a test kept past the next Next (what a consumer must not do).
+type keptChunk struct {
+	id    uint64
+	chunk []byte
+}
+
+// readKeeping reads f's whole remote tier through env, checking that every chunk is the one
+// written when Next returns it, and keeps the chunks keep says. It closes the source (every
+// GET is then done: the kept slices can be read) and returns how many chunks it read (all
+// of them, or it fails), the kept ones, and how many of those changed after Next.
+func readKeeping(t *testing.T, f *remoteFixture, env Env, keep func(Item) bool) (n int, kept []keptChunk, changed int) {
+	t.Helper()
+	src := f.open(t, env, f.st.Manifest.FirstOffset)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		it, err := src.Next(ctx)
+		if errors.Is(err, ErrRemoteEnd) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if !bytes.Equal(f.chunks[it.Offset], it.Chunk) {
+			t.Fatalf("chunk %d differs from the chunk written when Next returns it: a buffer came back too early", it.Offset)
+		}
+		if keep(it) {
+			kept = append(kept, keptChunk{it.Offset, it.Chunk})
+		}
+	}
+	src.Close()
+	if n != len(f.order) {
+		t.Fatalf("read %d chunks of %d", n, len(f.order))
+	}
+	for _, k := range kept {
+		if !bytes.Equal(f.chunks[k.id], k.chunk) {
+			changed++
+		}
+	}
+	return n, kept, changed
 }
