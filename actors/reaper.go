@@ -85,8 +85,9 @@ type reaper struct {
 	reaperDeps
 	incarnation uint64
 
-	timers shell.Timers
-	armed  bool
+	timers    shell.Timers
+	armed     bool
+	stopNoted bool // leftAtStop has logged
 }
 
 func newReaper(d reaperDeps, incarnation uint64) *reaper {
@@ -119,12 +120,20 @@ func (r *reaper) Receive(c actor.Context) {
 	defer r.ledger.mu.Unlock()
 	switch m := c.Message().(type) {
 	case *reapRequest:
+		if r.ctx.Err() != nil {
+			r.leftAtStop(len(m.Keys) + len(m.Objects) + len(m.Groups))
+			return
+		}
 		r.deleteKeys(c, r.expand(m))
 	case reapRetry:
 		r.armed = false
 		keys := r.ledger.retry
 		r.ledger.retry = nil
 		r.stats.Queued.Add(-int64(len(keys)))
+		if r.ctx.Err() != nil {
+			r.leftAtStop(len(keys))
+			return
+		}
 		r.stats.Retries.Add(int64(len(keys)))
 		r.deleteKeys(c, keys)
 	}
@@ -171,6 +180,20 @@ func (r *reaper) expand(m *reapRequest) []string {
 			Msg("reaper: cannot list the objects to delete; those not located are left for garbage collection")
 	}
 	return keys
+}
+
+// leftAtStop counts deletions that arrive or fall due once the node is stopping: they are
+// left for garbage collection, and said once, not once per request (every stream's last
+// persist may ask for some, and each attempt would only fail on the cancelled context).
+func (r *reaper) leftAtStop(n int) {
+	if n == 0 {
+		return
+	}
+	r.stats.Failed.Add(int64(n))
+	if !r.stopNoted {
+		r.stopNoted = true
+		r.log.Info().Int("objects", n).Msg("reaper: the node is stopping; deletions not made yet are left for garbage collection")
+	}
 }
 
 func (r *reaper) deleteKeys(c actor.Context, keys []string) {

@@ -23,6 +23,7 @@ type reaperFixture struct {
 	stats *ReaperStats
 	m     *Metrics
 	logs  *logBuffer
+	stop  context.CancelFunc // cancels the node's context, as Node.Stop does
 }
 
 func newReaperFixture(t *testing.T, faults *faultHooks) *reaperFixture {
@@ -36,6 +37,7 @@ func newReaperFixture(t *testing.T, faults *faultHooks) *reaperFixture {
 	t.Cleanup(g.stop)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	f.stop = cancel
 	deps := reaperDeps{ctx: ctx, store: f.w.Store, keyPrefix: "streams", log: log, stats: f.stats, clock: f.clock,
 		ledger: &reaperLedger{attempts: map[string]int{}}, faults: faults}
 	var inc incarnations
@@ -126,5 +128,33 @@ func TestReaperRestartKeepsItsRetries(t *testing.T) {
 	})
 	if f.m.ActorRestarts.Load() != 1 || f.stats.Deleted.Load() != 5 {
 		t.Fatalf("%d restarts, %d deleted; want 1 and 5", f.m.ActorRestarts.Load(), f.stats.Deleted.Load())
+	}
+}
+
+// TestReaperAtStopLeavesDeletionsQuietly: deletions asked for once the node is stopping
+// (every stream's last persist may ask) are not attempted on the cancelled context; they are
+// counted as left for garbage collection and said once, not warned about per request or key.
+func TestReaperAtStopLeavesDeletionsQuietly(t *testing.T) {
+	f := newReaperFixture(t, nil)
+	f.stop()
+	var all []string
+	for i := range 3 {
+		keys := f.put(fmt.Sprint("s", i), 2)
+		all = append(all, keys...)
+		f.sys.Root.Send(f.pid, &reapRequest{Stream: "r", Keys: keys})
+	}
+	until(t, 10*time.Second, "deletions counted as left", func() (bool, string) {
+		return f.stats.Failed.Load() == int64(len(all)), fmt.Sprintf("failed %d", f.stats.Failed.Load())
+	})
+	for i := range 3 {
+		if n := f.left(fmt.Sprint("s", i)); n != 2 {
+			t.Fatalf("s%d: %d objects left, want 2 (nothing is deleted on a cancelled context)", i, n)
+		}
+	}
+	if n := f.logs.Count("the node is stopping"); n != 1 {
+		t.Fatalf("%d stop notes, want 1", n)
+	}
+	if n := f.logs.Count(`"level":"warn"`); n != 0 {
+		t.Fatalf("%d warnings at stop, want none", n)
 	}
 }
