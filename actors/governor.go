@@ -200,6 +200,9 @@ func (g *governor) Receive(c actor.Context) {
 			r.cancel(errGovernorRestart) // a restart must not wait minutes for uploads: they report retriable
 		}
 		return
+	case *actor.Terminated: // a transfer task ended
+		shell.Release(c, m.Who)
+		return
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 		return
 	default:

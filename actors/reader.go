@@ -178,7 +178,9 @@ func (r *reader) Receive(c actor.Context) {
 			return
 		}
 		c.Respond(truncateResult{r.step(c, readercore.OperatorTruncate{})})
-	case actor.SystemMessage, actor.AutoReceiveMessage: // a child's Terminated, and the like
+	case *actor.Terminated: // a task, persist actor, drain or broadcaster stopped
+		shell.Release(c, m.Who)
+	case actor.SystemMessage, actor.AutoReceiveMessage:
 	default:
 		r.stray(m)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +25,7 @@ type idleFlags struct {
 	windows int
 	window  time.Duration
 	settle  time.Duration
+	heapOut string
 }
 
 func runIdle(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -35,11 +37,15 @@ func runIdle(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	fs.IntVar(&fl.windows, "windows", 3, "measurement windows before and after adding the streams")
 	fs.DurationVar(&fl.window, "window", 5*time.Second, "length of one CPU measurement window")
 	fs.DurationVar(&fl.settle, "settle", 2*time.Second, "wait after start and after the streams run, before measuring")
+	fs.StringVar(&fl.heapOut, "heap-profile", "", "write an in-use heap profile (after a GC) to this file once the streams were measured: what an idle stream holds")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fl.streams < 1 || fl.windows < 1 || fl.window <= 0 || fl.settle < 0 {
 		return fmt.Errorf("%w: --streams, --windows and --window must be positive", errUsage)
+	}
+	if fl.heapOut != "" {
+		runtime.MemProfileRate = 1 // every allocation: the per-stream structures are small
 	}
 	ctx, cancel := context.WithTimeout(ctx, fl.common.timeout)
 	defer cancel()
@@ -98,6 +104,11 @@ func runIdle(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	after, err := measureWindows(ctx, fl.windows, fl.window)
 	if err != nil {
 		return err
+	}
+	if fl.heapOut != "" {
+		if err := writeHeapProfile(fl.heapOut); err != nil {
+			return err
+		}
 	}
 	n := float64(len(ids))
 	fmt.Fprintf(stdout, "A = the node with %d idle streams (own empty local logs), B = the same node before they were added; %d windows of %v each; streams added in %v, all running after %v\n",
@@ -241,4 +252,21 @@ func sampleProc() (procSample, error) {
 	}
 	s.fds = len(fds) - 1 // the directory read itself holds one
 	return s, nil
+}
+
+// writeHeapProfile writes the in-use heap, after a collection, to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("heap profile %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("heap profile %s: %w", path, err)
+	}
+	return nil
 }
