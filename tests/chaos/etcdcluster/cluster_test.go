@@ -2,9 +2,11 @@ package etcdcluster
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -25,12 +27,22 @@ func TestKillAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
+	// A put proposed while the members elect a leader (member 0 may have led) can time out
+	// in the server or see the leader change: etcd's answers that say "try again", which the
+	// client does not retry for a put. The put is idempotent, so the test tries again.
 	put := func(k string) {
 		t.Helper()
-		pctx, pcancel := context.WithTimeout(ctx, 20*time.Second)
+		pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer pcancel()
-		if _, err := cli.Put(pctx, k, k); err != nil {
-			t.Fatalf("put %s: %v", k, err)
+		for {
+			_, err := cli.Put(pctx, k, k)
+			if err == nil {
+				return
+			}
+			if !retriable(err) || pctx.Err() != nil {
+				t.Fatalf("put %s: %v", k, err)
+			}
+			t.Logf("put %s: %v; again", k, err)
 		}
 	}
 	put("a")
@@ -65,4 +77,16 @@ func TestKillAndRestart(t *testing.T) {
 	if len(resp.Kvs) != 3 {
 		t.Fatalf("keys after the restarts: %v", resp.Kvs)
 	}
+}
+
+// retriable is an etcd error that says the request may succeed if made again: no leader
+// yet, the leader changed, or the proposal timed out meanwhile.
+func retriable(err error) bool {
+	for _, e := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
+		rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader} {
+		if errors.Is(err, e) || err.Error() == e.Error() {
+			return true
+		}
+	}
+	return false
 }
