@@ -593,7 +593,8 @@ func (w *clusterWorld) checkHistories(contiguousAfter map[string]int64, dropsBef
 				if from, ok := contiguousAfter[stream]; ok && i > 0 {
 					prev, known := byRoot[rootID{rs.History[i-1].Seq, rs.History[i-1].UID}]
 					if known && seen[prev].version >= from && j != prev+1 {
-						if writer := w.placement[stream].Writer; w.transportDrops()[writer] > dropsBefore[writer] {
+						writer := w.placement[stream].Writer
+						if w.transportDrops()[writer] > dropsBefore[writer] {
 							// The writer's transport dropped messages (a member's lease lapsed
 							// under load: no route; a peer's queue full): the replica's
 							// resync on the gap is the protocol working, not a lost persist.
@@ -602,7 +603,7 @@ func (w *clusterWorld) checkHistories(contiguousAfter map[string]int64, dropsBef
 							continue
 						}
 						w.t.Fatalf("replica %s of %s went from root %d/%016x to %d/%016x without a fault: a persist was not replicated (replica counters %+v; writer %s transport %v)",
-							name, stream, rs.History[i-1].Seq, rs.History[i-1].UID, h.Seq, h.UID, rs.Counters, w.placement[stream].Writer, w.mustStatus(w.placement[stream].Writer).Transport)
+							name, stream, rs.History[i-1].Seq, rs.History[i-1].UID, h.Seq, h.UID, rs.Counters, writer, w.mustStatus(writer).Transport)
 					}
 				}
 			}

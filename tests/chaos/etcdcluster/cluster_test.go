@@ -2,13 +2,13 @@ package etcdcluster
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/streamtier/streamtier/metadata"
 )
 
 // TestKillAndRestart writes through a three-member cluster while one member is down, then
@@ -28,8 +28,9 @@ func TestKillAndRestart(t *testing.T) {
 	}
 	defer cli.Close()
 	// A put proposed while the members elect a leader (member 0 may have led) can time out
-	// in the server or see the leader change: etcd's answers that say "try again", which the
-	// client does not retry for a put. The put is idempotent, so the test tries again.
+	// in the server or see the leader change: answers that say "try again" (the node's own
+	// classification, metadata.IsRetriable), which the client does not retry for a put. The
+	// put is idempotent, so the test tries again.
 	put := func(k string) {
 		t.Helper()
 		pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -39,7 +40,7 @@ func TestKillAndRestart(t *testing.T) {
 			if err == nil {
 				return
 			}
-			if !retriable(err) || pctx.Err() != nil {
+			if !metadata.IsRetriable(err) || pctx.Err() != nil {
 				t.Fatalf("put %s: %v", k, err)
 			}
 			t.Logf("put %s: %v; again", k, err)
@@ -77,16 +78,4 @@ func TestKillAndRestart(t *testing.T) {
 	if len(resp.Kvs) != 3 {
 		t.Fatalf("keys after the restarts: %v", resp.Kvs)
 	}
-}
-
-// retriable is an etcd error that says the request may succeed if made again: no leader
-// yet, the leader changed, or the proposal timed out meanwhile.
-func retriable(err error) bool {
-	for _, e := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
-		rpctypes.ErrLeaderChanged, rpctypes.ErrNoLeader} {
-		if errors.Is(err, e) || err.Error() == e.Error() {
-			return true
-		}
-	}
-	return false
 }
