@@ -182,9 +182,10 @@ func (r *reaper) expand(m *reapRequest) []string {
 	return keys
 }
 
-// leftAtStop counts deletions that arrive or fall due once the node is stopping: they are
-// left for garbage collection, and said once, not once per request (every stream's last
-// persist may ask for some, and each attempt would only fail on the cancelled context).
+// leftAtStop counts deletions that arrive, fall due or fail once the node is stopping: they
+// are left for garbage collection, and said once, not once per request or key (every
+// stream's last persist may ask for some, and each attempt would only fail on the cancelled
+// context).
 func (r *reaper) leftAtStop(n int) {
 	if n == 0 {
 		return
@@ -198,6 +199,10 @@ func (r *reaper) leftAtStop(n int) {
 
 func (r *reaper) deleteKeys(c actor.Context, keys []string) {
 	for len(keys) > 0 {
+		if r.ctx.Err() != nil { // the node stopped while the earlier batches went out
+			r.leftAtStop(len(keys))
+			return
+		}
 		n := min(len(keys), reaperBatch)
 		batch := keys[:n]
 		keys = keys[n:]
@@ -225,14 +230,20 @@ func (r *reaper) deleteKeys(c actor.Context, keys []string) {
 		}
 		r.stats.Deleted.Add(int64(len(batch) - len(failed)))
 		l := r.ledger
+		stopped := 0
 		for _, k := range batch {
 			ferr, bad := failed[k]
 			if !bad {
 				delete(l.attempts, k)
 				continue
 			}
+			if r.ctx.Err() != nil { // failed because the node is stopping: no retry comes
+				delete(l.attempts, k)
+				stopped++
+				continue
+			}
 			l.attempts[k]++
-			if l.attempts[k] >= reaperMaxAttempts || r.ctx.Err() != nil {
+			if l.attempts[k] >= reaperMaxAttempts {
 				delete(l.attempts, k)
 				r.stats.Failed.Add(1)
 				r.log.Warn().Err(ferr).Str("key", k).Msg("reaper: delete failed; left for garbage collection")
@@ -241,6 +252,7 @@ func (r *reaper) deleteKeys(c actor.Context, keys []string) {
 			l.retry = append(l.retry, k)
 			r.stats.Queued.Add(1)
 		}
+		r.leftAtStop(stopped)
 	}
 	if len(r.ledger.retry) > 0 {
 		r.arm(c)

@@ -158,3 +158,32 @@ func TestReaperAtStopLeavesDeletionsQuietly(t *testing.T) {
 		t.Fatalf("%d warnings at stop, want none", n)
 	}
 }
+
+// TestReaperStoppedMidBatchLeavesItQuietly: a batch whose DeleteObjects fails because the
+// node stopped while it was on its way is not retried (nothing would retry it) and not
+// warned about key by key: its keys are left for garbage collection, said once.
+func TestReaperStoppedMidBatchLeavesItQuietly(t *testing.T) {
+	f := newReaperFixture(t, nil)
+	keys := f.put("a", 3)
+	hit := make(chan string, 1)
+	f.w.Inj.Add(s3test.Rule{Method: "POST", Fault: s3test.FaultDelay, Delay: time.Hour, Hit: hit})
+	f.sys.Root.Send(f.pid, &reapRequest{Stream: "r", Keys: keys})
+	select {
+	case <-hit: // the batch is held by the server
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch never reached S3")
+	}
+	f.stop()
+	until(t, 10*time.Second, "the batch counted as left", func() (bool, string) {
+		return f.stats.Failed.Load() == 3, fmt.Sprintf("failed %d", f.stats.Failed.Load())
+	})
+	if f.left("a") != 3 || f.stats.Queued.Load() != 0 || f.stats.Deleted.Load() != 0 {
+		t.Fatalf("%d left, %d queued, %d deleted; want 3, 0, 0", f.left("a"), f.stats.Queued.Load(), f.stats.Deleted.Load())
+	}
+	if n := f.logs.Count("the node is stopping"); n != 1 {
+		t.Fatalf("%d stop notes, want 1", n)
+	}
+	if n := f.logs.Count(`"level":"warn"`); n != 0 {
+		t.Fatalf("%d warnings at stop, want none", n)
+	}
+}
