@@ -2,12 +2,12 @@ package readercore
 
 import (
 	"fmt"
-	"github.com/streamtier/streamtier/actors/divergence"
 	"sort"
 	"time"
 
 	"pgregory.net/rapid"
 
+	"github.com/streamtier/streamtier/actors/divergence"
 	"github.com/streamtier/streamtier/manifest"
 )
 

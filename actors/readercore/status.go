@@ -2,9 +2,9 @@ package readercore
 
 import (
 	"fmt"
-	"github.com/streamtier/streamtier/actors/divergence"
 	"strings"
 
+	"github.com/streamtier/streamtier/actors/divergence"
 	"github.com/streamtier/streamtier/manifest"
 )
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,7 +52,7 @@ func TestSubcommandsAtTinySizes(t *testing.T) {
 		{[]string{"requests", "--bytes", "16MiB", "--fragment", "4MiB", "--rounds", "1", "--warmup", "0", "--set", "persist_interval=100ms"},
 			[]string{"ratio A/B requests (node/raw)"}},
 		{[]string{"read", "--bytes", "8MiB", "--fragment", "1MiB", "--segment", "512KiB", "--raw-range", "256KiB", "--raw-n", "2,4", "--rounds", "2", "--warmup", "0", "--set", "persist_interval=100ms"},
-			[]string{"ratio A/B throughput (node/raw)", "A node peak heap / read budget"}},
+			[]string{"ratio A/B throughput (node/raw)", "A node peak heap / read budget", "A node GETs allowed in flight (search, mean)"}},
 		{[]string{"recover", "--streams", "20", "--rounds", "2"},
 			[]string{"ratio A/B time (recover/raw)", "ratio A/B requests"}},
 	}
@@ -78,6 +80,31 @@ func TestSubcommandsAtTinySizes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProfilesAndTimeline: --cpu-profile writes one profile per side of each counted round
+// (none for the warm-up), and --timeline prints the node's pipeline on stderr.
+func TestProfilesAndTimeline(t *testing.T) {
+	prefix := filepath.Join(t.TempDir(), "p")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errs bytes.Buffer
+	args := []string{"upload", "--bytes", "4MiB", "--fragment", "1MiB", "--rounds", "1", "--warmup", "1", "--set", "persist_interval=100ms",
+		"--cpu-profile", prefix, "--timeline"}
+	if code := run(ctx, args, &out, &errs); code != exitOK {
+		t.Fatalf("bench %s: exit %d\nstderr:\n%s", strings.Join(args, " "), code, errs.String())
+	}
+	for _, name := range []string{"p-node-r1.pprof", "p-raw-r1.pprof"} {
+		if fi, err := os.Stat(filepath.Join(filepath.Dir(prefix), name)); err != nil || fi.Size() == 0 {
+			t.Errorf("profile %s: %v (size %v)", name, err, fi)
+		}
+	}
+	if got, _ := filepath.Glob(prefix + "-*-r0.pprof"); len(got) != 0 {
+		t.Errorf("the warm-up round was profiled: %v", got)
+	}
+	if !strings.Contains(errs.String(), "timeline ") || !strings.Contains(errs.String(), "uploads running") {
+		t.Errorf("no timeline on stderr:\n%s", errs.String())
 	}
 }
 

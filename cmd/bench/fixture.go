@@ -37,6 +37,7 @@ type commonFlags struct {
 	s3Latency  time.Duration // time to first byte added per S3 request (the shaping proxy)
 	s3ConnRate rateFlag      // bytes/s per S3 connection, each direction (the shaping proxy)
 	realistic  bool          // the preset: 40 ms and 64 MB/s unless given
+	cpuProfile string        // file name prefix of each counted round's CPU profiles
 }
 
 // The --realistic preset: S3 as a client in the same region sees it, roughly: tens of
@@ -68,6 +69,7 @@ func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "bound on the whole benchmark")
 	fs.DurationVar(&c.s3Latency, "s3-latency", 0, "time to first byte added to every S3 request, by a shaping proxy in front of the endpoint that the node and the baseline both use")
 	fs.Var(&c.s3ConnRate, "s3-conn-rate", "bytes/s each S3 connection carries, each direction, through the shaping proxy (\"64MB/s\"; 0: unlimited)")
+	fs.StringVar(&c.cpuProfile, "cpu-profile", "", "write a CPU profile of each side of each counted round to `PREFIX`-node-rN.pprof and PREFIX-raw-rN.pprof (where a subcommand supports it: upload, read)")
 	fs.BoolVar(&c.realistic, "realistic", false, "shape S3 as a nearby real one: --s3-latency 40ms and --s3-conn-rate 64MB/s unless given")
 }
 

@@ -79,6 +79,24 @@ type readSide struct {
 	peak    uint64 // node: peak live heap above the start of the read
 	remote  int64  // node: chunk bytes from the remote tier
 	n       int    // raw: concurrency
+	level   levelStats
+}
+
+// levelStats is the node's concurrency search over a read: the range GETs it allowed in
+// flight (RemoteStats.Concurrency), sampled every 5 ms.
+type levelStats struct {
+	mean float64
+	last int64 // the last sample with the reader open
+}
+
+// sampleLevel samples the node's remote readers' concurrency until stop.
+func sampleLevel(m *actors.Metrics) *sampler[levelStats] {
+	var sum, n, last int64
+	return startSampler(func() {
+		if v := m.RemoteRead.Concurrency.Load(); v > 0 {
+			sum, n, last = sum+v, n+1, v
+		}
+	}, func() levelStats { return levelStats{mean: float64(sum) / float64(max(n, 1)), last: last} })
 }
 
 // readRound is one counted round.
@@ -171,10 +189,18 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 				rd.best = s
 			}
 		}
-		node := func() (err error) { rd.node, err = nodeRead(ctx, f.node, id, next); return err }
-		raw := func() (err error) {
-			rd.raw, err = rawRead(ctx, f.b.Store, objects, rd.best.n, int64(fl.rangeSize))
-			return err
+		warm := r < fl.warmup
+		node := func() error {
+			return profiled(fl.common.cpuProfile, "node", r, warm, func() (err error) {
+				rd.node, err = nodeRead(ctx, f.node, id, next)
+				return err
+			})
+		}
+		raw := func() error {
+			return profiled(fl.common.cpuProfile, "raw", r, warm, func() (err error) {
+				rd.raw, err = rawRead(ctx, f.b.Store, objects, rd.best.n, int64(fl.rangeSize))
+				return err
+			})
 		}
 		order := []func() error{node, raw}
 		if r%2 == 1 {
@@ -185,7 +211,6 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 				return fmt.Errorf("round %d: %w", r, err)
 			}
 		}
-		warm := r < fl.warmup
 		fmt.Fprintf(stderr, "bench read: round %d%s: node %v, raw N=%d %v (sweep best %v)\n", r, map[bool]string{true: " (warm-up)"}[warm],
 			rd.node.elapsed.Round(time.Millisecond), rd.best.n, rd.raw.elapsed.Round(time.Millisecond), rd.best.elapsed.Round(time.Millisecond))
 		if !warm {
@@ -211,23 +236,27 @@ func awaitLocalRetention(ctx context.Context, lg *segments.Log) error {
 // next, dropping the chunks as they come (each valid until the next Next).
 func nodeRead(ctx context.Context, node *actors.Node, id string, next uint64) (readSide, error) {
 	runtime.GC()
-	hs := startHeapSampler()
+	hs, ls := startHeapSampler(), sampleLevel(node.Metrics())
+	s, err := readAll(ctx, node, id, next)
+	s.peak, s.level = hs.stop(), ls.stop()
+	return s, err
+}
+
+// readAll is nodeRead's read, timed from OpenReader to the last chunk.
+func readAll(ctx context.Context, node *actors.Node, id string, next uint64) (readSide, error) {
+	var s readSide
 	start := time.Now()
 	rd, err := node.OpenReader(ctx, id, read.FromFirst())
 	if err != nil {
-		hs.stop()
-		return readSide{}, err
+		return s, err
 	}
 	defer rd.Close()
-	var s readSide
 	for rd.Position() < next {
 		it, err := rd.Next(ctx)
 		if err != nil {
-			hs.stop()
 			return s, fmt.Errorf("node read at %d: %w", rd.Position(), err)
 		}
 		if it.Kind != read.ItemChunk {
-			hs.stop()
 			return s, fmt.Errorf("node read: %s [%d, %d) in a stream with no gaps", it.Kind, it.Offset, it.End)
 		}
 		if s.first == 0 {
@@ -239,7 +268,6 @@ func nodeRead(ctx context.Context, node *actors.Node, id string, next uint64) (r
 		}
 	}
 	s.elapsed = time.Since(start)
-	s.peak = hs.stop()
 	return s, nil
 }
 
@@ -317,7 +345,7 @@ func printRead(w io.Writer, fl readFlags, budget int64, objects int, rounds []re
 		objects, nodeconfig.FormatSize(float64(fl.rangeSize)), fl.rawN)
 	fmt.Fprintf(w, "stream: %s of records (chunks of %d to %d bytes), fragment target %s; read budget %s; rounds: %d counted (raw sweep, then A and B back to back, order alternating), %d warm-up\n",
 		nodeconfig.FormatSize(float64(fl.bytes)), fl.minChunk, fl.maxChunk, nodeconfig.FormatSize(float64(fl.fragment)), nodeconfig.FormatSize(float64(budget)), len(rounds), fl.warmup)
-	var aTP, bTP, sweepTP, aFirst, bFirst, peak, remote, bestN []float64
+	var aTP, bTP, sweepTP, aFirst, bFirst, peak, remote, bestN, levelMean, levelLast []float64
 	for _, r := range rounds {
 		aTP = append(aTP, mib(r.node.bytes)/r.node.elapsed.Seconds())
 		bTP = append(bTP, mib(r.raw.bytes)/r.raw.elapsed.Seconds())
@@ -327,6 +355,8 @@ func printRead(w io.Writer, fl readFlags, budget int64, objects int, rounds []re
 		peak = append(peak, mib(int64(r.node.peak)))
 		remote = append(remote, 100*float64(r.node.remote)/float64(max(r.node.bytes, 1)))
 		bestN = append(bestN, float64(r.best.n))
+		levelMean = append(levelMean, r.node.level.mean)
+		levelLast = append(levelLast, float64(r.node.level.last))
 	}
 	r := report{w}
 	r.columns("")
@@ -334,6 +364,8 @@ func printRead(w io.Writer, fl readFlags, budget int64, objects int, rounds []re
 	r.row("B raw GET MiB/s (paired)", bTP, 1)
 	r.row("B raw GET MiB/s (best of the sweep)", sweepTP, 1)
 	r.row("B raw N (best of the sweep)", bestN, 0)
+	r.row("A node GETs allowed in flight (search, mean)", levelMean, 1)
+	r.row("A node GETs allowed in flight (search, last)", levelLast, 0)
 	r.row("A node % of bytes from the remote tier", remote, 1)
 	r.row("A node time to first chunk ms", aFirst, 1)
 	r.row("B raw time to first range ms", bFirst, 1)

@@ -33,6 +33,7 @@ type uploadFlags struct {
 	minChunk    int
 	maxChunk    int
 	seed        uint64
+	timeline    bool // print the node's pipeline every 100 ms of each counted round
 }
 
 func (u *uploadFlags) register(fs *flag.FlagSet) {
@@ -46,6 +47,7 @@ func (u *uploadFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&u.minChunk, "min-chunk", 1000, "smallest chunk's record bytes (loadgen)")
 	fs.IntVar(&u.maxChunk, "max-chunk", 4000, "largest chunk's record bytes (loadgen)")
 	fs.Uint64Var(&u.seed, "seed", 1, "load generator seed (stream i uses seed+i)")
+	fs.BoolVar(&u.timeline, "timeline", false, "print the node's uploads running, fragments uploaded and persists (with their recent latency) every 100 ms of each counted round to stderr: where a round waits")
 }
 
 func (u *uploadFlags) check() error {
@@ -143,13 +145,23 @@ func uploadRounds(ctx context.Context, name string, fl uploadFlags, stdout, stde
 	var counted []pair
 	for r := range fl.warmup + fl.rounds {
 		var p pair
-		if p.node, err = nodeRound(ctx, f, streams, r); err != nil {
+		warm := r < fl.warmup
+		if err := profiled(fl.common.cpuProfile, "node", r, warm, func() (err error) {
+			var timeline io.Writer
+			if fl.timeline && !warm {
+				timeline = stderr
+			}
+			p.node, err = nodeRound(ctx, f, streams, r, timeline)
+			return err
+		}); err != nil {
 			return fmt.Errorf("round %d, node: %w", r, err)
 		}
-		if p.raw, err = rawRound(ctx, f, streams, buf, fl.rawInFlight, f.s.MaxConcurrentUploads, r); err != nil {
+		if err := profiled(fl.common.cpuProfile, "raw", r, warm, func() (err error) {
+			p.raw, err = rawRound(ctx, f, streams, buf, fl.rawInFlight, f.s.MaxConcurrentUploads, r)
+			return err
+		}); err != nil {
 			return fmt.Errorf("round %d, raw PUTs: %w", r, err)
 		}
-		warm := r < fl.warmup
 		fmt.Fprintf(stderr, "bench %s: round %d%s: node %v, raw %v\n", name, r, map[bool]string{true: " (warm-up)"}[warm],
 			p.node.elapsed.Round(time.Millisecond), p.raw.elapsed.Round(time.Millisecond))
 		if !warm {
@@ -221,8 +233,9 @@ func prepareStream(ctx context.Context, dir string, fl uploadFlags, seed uint64,
 
 // nodeRound tiers every stream's log as a new stream, all at once, and times it from
 // AddStream until AwaitOffset of each log's last offset returns; then it deletes the
-// streams (records and objects), outside the timed part.
-func nodeRound(ctx context.Context, f *fixture, streams []uploadStream, round int) (side, error) {
+// streams (records and objects), outside the timed part. A timeline, when not nil, gets
+// the pipeline every 100 ms.
+func nodeRound(ctx context.Context, f *fixture, streams []uploadStream, round int, timeline io.Writer) (side, error) {
 	ids := make([]string, len(streams))
 	for i := range streams {
 		ids[i] = fmt.Sprintf("up-r%d-s%d", round, i)
@@ -233,7 +246,7 @@ func nodeRound(ctx context.Context, f *fixture, streams []uploadStream, round in
 		fragments += int64(len(s.objects))
 	}
 	start := time.Now()
-	sampler := sampleInFlight(f.node.Metrics(), fragments)
+	sampler := sampleInFlight(f.node.Metrics(), fragments, timeline)
 	for i, s := range streams {
 		if err := f.node.AddStream(actors.StreamSpec{ID: ids[i], Log: s.log, Epoch: 1}); err != nil {
 			sampler.stop()
@@ -423,14 +436,26 @@ type inFlightStats struct {
 	uploaded time.Duration
 }
 
+// timelineEvery is how often --timeline prints the node's pipeline.
+const timelineEvery = 100 * time.Millisecond
+
 // sampleInFlight samples the node's running-transfers gauge until stop; fragments is how
-// many fragment uploads the round makes.
-func sampleInFlight(m *actors.Metrics, fragments int64) *sampler[inFlightStats] {
+// many fragment uploads the round makes. With timeline set it prints the uploads running,
+// the fragments uploaded and the persists every timelineEvery (--timeline).
+func sampleInFlight(m *actors.Metrics, fragments int64, timeline io.Writer) *sampler[inFlightStats] {
 	start, base := time.Now(), m.FragmentsUploaded.Load()
 	var sum, n, peak int64
 	var uploaded time.Duration
+	var last time.Time
 	return startSampler(func() {
 		v := m.TransfersRunning.Load()
+		if timeline != nil && time.Since(last) >= timelineEvery {
+			last = time.Now()
+			p50, p99, _, _ := m.LatencyQuantiles()
+			fmt.Fprintf(timeline, "timeline %6d ms: uploads running %2d, fragments uploaded %4d, persists %4d (recent p50 %v, p99 %v)\n",
+				time.Since(start).Milliseconds(), v, m.FragmentsUploaded.Load()-base, m.Persists.Load(),
+				p50.Round(time.Millisecond), p99.Round(time.Millisecond))
+		}
 		sum, n, peak = sum+v, n+1, max(peak, v)
 		if uploaded == 0 && m.FragmentsUploaded.Load()-base >= fragments {
 			uploaded = time.Since(start)
