@@ -73,7 +73,7 @@ type Settings struct {
 	TransientBackoffBase   time.Duration
 	TransientBackoffMax    time.Duration
 	TransferDeadline       time.Duration // 0: four times S3TransferTimeout
-	MaxUnpersistedBytes    uint64        // 0: (uploads one stream may run + 2) fragment target sizes
+	MaxUnpersistedBytes    uint64        // 0: (2 x uploads one stream may run + 2) fragment target sizes
 	RetentionTaskTimeout   time.Duration
 	PersistTimeout         time.Duration
 	GroupUploadTimeout     time.Duration
@@ -333,7 +333,7 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.TransientBackoffMax })},
 	{name: "transfer_deadline", def: "0", help: "resubmit a transfer whose result never came, counted from its admission by the governor; 0 means four times s3_transfer_timeout",
 		apply: duration(func(s *Settings) *time.Duration { return &s.TransferDeadline })},
-	{name: "max_unpersisted_bytes", def: "0", help: "per stream, most bytes drained and not yet persisted (assembly, transfers, uploaded-not-persisted); at it the drain pauses until a persist; 0 means room for every upload one stream may run plus 2 fragments: (max_concurrent_uploads, or the per-stream cap, + 2) x fragment_target_size",
+	{name: "max_unpersisted_bytes", def: "0", help: "per stream, most bytes drained and not yet persisted (assembly, transfers, uploaded-not-persisted); at it the drain pauses until a persist; 0 means room for every upload one stream may run, as many uploaded and waiting for their persist, and 2 fragments: (2 x max_concurrent_uploads, or the per-stream cap, + 2) x fragment_target_size",
 		apply: size(func(s *Settings) *uint64 { return &s.MaxUnpersistedBytes })},
 	{name: "retention_task_timeout", def: "60s", help: "bound on a group download during remote retention",
 		apply: duration(func(s *Settings) *time.Duration { return &s.RetentionTaskTimeout })},

@@ -55,7 +55,7 @@ type Config struct {
 	// the fragment being assembled, every cut fragment not yet applied (in flight, waiting
 	// for a retry, uploaded out of order) and the uploaded fragments not yet persisted. At
 	// the bound the core takes no more chunks (the drain pauses; the local log grows on) and
-	// resumes by itself once a persist makes bytes durable. Zero means UploadsInFlight + 2
+	// resumes by itself once a persist makes bytes durable. Zero means 2 x UploadsInFlight + 2
 	// fragment target sizes (UnpersistedBound); it may not be below the fragment target size
 	// (a fragment could never be cut).
 	MaxUnpersistedBytes uint64
@@ -164,10 +164,13 @@ func (c Config) validate() error {
 }
 
 // UnpersistedBound is the default bound on a stream's bytes not yet durable: room for
-// every upload the stream may have in flight, the fragment being assembled behind them and
-// one uploaded fragment waiting for its persist, so that a lone stream keeps every upload
-// slot busy and its drain pauses only when uploads or persists fall behind. 4 fragments
-// (256 MiB at 64 MiB) with 2 uploads in flight; 26 (1.6 GiB) with the node's 24.
+// every upload the stream may have in flight, as many uploaded fragments again waiting for
+// the persist that batches them (a persist takes a while when uploads load the stores: 0.2
+// to 1 s on the benchmark's machine), the fragment being assembled and one more, so that a
+// lone stream keeps every upload slot busy and its drain pauses only when uploads or
+// persists fall behind. 6 fragments (384 MiB at 64 MiB) with 2 uploads in flight; 50 (3.1
+// GiB) with the node's 24. An uploaded fragment waiting for its persist holds one manifest
+// entry, not its chunk records, so the memory the bound allows is that of the first half.
 func UnpersistedBound(fragmentTarget uint64, uploadsInFlight int) uint64 {
-	return uint64(max(uploadsInFlight, 1)+2) * fragmentTarget
+	return uint64(2*max(uploadsInFlight, 1)+2) * fragmentTarget
 }

@@ -28,7 +28,7 @@ func TestNewFillsDefaults(t *testing.T) {
 		TransientBackoffMax:  5 * time.Second,
 		TransferDeadline:     20 * time.Minute,
 		RetentionTimeout:     60 * time.Second,
-		MaxUnpersistedBytes:  256 << 20, // (2 uploads in flight + 2) fragments
+		MaxUnpersistedBytes:  384 << 20, // (2 x 2 uploads in flight + 2) fragments
 		UploadsInFlight:      DefaultUploadsInFlight,
 	}
 	if c.cfg != want {

@@ -190,17 +190,17 @@ func TestRetryTimerMultiplexes(t *testing.T) {
 }
 
 // The default bound on bytes not yet durable is sized from the uploads one stream may run:
-// every one of them, the fragment assembling behind them and one uploaded fragment waiting
-// for its persist, so that the bound does not stop a lone stream before its upload slots
-// do. An explicit setting is kept as it is.
+// every one of them, as many uploaded fragments waiting for the persist that batches them,
+// the fragment assembling and one more, so that the bound does not stop a lone stream
+// before its upload slots do. An explicit setting is kept as it is.
 func TestDefaultUnpersistedBoundFollowsUploadsInFlight(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config
 		want uint64
 	}{
-		{Config{}, 4 * DefaultFragmentTargetSize}, // a core alone: 2 uploads in flight
-		{Config{UploadsInFlight: 24}, 26 * DefaultFragmentTargetSize},
-		{Config{UploadsInFlight: 24, FragmentTargetSize: 8 << 20}, 26 * 8 << 20},
+		{Config{}, 6 * DefaultFragmentTargetSize}, // a core alone: 2 uploads in flight
+		{Config{UploadsInFlight: 24}, 50 * DefaultFragmentTargetSize},
+		{Config{UploadsInFlight: 24, FragmentTargetSize: 8 << 20}, 50 * 8 << 20},
 		{Config{UploadsInFlight: 24, MaxUnpersistedBytes: 256 << 20}, 256 << 20},
 	} {
 		if got := tc.cfg.withDefaults().MaxUnpersistedBytes; got != tc.want {
