@@ -53,8 +53,8 @@ func TestBinaryUsageErrors(t *testing.T) {
 // its executables (the build cache), writing ten times the remote bound given (the bucket
 // would reach 150 MiB without retention), and checks:
 // the embedded bucket's bytes on disk stay under the bound plus one fragment plus the
-// slack the pipeline may hold (max_unpersisted_bytes uploaded ahead of the persist that
-// triggers retention, and deletes queued behind it); the summary's bucket listing is under
+// slack the pipeline holds (fragments uploaded ahead of the persist that triggers
+// retention, and deletes queued behind it); the summary's bucket listing is under
 // the bound plus one fragment; the hints say `go run ./cmd/node`; durations in the JSON
 // log carry their unit.
 func TestBinaryDemoRetentionBound(t *testing.T) {
@@ -66,9 +66,11 @@ func TestBinaryDemoRetentionBound(t *testing.T) {
 		bound = 16 << 20
 		frag  = 1 << 20
 		rate  = 20_000_000
-		// The slack: max_unpersisted_bytes (4 fragments) uploaded ahead of the persist after
-		// which retention drops the oldest; a second of the load in deletes queued behind
-		// that persist and the reaper (a loaded machine); roots and groups.
+		// The slack: 4 fragments uploaded ahead of the persist after which retention drops
+		// the oldest (at 20 MB/s the settled persist follows each upload; the default
+		// max_unpersisted_bytes would let 50 wait only if persists fell behind); a second of
+		// the load in deletes queued behind that persist and the reaper (a loaded machine);
+		// roots and groups.
 		slack = 4*frag + rate + 1<<20
 	)
 	n := startNodeWith(t, exe, dir, "--demo-rate", "20MB", "--fragment-target-size", "1MiB", "--segment-max-bytes", "4MiB",
