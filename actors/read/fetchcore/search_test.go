@@ -1,0 +1,121 @@
+package fetchcore
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// server is a steady server for the search: at each level of GETs in flight it completes
+// ranges of rangeBytes at its rate for that level (bytes per second, all GETs together),
+// one completion at a time; noisy, when set, overrides the rate during the n-th visit of
+// the search to a level (counting from 1), to model a lucky probe.
+type server struct {
+	rate  map[int]float64
+	noisy map[[2]int]float64 // {level, visit} -> rate
+}
+
+const rangeBytes = 4 << 20
+
+// run feeds the search maxCompletions completions and returns the levels it went through,
+// in order (the first is where it started).
+func (sv server) run(s *search, maxCompletions int) []int {
+	levels := []int{s.c}
+	visits := map[int]int{s.c: 1}
+	var at time.Duration
+	for range maxCompletions {
+		c := s.c
+		r := sv.rate[c]
+		if nr, ok := sv.noisy[[2]int{c, visits[c]}]; ok {
+			r = nr
+		}
+		at += time.Duration(float64(rangeBytes) / r * float64(time.Second))
+		s.observe(at, rangeBytes, c)
+		if s.c != c {
+			levels = append(levels, s.c)
+			visits[s.c]++
+		}
+	}
+	return levels
+}
+
+func fmtLevels(l []int) string { return strings.Trim(fmt.Sprint(l), "[]") }
+
+// A rise that one lucky probe round took is taken back once the level is held: on a server
+// where 8 GETs in flight are slower than 4 (a server sharing the reader's cores), a probe
+// round at 8 that happened to be fast does not keep the reader at 8 for the rest of the read.
+// Before confirmRounds the search rose to 8 and stayed there (16 did not pay, 8 held).
+func TestSearchTakesBackAnUnconfirmedRise(t *testing.T) {
+	sv := server{
+		rate:  map[int]float64{4: 1000e6, 8: 800e6, 16: 700e6, 32: 600e6},
+		noisy: map[[2]int]float64{{8, 1}: 1400e6}, // the first visit to 8 is lucky
+	}
+	s := newSearch(4, 32)
+	got := sv.run(&s, 200)
+	if want := "4 8 16 8 4"; !strings.HasPrefix(fmtLevels(got), want) {
+		t.Fatalf("levels %s, want them to start %s (the lucky rise to 8 taken back)", fmtLevels(got), want)
+	}
+	if s.c != 4 {
+		t.Fatalf("the search ended at %d, want 4 (levels %s)", s.c, fmtLevels(got))
+	}
+}
+
+// Held at the best level, the search probes the next one up now and then, and backs off:
+// each probe that does not pay doubles the wait before the next (up to maxProbeEvery
+// rounds), and a failed probe never takes the search below the level it held.
+func TestSearchProbesLessAfterProbesThatDidNotPay(t *testing.T) {
+	sv := server{rate: map[int]float64{1: 300e6, 2: 600e6, 4: 1000e6, 8: 900e6, 16: 800e6, 32: 700e6}}
+	s := newSearch(4, 32)
+	got := sv.run(&s, 4000) // 500 rounds of 8 at level 4
+	probes := 0
+	for i, l := range got {
+		if l < 4 {
+			t.Fatalf("level %d (change %d of %s): a probe that did not pay took the search below the level it held", l, i, fmtLevels(got))
+		}
+		if l == 8 {
+			probes++
+		}
+	}
+	// At a fixed pace (every 8 rounds) that would be about 60 probes; backing off to 64
+	// rounds, about 10.
+	if probes > 15 {
+		t.Fatalf("%d probes of 8 in 500 rounds: %s", probes, fmtLevels(got))
+	}
+	if s.c != 4 && s.c != 8 {
+		t.Fatalf("ended at %d", s.c)
+	}
+}
+
+// A rise that pays less than a doubling must (riseFactor) over more rounds is taken back
+// too: 8 GETs in flight that bring 5 % more than 4 are not worth twice the connections and
+// the memory.
+func TestSearchTakesBackARiseThatPaysTooLittle(t *testing.T) {
+	sv := server{
+		rate:  map[int]float64{4: 1000e6, 8: 1050e6, 16: 1050e6, 32: 1050e6},
+		noisy: map[[2]int]float64{{8, 1}: 1400e6},
+	}
+	s := newSearch(4, 32)
+	if got := sv.run(&s, 200); !strings.HasPrefix(fmtLevels(got), "4 8 16 8 4") || s.c != 4 {
+		t.Fatalf("levels %s, ended at %d: want 4 8 16 8 4 ... ending at 4", fmtLevels(got), s.c)
+	}
+}
+
+// A rise that pays over more rounds is kept: the server doubles its rate from 4 to 8 and
+// gains nothing beyond, so the search settles at 8 and stays there between its probes.
+func TestSearchKeepsAConfirmedRise(t *testing.T) {
+	sv := server{rate: map[int]float64{4: 500e6, 8: 1000e6, 16: 1000e6, 32: 1000e6}}
+	s := newSearch(4, 32)
+	got := sv.run(&s, 200)
+	if want := "4 8 16 8"; !strings.HasPrefix(fmtLevels(got), want) {
+		t.Fatalf("levels %s, want them to start %s", fmtLevels(got), want)
+	}
+	for i, l := range got[3:] {
+		if l != 8 && l != 16 { // 16 only as a probe from 8
+			t.Fatalf("level %d after settling at 8 (levels %s, change %d)", l, fmtLevels(got), i+3)
+		}
+	}
+	if s.c != 8 && s.c != 16 {
+		t.Fatalf("the search ended at %d, want 8 (or probing 16): levels %s", s.c, fmtLevels(got))
+	}
+}
