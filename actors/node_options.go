@@ -40,7 +40,8 @@ type StreamOptions struct {
 	// RetentionTimeout bounds a group download for remote retention (default 60 s).
 	RetentionTimeout time.Duration
 	// MaxUnpersistedBytes bounds the bytes drained and not yet durable; at it the drain
-	// pauses and the local log grows (EventListener.OnPause). Default four fragment targets.
+	// pauses and the local log grows (EventListener.OnPause). Default (2 x the uploads one
+	// stream may run + 2) fragment targets: 50 with the node's defaults.
 	MaxUnpersistedBytes uint64
 }
 
