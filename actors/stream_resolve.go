@@ -142,7 +142,7 @@ func resolveManifest(ctx context.Context, n *Node, h *streamHandle, stream strin
 		}
 		return readercore.Resolved{Manifest: manifest.Empty(), NextSeq: d.NextSeq}, "", nil, nil
 	case resolve.ActionAdopt:
-		res, err = adopt(ctx, n, h, stream, d, read.ManifestVersion, objects)
+		res, err = adopt(ctx, n, h, stream, d, rec, read.ManifestVersion, objects)
 		return res, "", nil, err
 	}
 	h.noteRevision(read.ManifestVersion)
@@ -204,8 +204,8 @@ func fetchLineage(ctx context.Context, n *Node, key string, roots []resolve.Root
 
 // adopt makes the record name d.Root as it is (metadata.PersistRoot with the root's own
 // epoch; the stored epoch becomes the higher of the writer's and the root's) and resolves
-// it like any record.
-func adopt(ctx context.Context, n *Node, h *streamHandle, stream string, d resolve.Decision, version int64, objects map[string]manifest.Manifest) (readercore.Resolved, error) {
+// it like any record; the root the record named before (prev, nil for none) is replaced.
+func adopt(ctx context.Context, n *Node, h *streamHandle, stream string, d resolve.Decision, prev *metadata.ManifestRecord, version int64, objects map[string]manifest.Manifest) (readercore.Resolved, error) {
 	m, ok := objects[d.Root.Key]
 	if !ok {
 		return readercore.Resolved{}, fmt.Errorf("resolve %s: adopt %s: its manifest was not read", stream, d.Root)
@@ -218,8 +218,12 @@ func adopt(ctx context.Context, n *Node, h *streamHandle, stream string, d resol
 	}
 	n.metrics.Adoptions.Add(1)
 	n.log.Info().Str("stream", stream).Str("root", d.Root.String()).Str("reason", d.Reason).Msg("adopted the record's child root")
-	return readercore.Resolved{Manifest: m, Revision: rev, Root: readercore.RootRef{Seq: d.Root.Seq, Epoch: d.Root.Epoch, UID: d.Root.UID},
-		NextSeq: max(d.NextSeq, d.Root.Seq+1)}, nil
+	res := readercore.Resolved{Manifest: m, Revision: rev, Root: readercore.RootRef{Seq: d.Root.Seq, Epoch: d.Root.Epoch, UID: d.Root.UID},
+		NextSeq: max(d.NextSeq, d.Root.Seq+1)}
+	if prev != nil {
+		res.Replaced = []readercore.RootRef{{Seq: prev.Seq, Epoch: prev.Epoch, UID: prev.RootUID}}
+	}
+	return res, nil
 }
 
 // upgrade persists a version 3 root of the manifest a version 1 or 2 record names, at once
@@ -240,6 +244,7 @@ func upgrade(ctx context.Context, n *Node, h *streamHandle, stream string, res r
 	}
 	n.metrics.Upgrades.Add(1)
 	n.log.Info().Str("stream", stream).Str("root", key).Msg("persisted a version 3 root for a record naming a version 1 or 2 root")
+	res.Replaced = append(res.Replaced, res.Root)
 	res.Revision, res.Root, res.NextSeq = rev, readercore.RootRef{Seq: next, Epoch: epoch, UID: lin.UID}, next+1
 	return res, nil
 }

@@ -227,6 +227,67 @@ func TestV3RestoreFromSnapshot(t *testing.T) {
 	}
 }
 
+// TestV3AdoptionReapsTheReplacedRoot: a persist whose root reached the bucket and not etcd
+// (a crash between the two) is adopted at the next start. The root the record named until
+// then is superseded by a positive statement (the record names a later seq), so the node's
+// reaper deletes it, as it deletes the root any persist replaces; the adopted root stays.
+// Without it the replaced root stayed until `node gc`, and a clean stop of the binary
+// waited for it to go until its timeout.
+func TestV3AdoptionReapsTheReplacedRoot(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	ctx := context.Background()
+	cfg := v3Config(t)
+	n1, err := Start(ctx, cfg, w.Store, w.Meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := openLog(t, segments.Options{})
+	writeLog(t, lg, 5, loadgen.Limit{Bytes: 48 << 10})
+	if err := n1.AddStream(StreamSpec{ID: "s", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n1, "s", lg.NextOffset(), 30*time.Second)
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := n1.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+
+	rec, _ := record(t, w.Meta, "s")
+	parentKey := rec.RootKey(manifest.DefaultKeyPrefix, "s")
+	body, err := w.Store.GetObject(ctx, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := manifest.DecodeRootObject(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := manifest.Lineage{Seq: rec.Seq + 1, Epoch: rec.Epoch, UID: 0x5eed_c41d, ParentSeq: rec.Seq, ParentUID: rec.RootUID}
+	childKey := manifest.SeqRootKey(manifest.DefaultKeyPrefix, "s", child.Seq)
+	if err := w.Store.PutObjectIfAbsent(ctx, childKey, manifest.EncodeRootV3(child, obj.Manifest)); err != nil {
+		t.Fatal(err)
+	}
+
+	n2 := startNode(w, cfg)
+	if err := n2.AddStream(StreamSpec{ID: "s", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 20*time.Second, "the replaced root "+parentKey+" deleted", func() (bool, string) {
+		keys := bucketKeys(t, w.Store)
+		return !slices.Contains(keys, parentKey), fmt.Sprintf("%d adoptions; keys %v", n2.Metrics().Adoptions.Load(), keys)
+	})
+	if now, _ := record(t, w.Meta, "s"); now.Seq != child.Seq || now.RootUID != child.UID {
+		t.Fatalf("the record names seq %d uid %016x, want the adopted seq %d uid %016x", now.Seq, now.RootUID, child.Seq, child.UID)
+	}
+	if !slices.Contains(bucketKeys(t, w.Store), childKey) {
+		t.Fatalf("the adopted root %s is gone", childKey)
+	}
+	if a := n2.Metrics().Adoptions.Load(); a != 1 {
+		t.Fatalf("%d adoptions, want 1", a)
+	}
+}
+
 // TestV3TwoWritersRaceForASeq (scenario e): another writer at the same epoch takes the
 // seq the node's next persist needs (its root PUT with If-None-Match: * first): one root
 // per seq; the node's PUT gets a 412, it reinitializes, adopts the other root (a child of

@@ -432,6 +432,14 @@ func TestVersion1BucketReadVerifiedAppended(t *testing.T) {
 	if rep := e.verify("v1"); len(rep.Findings) != 0 {
 		t.Fatalf("verify of the mixed bucket: %v", rep.Findings)
 	}
+	// The node upgraded the stream at its resolution (a version 3 root of the same manifest,
+	// named by the record): the version 1 root is replaced, and its reaper deletes it.
+	waitFor(t, 20*time.Second, "the replaced version 1 root "+old.RootKey+" deleted", func() bool {
+		return !e.objectKeys("v1")[old.RootKey]
+	})
+	if n := e.node.Metrics().Upgrades.Load(); n != 1 {
+		t.Fatalf("%d upgrades to version 3, want 1", n)
+	}
 }
 
 // TestEmptyLogBehindRemoteComparedWhenDataArrives restarts a tiered stream on an empty

@@ -39,6 +39,11 @@ type Resolved struct {
 	// NextSeq is the seq the next persisted root takes (one above every version 3 root the
 	// resolution listed; a seq a fenced writer took is skipped). 0 means Root.Seq + 1.
 	NextSeq uint64
+	// Replaced are the roots the resolution itself superseded with a persist of its own (the
+	// record's root before an adoption of its child or an upgrade to version 3): the record
+	// names a later root, so the core hands them to the reaper as it starts running, as a
+	// persist hands it the root it replaced.
+	Replaced []RootRef
 	// Comparison is how the manifest compares with the local log chunk by chunk (the shell
 	// runs divergence.Find against the log LogOpened reports). Its zero value, NotCompared,
 	// lets the core's offset rules decide alone.

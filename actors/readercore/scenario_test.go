@@ -388,6 +388,9 @@ func (h *harness) resolvedFrom(t *testing.T, d *datadriven.TestData, es []manife
 	}
 	rev := int64(argU(t, d, "rev", 0))
 	r := Resolved{Manifest: m, Revision: rev, Root: RootRef{Epoch: argU(t, d, "root-epoch", 1), UID: argU(t, d, "root", 0)}}
+	if d.HasArg("replaced") { // a root the resolution's own persist replaced (an adoption, an upgrade)
+		r.Replaced = []RootRef{{Epoch: argU(t, d, "root-epoch", 1), UID: argU(t, d, "replaced", 0)}}
+	}
 	if len(es) > 0 && !d.HasArg("not-compared") && d.Cmd == "resolved" {
 		// a shell that compared and found the remote tier's last chunk in the local log
 		r.Comparison = divergence.Result{Kind: divergence.Match, RemoteFirst: m.FirstOffset, RemoteNext: m.NextOffset}

@@ -2,6 +2,7 @@ package readercore
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/streamtier/streamtier/actors/divergence"
 	"github.com/streamtier/streamtier/manifest"
@@ -129,6 +130,9 @@ func (c *Core) start() error {
 	c.root = r.Root
 	c.hasRoot = r.Revision > 0
 	c.nextSeq = max(r.NextSeq, r.Root.Seq+1)
+	if replaced := r.Replaced; len(replaced) > 0 {
+		c.emit(DeleteObjects{Roots: slices.Clone(replaced)})
+	}
 	c.mem = c.persisted
 	c.knowGaps(p)
 	c.sealed, c.lookup, c.lookupOffs = sealedSpans(p), 0, nil
