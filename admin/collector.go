@@ -64,21 +64,7 @@ var (
 	descStage          = desc("pipeline_bytes", "Bytes in each pipeline stage over all streams: assembly (drained, not cut), transfer (cut, not applied), persist (applied, not persisted).", "stage")
 	descLatency        = desc("latency_seconds", "Latency of successful persists and uploads: quantiles over the last 1024 operations, count and sum over all.", "operation")
 
-	descStreamOffset  = desc("stream_offset", "A stream's offsets: local_first, local_committed, local_next, drained, uploaded (in-memory next), persisted_first, persisted_next.", "stream", "offset")
-	descStreamBytes   = desc("stream_bytes", "A stream's bytes: local (segment files), remote (live fragments), and per pipeline stage.", "stream", "kind")
-	descStreamFrags   = desc("stream_remote_fragments", "Live fragments of a stream's persisted manifest.", "stream")
-	descStreamXfers   = desc("stream_transfers", "A stream's transfers by state (in_flight, waiting_retry, buffered).", "stream", "state")
-	descStreamLagB    = desc("stream_lag_bytes", "Committed bytes of a stream not yet persisted remotely.", "stream")
-	descStreamLagS    = desc("stream_lag_seconds", "Age of the oldest committed byte of a stream not yet persisted.", "stream")
-	descStreamPersist = desc("stream_last_persist_age_seconds", "Time since a stream's last successful persist (-1 before the first).", "stream")
-	descStreamStalled = desc("stream_stalled", "1 while a stream's upload pipeline is stalled at an offset.", "stream")
-	descStreamPaused  = desc("stream_drain_paused", "1 while a stream's drain is paused at max_unpersisted_bytes (waiting for a persist).", "stream")
-	descStreamGaps    = desc("stream_gap_offsets", "Offsets of a stream's persisted root declared as gaps: lost from the local log before upload.", "stream")
-	descStreamDiverge = desc("stream_diverged", "1 while a stream's local log shares no chunk with its remote tier (waits for `node truncate`).", "stream")
-	descStreamBehind  = desc("stream_behind", "1 while a stream's local log is a prefix of its remote tier (waits for the log to catch up or fork).", "stream")
-	descStreamParked  = desc("stream_parked", "1 while a stream is parked: its reader kept failing and is retried every stream_park_retry_interval.", "stream")
 	descStreamsParked = desc("streams_parked", "Streams parked now (their reader keeps failing).")
-	descStreamUp      = desc("stream_running", "1 when the stream's replica reader is running (resolved), 0 while starting or resolving, while stalled (its local log cannot be read), while parked and once stopped for good.", "stream")
 
 	descS3Requests   = desc("s3_requests_total", "S3 requests by operation and outcome class (none is success; not_found is a 404 answer, precondition_failed a conditional put refused because the key exists; neither is an error).", "op", "class")
 	descS3Bytes      = desc("s3_bytes_total", "Payload bytes sent or received by S3 operation.", "op")
@@ -93,8 +79,6 @@ var (
 	descGCLastTime   = desc("gc_last_sweep_timestamp_seconds", "Unix time this node's last sweep started (0 before the first).")
 	descGCLastDur    = desc("gc_last_sweep_duration_seconds", "How long this node's last sweep took.")
 	descGCLastErr    = desc("gc_last_sweep_failed", "1 when this node's last sweep failed (the error is in /status), else 0.")
-	descStreamReqs   = desc("stream_s3_requests_total", "A stream's S3 requests by kind as S3 bills them (put, get, head, list, delete); stream \"\" is requests of no one stream (the bucket probe, gc listings).", "stream", "kind")
-	descStreamCost   = desc("stream_cost_usd_per_month", "A stream's projected monthly S3 cost in dollars at the configured prices: its request rate so far for 30 days (part requests), its stored bytes for a month (part storage).", "stream", "part")
 	descNodeCost     = desc("cost_usd_per_month", "The node's projected monthly S3 cost in dollars (every request, its streams' stored bytes) by part (requests, storage).", "part")
 	descEtcdReqs     = desc("etcd_requests_total", "etcd key-value requests by operation and outcome class (none, retriable, other).", "op", "class")
 	descEtcdLat      = desc("etcd_request_duration_seconds", "etcd key-value request latency by operation.", "op")
@@ -104,6 +88,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	in := c.input(ctx)
+	rep := BuildReport(in, time.Now())
+	collectNode(&in, &rep, ch)
+	streamSeries(&rep, &in, newStreamScrape(ch, len(rep.Streams)))
+}
+
+// collectNode sends the node's own series (everything but the per-stream families of
+// stream_families.go) of one scrape's input and report.
+func collectNode(in *NodeInput, rep *Report, ch chan<- prometheus.Metric) {
 	m := in.Metrics
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
@@ -190,74 +182,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- summary(descLatency, pn, psum, p50, p99, "persist")
 	ch <- summary(descLatency, un, usum, u50, u99, "upload")
 
-	rep := BuildReport(in, time.Now())
 	gauge(descStreamsParked, float64(rep.Node.StreamsParked))
 	gauge(descStage, float64(rep.Node.Stages.AssemblyBytes), "assembly")
 	gauge(descStage, float64(rep.Node.Stages.TransferBytes), "transfer")
 	gauge(descStage, float64(rep.Node.Stages.PersistBytes), "persist")
-	sc := newStreamScrape(ch)
-	for _, s := range rep.Streams {
-		id := s.Stream
-		ss := sc.stream(id)
-		running := 0.0
-		if s.Error == "" && s.Phase != "starting" && s.Phase != "resolving" && s.Phase != "stopped" && s.Phase != "stalled" && s.Phase != "parked" {
-			running = 1
-		}
-		ss.gauge(descStreamUp, running)
-		parked := 0.0
-		if s.Parked != nil {
-			parked = 1
-		}
-		ss.gauge(descStreamParked, parked)
-		if s.Error != "" {
-			continue
-		}
-		for _, o := range []struct {
-			name string
-			v    uint64
-		}{
-			{"local_first", s.Local.First}, {"local_committed", s.Local.Committed}, {"local_next", s.Local.Next},
-			{"drained", s.Pipeline.DrainNext}, {"uploaded", s.Remote.Next},
-			{"persisted_first", s.Remote.PersistedFirst}, {"persisted_next", s.Remote.PersistedNext},
-		} {
-			ss.gauge(descStreamOffset, float64(o.v), o.name)
-		}
-		ss.gauge(descStreamBytes, float64(s.Local.Bytes), "local")
-		ss.gauge(descStreamBytes, float64(s.Remote.TotalSize), "remote")
-		ss.gauge(descStreamBytes, float64(s.Fragment.Bytes), "assembly")
-		ss.gauge(descStreamBytes, float64(s.Pipeline.InFlightBytes), "transfer")
-		ss.gauge(descStreamBytes, float64(s.Pipeline.UnpersistedBytes), "persist")
-		ss.gauge(descStreamFrags, float64(s.Remote.Fragments))
-		ss.gauge(descStreamXfers, float64(s.Pipeline.InFlight), "in_flight")
-		ss.gauge(descStreamXfers, float64(s.Pipeline.WaitingRetry), "waiting_retry")
-		ss.gauge(descStreamXfers, float64(s.Pipeline.Buffered), "buffered")
-		ss.gauge(descStreamLagB, float64(s.Lag.Bytes))
-		ss.gauge(descStreamLagS, s.Lag.Seconds)
-		ss.gauge(descStreamPersist, s.Pipeline.LastPersistAgeSeconds)
-		stalled := 0.0
-		if s.Pipeline.Stalled {
-			stalled = 1
-		}
-		ss.gauge(descStreamStalled, stalled)
-		paused := 0.0
-		if s.Pipeline.Paused {
-			paused = 1
-		}
-		ss.gauge(descStreamPaused, paused)
-		ss.gauge(descStreamBytes, float64(s.Pipeline.HeldBytes), "held")
-		ss.gauge(descStreamGaps, float64(s.Remote.GapOffsets))
-		diverged := 0.0
-		if s.Remote.Diverged != nil && !s.Remote.Diverged.Behind {
-			diverged = 1
-		}
-		ss.gauge(descStreamDiverge, diverged)
-		behind := 0.0
-		if s.Remote.Diverged != nil && s.Remote.Diverged.Behind {
-			behind = 1
-		}
-		ss.gauge(descStreamBehind, behind)
-	}
-
 	for _, op := range in.S3 {
 		name := op.Op.String()
 		for cl, v := range op.ByClass {
@@ -284,19 +212,6 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if !b.Since.IsZero() {
 			gauge(descBucketSince, time.Since(b.Since).Seconds())
-		}
-	}
-	for stream, req := range in.StreamRequests {
-		ss := sc.stream(stream)
-		for k := s3io.Kind(0); k < s3io.NumKinds; k++ {
-			ss.counter(descStreamReqs, float64(req[k]), k.String())
-		}
-	}
-	for _, s := range rep.Streams {
-		if s.Cost != nil {
-			ss := sc.stream(s.Stream)
-			ss.gauge(descStreamCost, s.Cost.RequestsPerMonthUSD, "requests")
-			ss.gauge(descStreamCost, s.Cost.StoragePerMonthUSD, "storage")
 		}
 	}
 	if c := rep.Node.Cost; c != nil {

@@ -1,8 +1,6 @@
 package admin
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -12,32 +10,26 @@ import (
 // bytes before the registry's own work): at 10,200 idle streams one scrape allocated
 // 123 MB for them alone. streamScrape builds them from slabs instead: a stream's label
 // pair is made once per scrape and shared by its series, and the pair of a second label
-// (offset="drained", kind="local", ...) once per scrape and shared by every stream.
-
-// secondLabel names the label besides "stream" of each per-stream metric that has one.
-// It is also the check that a desc is used with the labels it was declared with.
-var secondLabel = map[*prometheus.Desc]string{
-	descStreamOffset: "offset",
-	descStreamBytes:  "kind",
-	descStreamXfers:  "state",
-	descStreamReqs:   "kind",
-	descStreamCost:   "part",
-}
+// (offset="drained", kind="local", ...) once per scrape and shared by every stream. The
+// node's own /metrics does without the registry for them altogether (metrics_text.go).
 
 // seriesPerSlab is how many series one slab of a scrape holds.
 const seriesPerSlab = 512
 
-// streamScrape builds the per-stream series of one scrape: the label pairs of the second
-// labels by name and value, shared among the streams (the registry and the encoder only
-// read them), and the series themselves from slabs of seriesPerSlab.
+// streamScrape is the sink (streamSeriesSink) that sends the per-stream series of one
+// scrape to a registry's collect channel: the label pairs of the second labels by name and
+// value, shared among the streams (the registry and the encoder only read them), the
+// stream label pairs by the report's stream index, and the series from slabs.
 type streamScrape struct {
-	ch    chan<- prometheus.Metric
-	pairs map[[2]string]*dto.LabelPair
-	slab  []streamSample
+	ch      chan<- prometheus.Metric
+	pairs   map[[2]string]*dto.LabelPair
+	streams []*dto.LabelPair // by the report's stream index, made at first use
+	other   *dto.LabelPair   // the last stream only the S3 request counters know
+	slab    []streamSample
 }
 
-func newStreamScrape(ch chan<- prometheus.Metric) *streamScrape {
-	return &streamScrape{ch: ch, pairs: map[[2]string]*dto.LabelPair{}}
+func newStreamScrape(ch chan<- prometheus.Metric, streams int) *streamScrape {
+	return &streamScrape{ch: ch, pairs: map[[2]string]*dto.LabelPair{}, streams: make([]*dto.LabelPair, streams)}
 }
 
 func (sc *streamScrape) pair(name, value string) *dto.LabelPair {
@@ -56,21 +48,27 @@ type streamLabel struct {
 	id   string
 }
 
-// stream returns the series sender of one stream, whose label pair it makes.
-func (sc *streamScrape) stream(id string) streamSeries {
-	l := &streamLabel{id: id}
-	l.pair.Name, l.pair.Value = &streamLabelName, &l.id
-	return streamSeries{sc: sc, stream: id, label: &l.pair}
-}
-
 // streamLabelName is the name of the stream label, shared by every stream's label pair.
 var streamLabelName = "stream"
 
-// streamSeries sends the series of one stream during one scrape.
-type streamSeries struct {
-	sc     *streamScrape
-	stream string
-	label  *dto.LabelPair // stream="<id>"
+func newStreamLabel(id string) *dto.LabelPair {
+	l := &streamLabel{id: id}
+	l.pair.Name, l.pair.Value = &streamLabelName, &l.id
+	return &l.pair
+}
+
+// label is the stream label pair of the report's stream i (or, for -1, of id).
+func (sc *streamScrape) label(i int, id string) *dto.LabelPair {
+	if i < 0 {
+		if sc.other == nil || *sc.other.Value != id {
+			sc.other = newStreamLabel(id)
+		}
+		return sc.other
+	}
+	if sc.streams[i] == nil {
+		sc.streams[i] = newStreamLabel(id)
+	}
+	return sc.streams[i]
 }
 
 // streamSample is one series: a gauge or a counter with its labels (Write allocates only
@@ -97,36 +95,21 @@ func (s *streamSample) Write(m *dto.Metric) error {
 	return nil
 }
 
-// gauge sends a gauge of the stream (its stream label comes from ss); second is the value
-// of the metric's second label, for a metric that has one.
-func (ss streamSeries) gauge(d *prometheus.Desc, v float64, second ...string) {
-	ss.send(d, v, false, second)
-}
+func (sc *streamScrape) begin(*streamFamily) {}
 
-// counter sends a counter of the stream, with second as gauge takes it.
-func (ss streamSeries) counter(d *prometheus.Desc, v float64, second ...string) {
-	ss.send(d, v, true, second)
-}
-
-func (ss streamSeries) send(d *prometheus.Desc, v float64, isCount bool, second []string) {
-	name, two := secondLabel[d]
-	if two != (len(second) == 1) || len(second) > 1 {
-		// second is not in the message: it would escape, and cost an allocation a series.
-		panic(fmt.Sprintf("admin collector: series %s of stream %q sent with %d second labels", d, ss.stream, len(second)))
-	}
-	sc := ss.sc
+func (sc *streamScrape) series(f *streamFamily, i int, id, second string, v float64) {
 	if len(sc.slab) == 0 {
 		sc.slab = make([]streamSample, seriesPerSlab)
 	}
 	s := &sc.slab[0]
 	sc.slab = sc.slab[1:]
-	s.desc, s.value, s.isCount = d, v, isCount
-	s.labels[0], s.n = ss.label, 1
-	if two {
+	s.desc, s.value, s.isCount = f.desc, v, f.counter
+	s.labels[0], s.n = sc.label(i, id), 1
+	if f.second != "" {
 		// Label pairs sorted by name, as the registry expects (and would otherwise copy
 		// and sort for every series).
-		s.labels[0], s.labels[1], s.n = sc.pair(name, second[0]), ss.label, 2
-		if name > streamLabelName {
+		s.labels[0], s.labels[1], s.n = sc.pair(f.second, second), s.labels[0], 2
+		if f.second > streamLabelName {
 			s.labels[0], s.labels[1] = s.labels[1], s.labels[0]
 		}
 	}

@@ -2,6 +2,8 @@ package admin_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors"
@@ -147,5 +151,35 @@ streamtier_gc_last_sweep_objects{kind="young"} 0
 	}
 	for _, p := range problems {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+
+	// The same node through NewMetricsHandler, next to the embedder's own registry (without
+	// the collector): the embedder's series and every streamtier family the collector gave.
+	own := prometheus.NewRegistry()
+	own.MustRegister(brokerMessages)
+	if _, err := admin.NewMetricsHandler(admin.CollectorOptions{}, own); err == nil {
+		t.Fatal("a metrics handler without a node")
+	}
+	h, err := admin.NewMetricsHandler(admin.CollectorOptions{Node: node, S3: store.Metrics(), Etcd: etcdMetrics}, own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	served, err := p.TextToMetricFamilies(rec.Body)
+	if rec.Code != http.StatusOK || err != nil {
+		t.Fatalf("handler: HTTP %d, %v", rec.Code, err)
+	}
+	if f := served["broker_messages_total"]; f == nil || f.Metric[0].GetCounter().GetValue() != 3 {
+		t.Fatalf("the embedder's counter through the handler: %v", f)
+	}
+	for name, f := range byName {
+		if !strings.HasPrefix(name, "streamtier_") {
+			continue
+		}
+		if g := served[name]; g == nil || g.GetType() != f.GetType() || len(g.Metric) != len(f.Metric) {
+			t.Errorf("%s: the handler serves %v, the collector gave %d series of type %s", name, g, len(f.Metric), f.GetType())
+		}
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors"
@@ -87,7 +86,8 @@ func Start(addr string, o Options) (*Server, error) {
 	}
 	s := &Server{opts: o, ln: ln, done: make(chan error, 1), registry: prometheus.NewRegistry()}
 	s.closing, s.stopClosing = context.WithCancel(context.Background())
-	s.registry.MustRegister(collector{input: s.input}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The node's own series are gathered per scrape beside the per-stream ones (metrics).
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { s.done <- s.srv.Serve(ln) }() // owned by s: Close ends it
 	return s, nil
@@ -126,7 +126,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /streams/{id}/retention", s.retention)
 	mux.HandleFunc("GET /streams/{id}/read", s.read)
 	mux.HandleFunc("POST /streams/{id}/await", s.await)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
