@@ -142,11 +142,12 @@ func (t *textSeries) series(f *streamFamily, _ int, id, second string, v float64
 		if f.counter {
 			typ = "counter"
 		}
-		w.WriteString("# HELP " + namespace + "_" + f.name + " ")
+		w.WriteString("# HELP " + f.fqName + " ")
 		writeEscaped(w, f.help, false)
-		w.WriteString("\n# TYPE " + namespace + "_" + f.name + " " + typ + "\n")
+		w.WriteString("\n# TYPE " + f.fqName + " " + typ + "\n")
 	}
-	w.WriteString(namespace + "_" + f.name + "{")
+	w.WriteString(f.fqName)
+	w.WriteByte('{')
 	// Labels sorted by name, as the registry writes them.
 	if f.second != "" && f.second < streamLabelName {
 		writeLabel(w, f.second, second)

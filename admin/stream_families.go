@@ -26,6 +26,7 @@ type streamFamily struct {
 	always bool
 	series func(s *StreamReport, e *seriesEmit)
 	desc   *prometheus.Desc
+	fqName string // the metric's name with the namespace
 }
 
 // flag is 1 for true, 0 for false: a gauge of a condition.
@@ -132,7 +133,7 @@ func init() {
 		if f.second != "" {
 			labels = append(labels, f.second)
 		}
-		f.desc = desc(f.name, f.help, labels...)
+		f.desc, f.fqName = desc(f.name, f.help, labels...), namespace+"_"+f.name
 	}
 }
 
