@@ -287,8 +287,15 @@ func TestGovernorBoundsUploadsInFlight(t *testing.T) {
 	}
 	quiet[transferAdmitted](t, f.reader, 200*time.Millisecond)
 	release <- struct{}{} // one upload goes on and finishes
-	expect[readercore.TransferResult](t, f.reader, 10*time.Second)
-	a, _ := expect[transferAdmitted](t, f.reader, 10*time.Second)
+	_, skipped := expect[readercore.TransferResult](t, f.reader, 10*time.Second)
+	// The governor admits the third attempt as soon as it hears that the first ended, and
+	// that admission may reach the reader before the task's result does (two senders).
+	var a transferAdmitted
+	if i := slices.IndexFunc(skipped, func(m any) bool { _, ok := m.(transferAdmitted); return ok }); i >= 0 {
+		a = skipped[i].(transferAdmitted)
+	} else {
+		a, _ = expect[transferAdmitted](t, f.reader, 10*time.Second)
+	}
 	if a.Ref != 3 {
 		t.Fatalf("admitted ref %d after a slot freed, want 3", a.Ref)
 	}
