@@ -73,6 +73,11 @@ type Metrics struct {
 	DrainRepositions atomic.Int64
 	DrainStalls      atomic.Int64
 	DrainPauses      atomic.Int64
+	// DrainPassivations counts idle drains the reader stopped, to wait on the log itself
+	// until data comes (an idle stream keeps no drain actor); DrainActivations the drains it
+	// started again for that data.
+	DrainPassivations atomic.Int64
+	DrainActivations  atomic.Int64
 	// TasksOverdue counts tasks whose result did not come by their deadline and a grace
 	// period: their owner went on with a failure instead.
 	TasksOverdue atomic.Int64

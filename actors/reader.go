@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -73,9 +74,18 @@ type reader struct {
 	// arrives after the core learned of it from the handle is not fed twice.
 	waiters map[readercore.WaiterID]bool
 
-	drain       *actor.PID
-	drainGen    uint64
-	persistDeps persistDeps
+	// drain is the drain child, nil while the reader is passive (reader_flow.go); drainGen
+	// tags what it reads since its last (re)start.
+	drain    *actor.PID
+	drainGen uint64
+	// drainListenAt is the offset of the last listener registration the core asked for,
+	// drainListening that nothing was sent to the drain since: an idle drain may then be
+	// stopped. wakeLive is this incarnation's: the reader's own commit listener posts a
+	// wake only while it is set.
+	drainListenAt  uint64
+	drainListening bool
+	wakeLive       *atomic.Bool
+	persistDeps    persistDeps
 	// persistLogger is set once persistDeps.log is made (at the first persist).
 	persistLogger bool
 	broadcaster   *actor.PID  // nil without Config.Replicas
@@ -103,6 +113,9 @@ func (r *reader) Receive(c actor.Context) {
 		r.retLog.flush(r.log, r.n.cfg.clock.Now())
 		r.pauseLog.flush(r.log, r.n.cfg.clock.Now())
 		r.timers.StopAll()
+		if r.wakeLive != nil {
+			r.wakeLive.Store(false)
+		}
 		if r.cancel == nil { // it failed before it started: nothing to cancel
 			return
 		}
@@ -115,6 +128,10 @@ func (r *reader) Receive(c actor.Context) {
 		}
 	case drainTrouble:
 		r.setLocalErr(m.Err)
+	case drainIdle:
+		r.passivate(c, m)
+	case drainWake:
+		r.activate(c, m)
 	case resolveRetryMsg:
 		r.resolve(c)
 	case *resolvedMsg:
@@ -227,10 +244,9 @@ func (r *reader) start(c actor.Context) {
 	r.h.setReader(c.Self())
 	r.n.metrics.StreamsRunning.Add(1)
 	r.counted = true
-	log := r.h.spec.Log
-	r.drain = c.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &drain{log: log, logger: r.log, faults: r.n.cfg.faults, metrics: r.n.metrics, idleClose: r.n.cfg.DrainIdleClose}
-	}))
+	r.wakeLive = new(atomic.Bool)
+	r.wakeLive.Store(true)
+	r.spawnDrain(c)
 	r.persistDeps = persistDeps{
 		store: r.n.store, meta: r.n.meta, keyPrefix: r.n.cfg.KeyPrefix, timeout: r.n.cfg.PersistTimeout,
 		metrics: r.n.metrics, faults: r.n.cfg.faults, clock: r.n.cfg.clock,
@@ -415,7 +431,7 @@ func (r *reader) execute(c actor.Context, e readercore.Effect) {
 		withRanges(r.log.Error(), e.RemoteFirst, e.RemoteNext, e.LocalFirst, e.LocalNext).
 			Msg("the local log shares no chunk with the remote tier: nothing is deleted or uploaded until an operator runs 'node truncate' (or restores the local log)")
 	case readercore.RegisterOffsetListener:
-		c.Send(r.drain, drainListen{Offset: e.Offset, Gen: r.drainGen, Budget: r.core.DrainRoom()})
+		r.listenAt(c, e.Offset)
 	case readercore.SubmitTransfer:
 		r.submit(c, e.Ref, e.Attempt, e.Fragment, e.Size)
 	case readercore.ResubmitTransfer:

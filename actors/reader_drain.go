@@ -49,8 +49,14 @@ type drainListen struct {
 type drainWake struct{ Gen uint64 }
 
 // drainSuspend is the drain's idle timer: still at the end of the stream after
-// Config.DrainIdleClose, it closes its data reader's file (the next read reopens it).
+// Config.DrainIdleClose, it closes its data reader's file (the next read reopens it) and
+// tells its reader (drainIdle).
 type drainSuspend struct{ Gen uint64 }
+
+// drainIdle tells the reader that its drain has waited at the end of the log for
+// Config.DrainIdleClose, its file closed: the reader may stop it (passivate it) and wait on
+// the log itself until data comes (reader_flow.go).
+type drainIdle struct{ Gen uint64 }
 
 // drainTrouble tells the reader that the drain cannot read its local log (Err, retried on the
 // drain's timer) or, with Err nil, that it reads again. The reader shows it in status: the
@@ -75,7 +81,9 @@ type chunksDrained struct {
 
 // drain is the reader's child that reads committed chunk headers (never bodies) from the
 // local log and hands them up in batches. The reader supervises it: a drain that fails is
-// restarted fresh and reopened at the core's drain position (see reader.HandleFailure).
+// restarted fresh and reopened at the core's drain position (see reader.HandleFailure). It
+// lives while there is data: one idle at the end of the log is stopped by its reader, which
+// starts a fresh one when data comes (reader_flow.go, "passive").
 type drain struct {
 	log       *segments.Log
 	logger    zerolog.Logger
@@ -84,8 +92,10 @@ type drain struct {
 	idleClose time.Duration // Config.DrainIdleClose
 
 	// live is this incarnation's: the commit listener posts a wake only while it is set, so a
-	// listener outliving its drain sends nothing. No goroutine waits for the commit.
-	live    atomic.Bool
+	// listener outliving its drain sends nothing. No goroutine waits for the commit. Its own
+	// allocation: a listener that outlives a stopped drain (until the next commit) keeps
+	// these 8 bytes, not the drain.
+	live    *atomic.Bool
 	timers  shell.Timers
 	suspend uint64 // the armed idle timer, 0: none
 	trouble bool   // the parent was told of a local read failure not yet recovered
@@ -101,9 +111,12 @@ type drain struct {
 func (d *drain) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
+		d.live = new(atomic.Bool)
 		d.live.Store(true)
 	case *actor.Stopping, *actor.Restarting:
-		d.live.Store(false)
+		if d.live != nil {
+			d.live.Store(false)
+		}
 		d.timers.StopAll()
 		d.closeReader()
 	case actor.SystemMessage, actor.AutoReceiveMessage:
@@ -135,7 +148,7 @@ func (d *drain) handle(c actor.Context, msg any) {
 			return
 		}
 		d.budget = m.Budget
-		pid, gen, root, live := c.Self(), d.gen, c.ActorSystem().Root, &d.live
+		pid, gen, root, live := c.Self(), d.gen, c.ActorSystem().Root, d.live
 		// Called under the log's lock by whoever commits: a Send only posts to the mailbox.
 		d.log.OnCommittedPast(m.Offset, func() {
 			if live.Load() {
@@ -155,6 +168,7 @@ func (d *drain) handle(c actor.Context, msg any) {
 			if err := d.rd.Suspend(); err != nil {
 				d.logger.Warn().Err(err).Msg("drain: closing the idle reader's file failed")
 			}
+			c.Send(c.Parent(), drainIdle{Gen: d.gen})
 		}
 	}
 }

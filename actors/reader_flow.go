@@ -56,7 +56,7 @@ func (r *reader) executeFlow(c actor.Context, e readercore.Effect) {
 		}
 		r.startDrain(c, e.From)
 	case readercore.ContinueDrain:
-		c.Send(r.drain, drainAck{Gen: r.drainGen, Budget: r.core.DrainRoom()})
+		r.toDrain(c, drainAck{Gen: r.drainGen, Budget: r.core.DrainRoom()})
 	case readercore.DrainStalled:
 		r.n.metrics.DrainStalls.Add(1)
 		r.log.Error().Uint64("offset", e.Offset).Uint64("drain_at", e.DrainAt).Int("failures", e.Failures).Str("reason", e.Reason).
@@ -96,7 +96,87 @@ func (r *reader) executeFlow(c actor.Context, e readercore.Effect) {
 
 func (r *reader) startDrain(c actor.Context, from uint64) {
 	r.drainGen++
-	c.Send(r.drain, drainStart{From: from, Gen: r.drainGen, Budget: r.core.DrainRoom()})
+	r.toDrain(c, drainStart{From: from, Gen: r.drainGen, Budget: r.core.DrainRoom()})
+}
+
+// An idle stream keeps no drain actor. A drain that has waited at the end of the log for
+// Config.DrainIdleClose says so (drainIdle); if the reader sent it nothing since the
+// listener registration the core asked for, the reader stops it and registers a commit
+// listener of its own at that offset: the reader is passive. The first commit past it, or
+// any command the core gives the drain meanwhile, starts a fresh drain at the core's drain
+// position, which reads on as the stopped one would have. A command in the stopped drain's
+// mailbox is lost with it only if it was that registration again, which the reader's own
+// listener stands for.
+
+// spawnDrain starts a drain child.
+func (r *reader) spawnDrain(c actor.Context) {
+	log := r.h.spec.Log
+	r.drain = c.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &drain{log: log, logger: r.log, faults: r.n.cfg.faults, metrics: r.n.metrics, idleClose: r.n.cfg.DrainIdleClose}
+	}))
+}
+
+// toDrain sends the drain a command; a passive reader starts a fresh drain instead, at the
+// command's position for a drainStart and at the core's drain position for anything else.
+func (r *reader) toDrain(c actor.Context, msg any) {
+	r.drainListening = false
+	if r.drain != nil {
+		c.Send(r.drain, msg)
+		return
+	}
+	start, ok := msg.(drainStart)
+	if !ok {
+		r.drainGen++
+		start = drainStart{From: r.core.Status().DrainNext, Gen: r.drainGen, Budget: r.core.DrainRoom()}
+	}
+	r.n.metrics.DrainActivations.Add(1)
+	r.spawnDrain(c)
+	c.Send(r.drain, start)
+}
+
+// listenAt has the drain (or, while passive, the reader itself) wait for the first commit
+// past offset, as the core asked (RegisterOffsetListener).
+func (r *reader) listenAt(c actor.Context, offset uint64) {
+	r.drainListenAt = offset
+	if r.drain == nil {
+		r.listenSelf(c, offset)
+		return
+	}
+	c.Send(r.drain, drainListen{Offset: offset, Gen: r.drainGen, Budget: r.core.DrainRoom()})
+	r.drainListening = true
+}
+
+// listenSelf registers the reader's own commit listener at offset: it posts a drainWake of
+// this drain generation to the reader (at once if the offset is already committed).
+func (r *reader) listenSelf(c actor.Context, offset uint64) {
+	pid, gen, root, live := c.Self(), r.drainGen, c.ActorSystem().Root, r.wakeLive
+	// Called under the log's lock by whoever commits: a Send only posts to the mailbox.
+	r.h.spec.Log.OnCommittedPast(offset, func() {
+		if live.Load() {
+			root.Send(pid, drainWake{Gen: gen})
+		}
+	})
+}
+
+// passivate stops an idle drain that has been told nothing since its listener registration
+// and waits on the log in its place.
+func (r *reader) passivate(c actor.Context, m drainIdle) {
+	if r.drain == nil || m.Gen != r.drainGen || !r.drainListening {
+		return // told something since, or of an earlier generation: it is not idle now
+	}
+	c.Stop(r.drain)
+	r.drain, r.drainListening = nil, false
+	r.n.metrics.DrainPassivations.Add(1)
+	r.listenSelf(c, r.drainListenAt)
+}
+
+// activate is the reader's own listener's wake: data past the offset it waited for was
+// committed (or the log closed); a fresh drain reads it.
+func (r *reader) activate(c actor.Context, m drainWake) {
+	if r.drain != nil || m.Gen != r.drainGen || !r.running {
+		return // a drain runs already (started by a command meanwhile), or a stale wake
+	}
+	r.startDrain(c, r.core.Status().DrainNext)
 }
 
 // since is the core's retry clock: the time since this incarnation started, on the node's

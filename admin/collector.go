@@ -144,6 +144,7 @@ func collectNode(in *NodeInput, rep *Report, ch chan<- prometheus.Metric) {
 		{"broadcast_dropped", m.BroadcastsDropped.Load()}, {"stray_message", m.StrayMessages.Load()},
 		{"drain_wakeup", m.DrainWakeups.Load()}, {"drain_reposition", m.DrainRepositions.Load()},
 		{"drain_stall", m.DrainStalls.Load()}, {"drain_pause", m.DrainPauses.Load()},
+		{"drain_passivation", m.DrainPassivations.Load()}, {"drain_activation", m.DrainActivations.Load()},
 		{"stream_parked", m.Parks.Load()}, {"park_retry", m.ParkRetries.Load()},
 	} {
 		counter(descEvents, float64(e.v), e.name)
