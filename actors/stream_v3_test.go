@@ -227,6 +227,23 @@ func TestV3RestoreFromSnapshot(t *testing.T) {
 	}
 }
 
+// startPersisted starts a node on w (the caller stops it), adds stream on a new log with
+// 48 KiB written (loadgen seed) and waits until all of it is persisted.
+func startPersisted(t *testing.T, w *world, cfg Config, stream string, seed uint64) (*Node, *segments.Log) {
+	t.Helper()
+	n, err := Start(context.Background(), cfg, w.Store, w.Meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := openLog(t, segments.Options{})
+	writeLog(t, lg, seed, loadgen.Limit{Bytes: 48 << 10})
+	if err := n.AddStream(StreamSpec{ID: stream, Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n, stream, lg.NextOffset(), 30*time.Second)
+	return n, lg
+}
+
 // TestV3AdoptionReapsTheReplacedRoot: a persist whose root reached the bucket and not etcd
 // (a crash between the two) is adopted at the next start. The root the record named until
 // then is superseded by a positive statement (the record names a later seq), so the node's
@@ -237,16 +254,7 @@ func TestV3AdoptionReapsTheReplacedRoot(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	ctx := context.Background()
 	cfg := v3Config(t)
-	n1, err := Start(ctx, cfg, w.Store, w.Meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lg := openLog(t, segments.Options{})
-	writeLog(t, lg, 5, loadgen.Limit{Bytes: 48 << 10})
-	if err := n1.AddStream(StreamSpec{ID: "s", Log: lg, Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
-	persisted(t, n1, "s", lg.NextOffset(), 30*time.Second)
+	n1, lg := startPersisted(t, w, cfg, "s", 5)
 	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := n1.Stop(stopCtx); err != nil {
@@ -539,16 +547,7 @@ func TestV3EtcdWipedUnderRunningNode(t *testing.T) {
 	ctx := context.Background()
 	cfg := v3Config(t)
 	cfg.ClaimRecheck = 100 * time.Millisecond
-	n1, err := Start(ctx, cfg, w.Store, w.Meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lg := openLog(t, segments.Options{})
-	writeLog(t, lg, 3, loadgen.Limit{Bytes: 48 << 10})
-	if err := n1.AddStream(StreamSpec{ID: "wiped", Log: lg, Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
-	persisted(t, n1, "wiped", lg.NextOffset(), 30*time.Second)
+	n1, lg := startPersisted(t, w, cfg, "wiped", 3)
 	acked := lg.NextOffset()
 
 	if _, err := w.Meta.Client().Delete(ctx, w.Meta.Prefix()+"/", clientv3.WithPrefix()); err != nil {
