@@ -183,7 +183,7 @@ func (n *Node) AddStream(spec StreamSpec) error {
 	h := newStreamHandle(spec)
 	log := n.log.With().Str("stream", spec.ID).Logger()
 	var inc incarnations
-	props := inc.props(n.guardian, func(i uint64) actor.Actor { return newStreamSupervisor(n, h, log, i) })
+	props := inc.props(n.guardian, func(i uint64) actor.Actor { return newStreamSupervisor(n, h, log, i) }, streamMailbox)
 	pid, err := n.root.SpawnNamed(props, "stream/"+spec.ID)
 	if err != nil {
 		return fmt.Errorf("add stream %s: %w", spec.ID, err)

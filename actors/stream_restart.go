@@ -111,7 +111,13 @@ func (g *guardian) stop() {
 type incarnations struct{ n atomic.Uint64 }
 
 // props returns props whose producer builds a fresh actor for every incarnation (passing
-// its number, from 1), supervised by g.
-func (i *incarnations) props(g *guardian, produce func(incarnation uint64) actor.Actor) *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return produce(i.n.Add(1)) }, actor.WithGuardian(g))
+// its number, from 1), supervised by g, with opts besides.
+func (i *incarnations) props(g *guardian, produce func(incarnation uint64) actor.Actor, opts ...actor.PropsOption) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return produce(i.n.Add(1)) }, append([]actor.PropsOption{actor.WithGuardian(g)}, opts...)...)
 }
+
+// streamMailbox is the mailbox of the actors every stream has (its supervisor and its
+// reader): protoactor's lock-free queue holds nothing but a stub node while empty, where its
+// default ring buffer holds ten slots from the start (about 200 bytes an actor, which ten
+// thousand idle streams pay for nothing).
+var streamMailbox = actor.WithMailbox(actor.UnboundedLockfree())

@@ -54,7 +54,7 @@ func (s *streamSupervisor) Receive(c actor.Context) {
 		}
 		s.reader = c.Spawn(actor.PropsFromProducer(func() actor.Actor {
 			return &reader{n: s.n, h: s.h, log: s.log}
-		}))
+		}, streamMailbox))
 	case *actor.Stopping, *actor.Restarting:
 		s.timers.StopAll()
 		s.h.unpark() // a fresh incarnation starts a fresh reader
