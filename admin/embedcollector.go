@@ -42,9 +42,14 @@ func NewCollector(o CollectorOptions) (prometheus.Collector, error) {
 	if o.Node == nil {
 		return nil, errors.New("admin collector: a node is required")
 	}
-	opts := Options{Node: o.Node, Started: time.Now(), S3: o.S3, Etcd: o.Etcd, Bucket: o.Bucket, GC: o.GC,
-		Prices: o.Prices, RebalanceThreshold: o.RebalanceThreshold}
+	opts := o.options()
 	return collector{input: func(ctx context.Context) NodeInput { return gatherInput(ctx, opts) }}, nil
+}
+
+// options are the admin server's options that read what o names.
+func (o CollectorOptions) options() Options {
+	return Options{Node: o.Node, Started: time.Now(), S3: o.S3, Etcd: o.Etcd, Bucket: o.Bucket, GC: o.GC,
+		Prices: o.Prices, RebalanceThreshold: o.RebalanceThreshold}
 }
 
 // NewMetricsHandler returns the node's /metrics as an http.Handler for an embedder's own
@@ -58,12 +63,5 @@ func NewMetricsHandler(o CollectorOptions, g prometheus.Gatherer) (http.Handler,
 	if o.Node == nil {
 		return nil, errors.New("admin metrics handler: a node is required")
 	}
-	opts := Options{Node: o.Node, Started: time.Now(), S3: o.S3, Etcd: o.Etcd, Bucket: o.Bucket, GC: o.GC,
-		Prices: o.Prices, RebalanceThreshold: o.RebalanceThreshold}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		in := gatherInput(ctx, opts)
-		cancel()
-		serveMetrics(w, r, g, in, zerolog.Nop())
-	}), nil
+	return metricsHandler(o.options(), g, zerolog.Nop()), nil
 }

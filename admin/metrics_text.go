@@ -33,17 +33,15 @@ import (
 // offers: every Prometheus server and agent accepts it.
 const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
 
-// metrics serves GET /metrics.
-func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	in := s.input(ctx)
-	cancel()
-	s.answerMetrics(w, r, in)
-}
-
-// answerMetrics answers a scrape of the node whose state is in.
-func (s *Server) answerMetrics(w http.ResponseWriter, r *http.Request, in NodeInput) {
-	serveMetrics(w, r, s.registry, in, s.opts.Log)
+// metricsHandler serves GET /metrics of the node o reads, beside the families of g (nil:
+// none): the admin server's and NewMetricsHandler's.
+func metricsHandler(o Options, g prometheus.Gatherer, log zerolog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		in := gatherInput(ctx, o)
+		cancel()
+		serveMetrics(w, r, g, in, log)
+	})
 }
 
 // serveMetrics answers a scrape: the families of g (nil: none) and the node's own series

@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/rs/zerolog"
 
 	"github.com/streamtier/streamtier/actors"
 	"github.com/streamtier/streamtier/s3io"
@@ -137,15 +138,15 @@ func lineDiff(got, want []string) string {
 // each family once.
 func TestMetricsHandlerWritesEveryFamily(t *testing.T) {
 	in := awkwardInput()
-	s := &Server{registry: prometheus.NewRegistry()}
-	s.registry.MustRegister(collectors.NewGoCollector())
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
 	for _, gz := range []bool{false, true} {
 		req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
 		if gz {
 			req.Header.Set("Accept-Encoding", "deflate, gzip;q=0.9")
 		}
 		rec := httptest.NewRecorder()
-		s.answerMetrics(rec, req, in)
+		serveMetrics(rec, req, reg, in, zerolog.Nop())
 		if rec.Code != 200 || rec.Header().Get("Content-Type") != metricsContentType {
 			t.Fatalf("gzip %v: HTTP %d %q: %s", gz, rec.Code, rec.Header().Get("Content-Type"), rec.Body)
 		}

@@ -126,7 +126,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /streams/{id}/retention", s.retention)
 	mux.HandleFunc("GET /streams/{id}/read", s.read)
 	mux.HandleFunc("POST /streams/{id}/await", s.await)
-	mux.HandleFunc("GET /metrics", s.metrics)
+	mux.Handle("GET /metrics", metricsHandler(s.opts, s.registry, s.opts.Log))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
