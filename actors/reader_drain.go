@@ -48,6 +48,19 @@ type drainListen struct {
 // drainWake is sent by the offset listener (or a retry timer): try to read again.
 type drainWake struct{ Gen uint64 }
 
+// wakeOnCommit registers the one-shot listener of the first commit past offset (at once if
+// it is committed already, or when the log closes) that posts drainWake{gen} to pid while
+// live is set: a listener that outlives its actor posts nothing, and no goroutine waits.
+// The drain registers it for itself, a passive reader for itself (reader_flow.go).
+func wakeOnCommit(lg *segments.Log, offset uint64, root *actor.RootContext, pid *actor.PID, gen uint64, live *atomic.Bool) {
+	// Called under the log's lock by whoever commits: a Send only posts to the mailbox.
+	lg.OnCommittedPast(offset, func() {
+		if live.Load() {
+			root.Send(pid, drainWake{Gen: gen})
+		}
+	})
+}
+
 // drainSuspend is the drain's idle timer: still at the end of the stream after
 // Config.DrainIdleClose, it closes its data reader's file (the next read reopens it) and
 // tells its reader (drainIdle).
@@ -148,13 +161,7 @@ func (d *drain) handle(c actor.Context, msg any) {
 			return
 		}
 		d.budget = m.Budget
-		pid, gen, root, live := c.Self(), d.gen, c.ActorSystem().Root, d.live
-		// Called under the log's lock by whoever commits: a Send only posts to the mailbox.
-		d.log.OnCommittedPast(m.Offset, func() {
-			if live.Load() {
-				root.Send(pid, drainWake{Gen: gen})
-			}
-		})
+		wakeOnCommit(d.log, m.Offset, c.ActorSystem().Root, c.Self(), d.gen, d.live)
 		d.idle = false
 		d.read(c, true) // the commit may have raced the registration
 	case drainWake:

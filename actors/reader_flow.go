@@ -120,18 +120,15 @@ func (r *reader) spawnDrain(c actor.Context) {
 // command's position for a drainStart and at the core's drain position for anything else.
 func (r *reader) toDrain(c actor.Context, msg any) {
 	r.drainListening = false
-	if r.drain != nil {
-		c.Send(r.drain, msg)
-		return
+	if r.drain == nil {
+		if _, ok := msg.(drainStart); !ok {
+			r.startDrain(c, r.core.Status().DrainNext) // back here with a drainStart
+			return
+		}
+		r.n.metrics.DrainActivations.Add(1)
+		r.spawnDrain(c)
 	}
-	start, ok := msg.(drainStart)
-	if !ok {
-		r.drainGen++
-		start = drainStart{From: r.core.Status().DrainNext, Gen: r.drainGen, Budget: r.core.DrainRoom()}
-	}
-	r.n.metrics.DrainActivations.Add(1)
-	r.spawnDrain(c)
-	c.Send(r.drain, start)
+	c.Send(r.drain, msg)
 }
 
 // listenAt has the drain (or, while passive, the reader itself) wait for the first commit
@@ -149,13 +146,7 @@ func (r *reader) listenAt(c actor.Context, offset uint64) {
 // listenSelf registers the reader's own commit listener at offset: it posts a drainWake of
 // this drain generation to the reader (at once if the offset is already committed).
 func (r *reader) listenSelf(c actor.Context, offset uint64) {
-	pid, gen, root, live := c.Self(), r.drainGen, c.ActorSystem().Root, r.wakeLive
-	// Called under the log's lock by whoever commits: a Send only posts to the mailbox.
-	r.h.spec.Log.OnCommittedPast(offset, func() {
-		if live.Load() {
-			root.Send(pid, drainWake{Gen: gen})
-		}
-	})
+	wakeOnCommit(r.h.spec.Log, offset, c.ActorSystem().Root, c.Self(), r.drainGen, r.wakeLive)
 }
 
 // passivate stops an idle drain that has been told nothing since its listener registration
