@@ -40,6 +40,7 @@ type Node struct {
 	guardian *guardian // supervises the governor, the reaper and the stream supervisors
 	governor *actor.PID
 	reaper   *actor.PID
+	waker    *actor.PID // wakes dormant streams for their commit listeners
 	metrics  *Metrics
 	// uploads counts the transfer tasks' upload goroutines: they run apart from the actors
 	// (a hung one must not block the governor's restart), so Stop waits for them itself.
@@ -112,6 +113,9 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 	if n.reaper, err = n.root.SpawnNamed(reaperInc.props(n.guardian, func(inc uint64) actor.Actor { return newReaper(rd, inc) }), "reaper"); err != nil {
 		return nil, fmt.Errorf("start node: spawn reaper: %w", err)
 	}
+	if n.waker, err = n.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &waker{n: n} }), "waker"); err != nil {
+		return nil, fmt.Errorf("start node: spawn waker: %w", err)
+	}
 	go n.watchClaim(cfg.ClaimRecheck)
 	n.log.Info().Str("governor_rate", rateString(cfg.Governor.RateBytesPerSec)).Dur("transfer_deadline", cfg.Stream.TransferDeadline).Msg("node started")
 	return n, nil
@@ -181,17 +185,23 @@ func (n *Node) AddStream(spec StreamSpec) error {
 		}
 	}
 	h := newStreamHandle(spec)
-	log := n.log.With().Str("stream", spec.ID).Logger()
-	var inc incarnations
-	props := inc.props(n.guardian, func(i uint64) actor.Actor { return newStreamSupervisor(n, h, log, i) }, streamMailbox)
-	pid, err := n.root.SpawnNamed(props, "stream/"+spec.ID)
+	pid, err := n.spawnStream(h)
 	if err != nil {
 		return fmt.Errorf("add stream %s: %w", spec.ID, err)
 	}
 	h.supervisor = pid
 	n.streams[spec.ID] = h
-	log.Info().Uint64("epoch", spec.Epoch).Msg("stream added")
+	n.log.Info().Str("stream", spec.ID).Uint64("epoch", spec.Epoch).Msg("stream added")
 	return nil
+}
+
+// spawnStream spawns a stream's supervisor (which spawns its reader): at AddStream, and
+// when a dormant stream wakes.
+func (n *Node) spawnStream(h *streamHandle) (*actor.PID, error) {
+	log := n.log.With().Str("stream", h.spec.ID).Logger()
+	var inc incarnations
+	props := inc.props(n.guardian, func(i uint64) actor.Actor { return newStreamSupervisor(n, h, log, i) }, streamMailbox)
+	return n.root.SpawnNamed(props, "stream/"+h.spec.ID)
 }
 
 // refuseDeleted reads the stream's etcd tombstone (one read, bounded by ResolveTimeout):
@@ -268,13 +278,19 @@ func (n *Node) RemoveStream(ctx context.Context, id string) error {
 }
 
 func (n *Node) stopStream(ctx context.Context, h *streamHandle) error {
+	h.stop(fmt.Errorf("stream %s removed: %w", h.spec.ID, ErrStreamStopped)) // a dormant stream stays so
+	finished, dormant := h.stopDormant(n)
 	select {
 	case <-h.done: // it stopped for good by itself (deleted, deposed): stopping it again is a dead letter
 	default:
-		n.root.Stop(h.supervisor)
+		if finished { // dormant: no actor to stop
+			n.streamStopped(h)
+			close(h.done)
+		} else if !dormant { // a supervisor stopping for its dormancy finishes it
+			n.root.Stop(h.supervisorPID())
+		}
 	}
 	n.root.Send(n.governor, cancelStream{Stream: h.spec.ID})
-	h.stop(fmt.Errorf("stream %s removed: %w", h.spec.ID, ErrStreamStopped))
 	select {
 	case <-h.done:
 		return nil
@@ -355,15 +371,15 @@ func (n *Node) await(ctx context.Context, id string, offset uint64, flush bool) 
 	if err != nil {
 		return err
 	}
-	if pid := h.readerPID(); pid != nil {
+	if pid, _ := n.readerFor(h); pid != nil {
 		n.root.Send(pid, readercore.AwaitOffset{Offset: offset, Waiter: wid, Flush: flush})
-	} // else: the reader's first incarnation picks it up from the handle when it resolves
+	} // else: the reader's next incarnation (the first, or a dormant stream's woken one) picks it up from the handle when it resolves
 	select {
 	case err := <-ch:
 		return err
 	case <-ctx.Done():
 		h.removeWaiter(wid)
-		if pid := h.readerPID(); pid != nil {
+		if pid := h.readerPID(); pid != nil && h.countSend(pid) {
 			n.root.Send(pid, readercore.CancelAwait{Waiter: wid})
 		}
 		what := "await"
@@ -410,7 +426,10 @@ func (n *Node) sendReader(id string, msg any) error {
 		return fmt.Errorf("stream %s is parked (its reader keeps failing: %s), retried at %s: %w",
 			id, p.reason, p.retryAt.Format(time.RFC3339), ErrStreamStarting)
 	}
-	pid := h.readerPID()
+	pid, err := n.readerAwake(h)
+	if err != nil {
+		return err
+	}
 	if pid == nil {
 		return fmt.Errorf("stream %s: %w", id, ErrStreamStarting)
 	}
@@ -461,7 +480,14 @@ func (n *Node) Status(ctx context.Context, id string) (StreamStatus, error) {
 	if st, ok := h.parkedStatus(); ok { // its reader is down until the next retry
 		return st, nil
 	}
-	pid := h.readerPID()
+	pid, dormant := h.countedReader()
+	if dormant { // no actor to ask, and no need to wake it
+		st, _ := h.dormantStatus(n.cfg.clock.Now())
+		if reason := n.claim.lostReason(); reason != "" {
+			st.Phase, st.MetadataReason = "claim_changed", reason // as its reader would say
+		}
+		return st, nil
+	}
 	if pid == nil {
 		return StreamStatus{Stream: id, Phase: "starting"}, nil
 	}
@@ -490,7 +516,14 @@ func (n *Node) TruncateRemote(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	pid := h.readerPID()
+	if st, ok := h.dormantStatus(n.cfg.clock.Now()); ok {
+		// A dormant stream is never held for an operator: refused as its core would.
+		return fmt.Errorf("stream %s: truncate refused: the local log and the remote tier are not known to share no chunk (%s, dormant)", id, st.Phase)
+	}
+	pid, err := n.readerAwake(h)
+	if err != nil {
+		return err
+	}
 	if pid == nil {
 		return fmt.Errorf("stream %s: %w", id, ErrStreamStarting)
 	}

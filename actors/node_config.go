@@ -70,6 +70,10 @@ type Config struct {
 	// it closes its reader's segment file (default 5 s); the next commit reopens it. With the
 	// log's own idle close (segments.Options.IdleClose) an idle stream holds no descriptor.
 	DrainIdleClose time.Duration
+	// DormantAfter is how long a stream's drain stays passive, with everything it drained
+	// persisted and nothing in flight, before the stream goes dormant: its actors stop until
+	// data, an await or a command wakes it (default 30 s; negative: never).
+	DormantAfter time.Duration
 	// ParkRetryInterval is how often the reader of a parked stream (one whose reader kept
 	// failing until its restart delay reached the ceiling) is retried (default 1 min).
 	ParkRetryInterval time.Duration
@@ -133,6 +137,9 @@ func (c Config) withDefaults() Config {
 	if c.ParkRetryInterval == 0 {
 		c.ParkRetryInterval = DefaultParkRetryInterval
 	}
+	if c.DormantAfter == 0 {
+		c.DormantAfter = DefaultDormantAfter
+	}
 	if c.Slog != nil {
 		c.Logger = shell.ZerologToSlog(c.Slog)
 	}
@@ -148,6 +155,8 @@ const (
 	// DefaultParkRetryInterval is how often a parked stream's reader is retried.
 	DefaultParkRetryInterval = time.Minute
 	DefaultDrainIdleClose    = 5 * time.Second
+	// DefaultDormantAfter is how long an idle stream keeps its actors before it goes dormant.
+	DefaultDormantAfter = 30 * time.Second
 )
 
 // Upload bounds by default (docs/operations.md): 24 uploads at once node-wide, each one S3

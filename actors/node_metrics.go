@@ -73,6 +73,12 @@ type Metrics struct {
 	DrainRepositions atomic.Int64
 	DrainStalls      atomic.Int64
 	DrainPauses      atomic.Int64
+	// StreamsDormant is how many of the running streams are dormant now (no actor:
+	// stream_dormant.go). Dormancies counts streams that went dormant, Wakes those woken
+	// again (by data, an await, a command or a replica registration).
+	StreamsDormant atomic.Int64
+	Dormancies     atomic.Int64
+	Wakes          atomic.Int64
 	// DrainPassivations counts idle drains the reader stopped, to wait on the log itself
 	// until data comes (an idle stream keeps no drain actor); DrainActivations the drains it
 	// started again for that data.

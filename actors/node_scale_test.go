@@ -134,6 +134,11 @@ func (f *idleFleet) grow(n int) {
 		g := runtime.NumGoroutine()
 		return g <= allowed, fmt.Sprintf("%d goroutines, want at most %d", g, allowed)
 	})
+	if f.node.cfg.DormantAfter > 0 {
+		until(t, 2*time.Minute, fmt.Sprintf("%d streams dormant", n), func() (bool, string) {
+			return m.StreamsDormant.Load() == int64(n), fmt.Sprintf("%d dormant", m.StreamsDormant.Load())
+		})
+	}
 }
 
 // Ten thousand streams on one node: an idle stream costs no goroutine, no descriptor but
@@ -150,9 +155,10 @@ func TestIdleStreamsCostNoGoroutineNorDescriptor(t *testing.T) {
 			t.Fatalf("STREAMTIER_SCALE_STREAMS=%q: want a number above %d", v, small)
 		}
 	}
-	f := newIdleFleet(t, Config{Logger: zerolog.Nop(), DrainIdleClose: 50 * time.Millisecond, RetentionInterval: time.Hour,
-		Stream: StreamOptions{PersistInterval: time.Hour}})
+	f := newIdleFleet(t, Config{Logger: zerolog.Nop(), DrainIdleClose: 50 * time.Millisecond, DormantAfter: 100 * time.Millisecond,
+		RetentionInterval: time.Hour, Stream: StreamOptions{PersistInterval: time.Hour}})
 	base := footprint(t)
+	actors := localActors(f.node)
 	f.grow(small)
 	at500 := footprint(t)
 	f.grow(large)
@@ -172,6 +178,9 @@ func TestIdleStreamsCostNoGoroutineNorDescriptor(t *testing.T) {
 	t.Logf("per idle stream: %.4f goroutines, %.4f fds and %.4f lock fds, %.1f KiB heap", g, d, l, h/1024)
 	if g > 0.01 {
 		t.Errorf("goroutines grow by %.4f per idle stream (want at most 0.01)", g)
+	}
+	if a := localActors(f.node); a != actors { // dormant: the handle is all that is left
+		t.Errorf("%d actors with %d dormant streams, %d without: want no actor per dormant stream", a, large, actors)
 	}
 	if d > 0.1 {
 		t.Errorf("descriptors other than the logs' locks grow by %.4f per idle stream (want at most 0.1)", d)
@@ -196,7 +205,10 @@ func TestOutOfDescriptorsStallsAndRecovers(t *testing.T) {
 	}
 	const streams = 20
 	log, _ := testLogger(t)
-	f := newIdleFleet(t, Config{Logger: log, DrainIdleClose: 50 * time.Millisecond,
+	// The streams stay awake: this is the drains' stall on EMFILE (a dormant stream woken
+	// while descriptors are exhausted retries its resolution instead, "resolving" with the
+	// error in status).
+	f := newIdleFleet(t, Config{Logger: log, DrainIdleClose: 50 * time.Millisecond, DormantAfter: -1,
 		Stream: StreamOptions{PersistInterval: 100 * time.Millisecond}})
 	f.grow(streams)
 	var next []uint64

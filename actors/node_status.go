@@ -64,6 +64,11 @@ type StreamStatus struct {
 	// back). The fields above hold the details; this is the one line to show a person.
 	Waiting string
 
+	// Dormant says the stream holds no actor now: everything it drained was persisted and it
+	// waits for data, an await or a command to wake it. Core is as it was when it went
+	// dormant (the local fields are read now).
+	Dormant bool
+
 	// Follow is set when the local log is followed read-only (another process writes it):
 	// what its last look at the directory found.
 	Follow *FollowStatus

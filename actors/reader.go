@@ -102,10 +102,28 @@ type reader struct {
 	// oldest caches the timestamp of the oldest committed chunk not yet persisted, for
 	// status's lag: the disk is read only when the offset it starts at moves.
 	oldest oldestUnpersisted
+	// received counts the messages Node.readerFor counted for this reader; dormant is set
+	// once it left the stream dormant (stream_dormant.go): it ignores everything after.
+	received uint64
+	dormant  bool
 }
 
 func (r *reader) Receive(c actor.Context) {
 	r.n.cfg.faults.atReader(c.Message())
+	switch c.Message().(type) {
+	case readercore.AwaitOffset, readercore.CancelAwait, forceCutMsg, evaluateRetMsg, setRetentionMsg,
+		replicaMsg, statusRequestMsg, truncateRequestMsg: // what Node.readerFor counts
+		r.received++
+		if r.dormant { // sent before the stream went dormant cannot be (readerFor counts)
+			r.stray(c.Message())
+			return
+		}
+	case *actor.Started, *actor.Stopping, *actor.Restarting, *actor.Stopped, *actor.Terminated:
+	default:
+		if r.dormant {
+			return // its supervisor stops it: the stream is dormant
+		}
+	}
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		r.start(c)
@@ -132,6 +150,8 @@ func (r *reader) Receive(c actor.Context) {
 		r.passivate(c, m)
 	case drainWake:
 		r.activate(c, m)
+	case dormantCheck:
+		r.maybeDormant(c, m)
 	case resolveRetryMsg:
 		r.resolve(c)
 	case *resolvedMsg:
@@ -182,6 +202,7 @@ func (r *reader) Receive(c actor.Context) {
 		r.step(c, readercore.EvaluateRetention{Now: r.n.cfg.clock.Now().UnixMilli()})
 		r.timers.After(c.ActorSystem().Root, c.Self(), r.n.cfg.RetentionInterval, retentionTickMsg{})
 	case setRetentionMsg:
+		r.h.policy.Store(&m.Policy) // later incarnations start with it
 		r.step(c, readercore.RetentionPolicyChanged{Policy: m.Policy, Now: r.n.cfg.clock.Now().UnixMilli()})
 	case replicaMsg:
 		r.onReplica(c, m)
@@ -236,6 +257,13 @@ func (r *reader) start(c actor.Context) {
 	cfg := r.n.cfg.coreConfig(r.h.spec)
 	cfg.RefBase = inc << 40
 	cfg.AnchorReinitialized = r.h.anchorReinit.Load()
+	if p := r.h.policy.Load(); p != nil {
+		cfg.Retention = *p
+	}
+	carried := r.h.takeCarry() // set when the stream woke from dormancy
+	if carried != nil {
+		cfg.Counters = *carried
+	}
 	core, err := readercore.New(cfg)
 	if err != nil { // validated in AddStream; a failure here is a bug
 		panic(fmt.Errorf("stream %s: %w", r.h.spec.ID, err))
@@ -257,7 +285,7 @@ func (r *reader) start(c actor.Context) {
 		blog, metrics := r.log.With().Str("actor", "broadcast").Logger(), r.n.metrics
 		r.broadcaster = c.Spawn(actor.PropsFromProducer(func() actor.Actor { return newBroadcaster(sink, blog, metrics) }))
 	}
-	if inc > 1 {
+	if inc > 1 && carried == nil {
 		r.log.Info().Uint64("incarnation", inc).Msg("reader restarted: resolving the manifest again")
 	}
 	r.resolve(c)

@@ -53,10 +53,14 @@ type drainWake struct{ Gen uint64 }
 // live is set: a listener that outlives its actor posts nothing, and no goroutine waits.
 // The drain registers it for itself, a passive reader for itself (reader_flow.go).
 func wakeOnCommit(lg *segments.Log, offset uint64, root *actor.RootContext, pid *actor.PID, gen uint64, live *atomic.Bool) {
-	// Called under the log's lock by whoever commits: a Send only posts to the mailbox.
+	// Called under the log's lock by whoever commits: a Send only posts to the mailbox. The
+	// listener keeps a PID of its own, without the cached process a PID holds once used: a
+	// listener left behind until the next commit must not keep a stopped reader (and the
+	// dormant stream's whole former actor) in memory.
+	target := actor.NewPID(pid.Address, pid.Id)
 	lg.OnCommittedPast(offset, func() {
 		if live.Load() {
-			root.Send(pid, drainWake{Gen: gen})
+			root.Send(target, drainWake{Gen: gen})
 		}
 	})
 }

@@ -159,6 +159,9 @@ func (r *reader) passivate(c actor.Context, m drainIdle) {
 	r.drain, r.drainListening = nil, false
 	r.n.metrics.DrainPassivations.Add(1)
 	r.listenSelf(c, r.drainListenAt)
+	if d := r.n.cfg.DormantAfter; d > 0 {
+		r.timers.After(c.ActorSystem().Root, c.Self(), d, dormantCheck{Gen: r.drainGen})
+	}
 }
 
 // activate is the reader's own listener's wake: data past the offset it waited for was

@@ -81,6 +81,21 @@ type streamHandle struct {
 	// parked is set while the supervisor has parked the stream (its reader keeps failing)
 	// and waits to retry it.
 	parked *parkState
+
+	// dorm is set while the stream is dormant or going dormant (stream_dormant.go): no
+	// actor, a snapshot for status, a commit listener to wake it. sent counts the messages
+	// sent to the current reader (Node.readerFor), so that a reader goes dormant only with
+	// none of them unread; readerReady, while a woken stream has no reader yet, is closed
+	// when its new reader registers. carry are the counts of the core that went dormant,
+	// for the next one.
+	dorm        *dormancy
+	dormGen     uint64
+	sent        uint64
+	readerReady chan struct{}
+	carry       *readercore.Counters
+	// policy is the remote retention policy set at run time (Node.SetRetention), which
+	// every later reader incarnation starts with instead of the spec's; nil: the spec's.
+	policy atomic.Pointer[manifest.Policy]
 }
 
 // parkState is why and since when a stream is parked.
@@ -306,8 +321,40 @@ func (h *streamHandle) replicas() []string {
 
 func (h *streamHandle) setReader(pid *actor.PID) {
 	h.mu.Lock()
-	h.reader = pid
+	h.reader, h.sent = pid, 0
+	if h.readerReady != nil {
+		close(h.readerReady)
+		h.readerReady = nil
+	}
 	h.mu.Unlock()
+}
+
+// takeCarry returns (and forgets) the counts a woken stream's new core starts from.
+func (h *streamHandle) takeCarry() *readercore.Counters {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.carry
+	h.carry = nil
+	return c
+}
+
+// countSend counts one message for pid if it is still the stream's reader (see
+// Node.readerFor); false: it is not, the message has no reader to go to.
+func (h *streamHandle) countSend(pid *actor.PID) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.reader != pid {
+		return false
+	}
+	h.sent++
+	return true
+}
+
+// supervisorPID is the stream's current supervisor (a woken stream has a new one).
+func (h *streamHandle) supervisorPID() *actor.PID {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.supervisor
 }
 
 func (h *streamHandle) readerPID() *actor.PID {

@@ -59,8 +59,13 @@ func (s *streamSupervisor) Receive(c actor.Context) {
 		s.timers.StopAll()
 		s.h.unpark() // a fresh incarnation starts a fresh reader
 	case *actor.Stopped:
+		if s.n.dormancyStopped(s.h) {
+			return // dormant, not gone
+		}
 		s.n.streamStopped(s.h) // the stream's last event: its reader stopped before
 		close(s.h.done)
+	case goDormant:
+		c.Stop(c.Self()) // the reader with it; the handle keeps the stream
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 	case streamGone:
 		c.Send(s.n.governor, cancelStream{Stream: s.h.spec.ID})

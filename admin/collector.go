@@ -38,7 +38,8 @@ var (
 	descEvents         = desc("events_total", "Noteworthy pipeline events by kind (resolve_failure, reset, reinitialization, reader_crash, core_error, stall, remote_retention_run, local_segment_deleted, actor_restart, task_panic, task_overdue, transfer_abandoned, broadcast_dropped, stray_message, stream_parked, park_retry).", "event")
 	descGapOffsets     = desc("gap_offsets_total", "Offsets given up because the local log dropped them before upload.")
 	descReaper         = desc("reaper_total", "Reaper work by kind (deleted, failed, retries, group_gets).", "kind")
-	descStreams        = desc("streams_running", "Streams whose replica reader runs (stalled ones not counted).")
+	descStreams        = desc("streams_running", "Streams whose replica reader runs (stalled ones not counted; dormant ones counted).")
+	descDormant        = desc("streams_dormant", "Running streams that hold no actor now: everything persisted, waiting for data, an await or a command.")
 	descMetaStalls     = desc("streams_metadata_stalled", "Streams stalled because etcd lost their metadata or is behind the bucket, by phase (metadata_missing, metadata_behind): repair with `node recover`.", "phase")
 	descClaimLost      = desc("claim_lost", "1 once the node found its cluster claim changed: it stopped persisting and deleting.")
 	descStalled        = desc("streams_stalled", "Streams whose drain cannot read the local log now, by cause (EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM, other).", "cause")
@@ -146,6 +147,7 @@ func collectNode(in *NodeInput, rep *Report, ch chan<- prometheus.Metric) {
 		{"drain_stall", m.DrainStalls.Load()}, {"drain_pause", m.DrainPauses.Load()},
 		{"drain_passivation", m.DrainPassivations.Load()}, {"drain_activation", m.DrainActivations.Load()},
 		{"stream_parked", m.Parks.Load()}, {"park_retry", m.ParkRetries.Load()},
+		{"stream_dormant", m.Dormancies.Load()}, {"stream_woken", m.Wakes.Load()},
 	} {
 		counter(descEvents, float64(e.v), e.name)
 	}
@@ -156,6 +158,7 @@ func collectNode(in *NodeInput, rep *Report, ch chan<- prometheus.Metric) {
 	counter(descReaper, float64(m.Reaper.GroupGets.Load()), "group_gets")
 
 	gauge(descStreams, float64(m.StreamsRunning.Load()))
+	gauge(descDormant, float64(m.StreamsDormant.Load()))
 	gauge(descMetaStalls, float64(m.StreamsMetadataMissing.Load()), "metadata_missing")
 	gauge(descMetaStalls, float64(m.StreamsMetadataBehind.Load()), "metadata_behind")
 	gauge(descClaimLost, float64(m.ClaimLost.Load()))

@@ -48,6 +48,8 @@ type NodeReport struct {
 	UptimeSeconds  float64 `json:"uptime_seconds"`
 	StreamsRunning int64   `json:"streams_running"`
 	StreamsParked  int     `json:"streams_parked"`
+	// StreamsDormant are the running streams that hold no actor now (stream_dormant_after).
+	StreamsDormant int64 `json:"streams_dormant"`
 	// StreamsStalled are the streams whose drain cannot read the local log now (not in
 	// streams_running), StalledBy the same by cause, LocalErrors the failures reported since
 	// the start by cause: EMFILE, ENFILE, ENOSPC, EDQUOT, ENOMEM or other.
@@ -280,6 +282,9 @@ type StreamReport struct {
 	// Parked is set, with phase "parked", while the stream's reader keeps failing and is
 	// retried every stream_park_retry_interval.
 	Parked *ParkedReport `json:"parked,omitempty"`
+	// Dormant says the stream holds no actor now (everything persisted, nothing in flight):
+	// data, an await or a command wakes it; the pipeline figures are from when it went dormant.
+	Dormant bool `json:"dormant,omitempty"`
 	// Follow is set when the local log is followed read-only: another process writes it.
 	Follow *FollowReport `json:"follow,omitempty"`
 	// Cost is the stream's S3 requests by kind and its stored bytes (the persisted
@@ -427,6 +432,7 @@ func BuildReport(in NodeInput, now time.Time) Report {
 		ID:               in.NodeID,
 		UptimeSeconds:    now.Sub(in.Started).Seconds(),
 		StreamsRunning:   m.StreamsRunning.Load(),
+		StreamsDormant:   m.StreamsDormant.Load(),
 		TransfersRunning: m.TransfersRunning.Load(),
 		Governor: GovernorReport{
 			RateBytesPerSec: in.Governor.RateBytesPerSec, BurstBytes: in.Governor.BurstBytes, Tokens: in.Governor.Tokens,
@@ -585,6 +591,7 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 	if f := s.Follow; f != nil {
 		r.Follow = &FollowReport{PendingBytes: f.PendingBytes, Error: f.Error, Restarting: f.Restarting}
 	}
+	r.Dormant = s.Dormant
 	if p := s.Parked; p != nil {
 		r.Parked = &ParkedReport{SinceMillis: p.Since.UnixMilli(), Reason: p.Reason, Failures: p.Failures, RetryAtMillis: p.RetryAt.UnixMilli()}
 	}

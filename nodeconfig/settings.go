@@ -79,6 +79,7 @@ type Settings struct {
 	GroupUploadTimeout     time.Duration
 	ResolveTimeout         time.Duration
 	ParkRetryInterval      time.Duration
+	DormantAfter           time.Duration // 0: never
 	LocalHotWindowBytes    int64
 	ReadBudgetBytes        int64
 	ReadRangeBytes         int64
@@ -345,6 +346,8 @@ var table = []setting{
 		apply: duration(func(s *Settings) *time.Duration { return &s.ResolveTimeout })},
 	{name: "stream_park_retry_interval", def: "1m", help: "how often the reader of a parked stream (one whose reader kept failing until its restart delay reached 10s) is retried",
 		apply: duration(func(s *Settings) *time.Duration { return &s.ParkRetryInterval })},
+	{name: "stream_dormant_after", def: "30s", help: "how long a stream with everything persisted and nothing to do keeps its actors before it goes dormant (no actor until data, an await or a command wakes it, at the cost of one resolution); 0: never",
+		apply: duration(func(s *Settings) *time.Duration { return &s.DormantAfter })},
 	{name: "read_budget_bytes", def: "256MiB", help: "node-wide bound on the bytes remote readers hold (in flight, buffered, delivered and not consumed), divided evenly among the open readers",
 		apply: size64(func(s *Settings) *int64 { return &s.ReadBudgetBytes })},
 	{name: "read_range_bytes", def: "4MiB", help: "length of one range GET of a remote reader",

@@ -1,6 +1,7 @@
 package nodeconfig
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"net"
@@ -164,6 +165,8 @@ func (s Settings) Validate() error {
 		}
 	}
 	switch {
+	case s.DormantAfter < 0:
+		return bad("stream_dormant_after", "%v: must be positive, or 0 for never", s.DormantAfter)
 	case s.TransferDeadline < 0:
 		return bad("transfer_deadline", "%v: must be positive (or 0: four times s3_transfer_timeout)", s.TransferDeadline)
 	case s.MaxUnpersistedBytes != 0 && s.MaxUnpersistedBytes < s.FragmentTargetSize:
@@ -245,6 +248,7 @@ func (s Settings) NodeConfig(log zerolog.Logger) actors.Config {
 		GroupUploadTimeout:  s.GroupUploadTimeout,
 		ResolveTimeout:      s.ResolveTimeout,
 		ParkRetryInterval:   s.ParkRetryInterval,
+		DormantAfter:        cmp.Or(s.DormantAfter, -1), // 0: never
 		Logger:              log,
 	}
 }

@@ -77,6 +77,10 @@ type Config struct {
 	// persist is retried each PersistInterval and reported in status instead. A core that
 	// reinitializes itself for it sets it in its own copy.
 	AnchorReinitialized bool
+
+	// Counters are where this core's counts start: a shell that wakes a dormant stream
+	// passes the counts its previous core had, so that they stay monotonic for the stream.
+	Counters Counters
 }
 
 // withDefaults fills zero fields with the spec's defaults.

@@ -238,6 +238,7 @@ func New(cfg Config) (*Core, error) {
 		policy:    cfg.Retention,
 		persisted: manifest.Empty(),
 		mem:       manifest.Empty(),
+		stats:     cfg.Counters,
 	}, nil
 }
 

@@ -262,6 +262,7 @@ func (w *world) checkInvariants() {
 	}
 	w.checkFlow()
 	w.checkIdleCut()
+	w.checkDormant()
 	if c.phase != phaseRunning {
 		return
 	}
@@ -448,4 +449,20 @@ func (w *world) recheckBehind() {
 	w.restarts++
 	w.waiters = map[WaiterID]uint64{}
 	w.startCore()
+}
+
+// checkDormant: a core that says its stream may go dormant holds nothing but its persisted
+// state. Its in-memory manifest is the persisted one, and nothing is assembled, in flight,
+// unpersisted or waited for: stopping its actors then loses nothing.
+func (w *world) checkDormant() {
+	c := w.c
+	if c.Dormant() != "" {
+		return
+	}
+	st := c.Status()
+	if st.AssemblyChunks != 0 || st.InFlight != 0 || st.WaitingRetry != 0 || st.Buffered != 0 || st.UnpersistedEdits != 0 ||
+		st.UnpersistedBytes != 0 || st.PersistState != "idle" || st.Waiters != 0 || st.ResetPending || st.Paused ||
+		!c.mem.Equal(c.persisted) {
+		w.t.Fatalf("the core may go dormant with work held: %s", st.String())
+	}
 }

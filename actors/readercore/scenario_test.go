@@ -242,6 +242,11 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return fmt.Sprintf("new core, refs from %d\n", cfg.RefBase+1)
 	case "status":
 		return h.c.Status().String() + "\n"
+	case "dormant":
+		if why := h.c.Dormant(); why != "" {
+			return "awake: " + why + "\n"
+		}
+		return "dormant\n"
 	case "manifest":
 		p, rev := h.c.Persisted()
 		return fmt.Sprintf("mem: %s\npersisted rev=%d: %s\n", FormatManifest(h.c.Manifest()), rev, FormatManifest(p))

@@ -157,6 +157,9 @@ func (s *TaskSet) Go(c actor.Context, ctx context.Context, tm *Timers, wg *sync.
 	return t.id
 }
 
+// Live is how many operations are waited for.
+func (s *TaskSet) Live() int { return len(s.live) }
+
 // Settle reports whether the operation id is still waited for, and stops waiting for it.
 func (s *TaskSet) Settle(tm *Timers, id uint64) bool {
 	lt, ok := s.live[id]

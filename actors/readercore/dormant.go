@@ -1,0 +1,41 @@
+package readercore
+
+// Dormant says whether the core holds nothing but its persisted state, so that its shell may
+// let the stream go dormant (stop its actors, keep a snapshot, and resolve again when data,
+// a request or a command comes): "" when it may, else what holds it. Everything the core
+// knows of is either persisted or nothing: no chunk assembled, no transfer, no edit waiting
+// for a persist, no persist, rebalance, retention run or truncation in flight, no waiter, no
+// timer that must fire. Whatever it answers, nothing is lost by asking.
+//
+// Two states keep a stream awake although nothing moves: a replica to keep in sync (its
+// broadcasts come from the core) and remote retention by age over data held remotely (the
+// age rule fires on time alone, with no data or request to wake the stream).
+func (c *Core) Dormant() string {
+	switch {
+	case c.phase != phaseRunning:
+		return "not running (" + c.phase.String() + ")"
+	case c.diverged != nil:
+		return "held for an operator (diverged)"
+	case c.asm.Len() > 0 || c.cutTimer != 0:
+		return "a fragment is being assembled"
+	case len(c.transfers) > 0 || c.retryTimer != 0:
+		return "transfers in flight"
+	case len(c.pending) > 0 || c.nonAppend > 0 || c.reset != nil:
+		return "edits not yet persisted"
+	case c.inflight != nil || c.timer != 0 || c.persistDue || c.persistBackoff:
+		return "a persist is due or in flight"
+	case c.rebalance != nil || c.retention != nil || c.retentionWant:
+		return "a rebalance or retention run is in flight"
+	case c.lookup != 0:
+		return "a lookup is in flight"
+	case len(c.waiters) > 0 || c.flushTo != 0:
+		return "awaits are waiting"
+	case c.drainMiss != nil || c.drainRetry != 0 || c.paused:
+		return "the drain is held"
+	case len(c.replicas) > 0:
+		return "replicas are kept in sync"
+	case c.policy.MaxAgeMillis > 0 && c.persisted.FirstOffset < c.persisted.NextOffset:
+		return "remote retention by age over data held remotely"
+	}
+	return ""
+}
