@@ -113,7 +113,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 	if n.reaper, err = n.root.SpawnNamed(reaperInc.props(n.guardian, func(inc uint64) actor.Actor { return newReaper(rd, inc) }), "reaper"); err != nil {
 		return nil, fmt.Errorf("start node: spawn reaper: %w", err)
 	}
-	if n.waker, err = n.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &waker{n: n} }), "waker"); err != nil {
+	if n.waker, err = n.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &waker{n: n, timers: shell.Timers{Clock: cfg.clock}} }), "waker"); err != nil {
 		return nil, fmt.Errorf("start node: spawn waker: %w", err)
 	}
 	go n.watchClaim(cfg.ClaimRecheck)
@@ -573,7 +573,7 @@ func (n *Node) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	for _, pid := range []*actor.PID{n.governor, n.reaper} {
+	for _, pid := range []*actor.PID{n.waker, n.governor, n.reaper} {
 		if err := n.root.StopFuture(pid).Wait(); err != nil {
 			errs = append(errs, fmt.Errorf("stop %s: %w", pid.Id, err))
 		}

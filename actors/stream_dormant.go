@@ -28,8 +28,9 @@ import (
 type dormancy struct {
 	core     readercore.Status // the core's status when it went dormant
 	since    time.Time
-	stopping bool // its supervisor is stopping (the name is not free to spawn again yet)
-	wake     bool // a wake came while it was stopping: spawn again once it stopped
+	due      int64 // when remote retention by age removes something (ms; 0: never): wake it then
+	stopping bool  // its supervisor is stopping (the name is not free to spawn again yet)
+	wake     bool  // a wake came while it was stopping: spawn again once it stopped
 	gen      uint64
 }
 
@@ -56,14 +57,14 @@ const wakeWait = 5 * time.Second
 // beginDormancy makes the stream dormant if the reader that asks has read every message
 // sent to it (received), no await waits and nothing stopped or parked it; it registers the
 // commit listener at listenAt that wakes it. It reports whether it did.
-func (h *streamHandle) beginDormancy(n *Node, received uint64, core readercore.Status, listenAt uint64) bool {
+func (h *streamHandle) beginDormancy(n *Node, received uint64, core readercore.Status, due int64, listenAt uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.dorm != nil || h.stopped != nil || h.parked != nil || len(h.waiters) > 0 || h.sent != received {
 		return false
 	}
 	h.dormGen++
-	h.dorm = &dormancy{core: core, since: n.cfg.clock.Now(), stopping: true, gen: h.dormGen}
+	h.dorm = &dormancy{core: core, since: n.cfg.clock.Now(), due: due, stopping: true, gen: h.dormGen}
 	h.reader, h.supervisor = nil, nil // a PID caches its process: holding one keeps the actor
 	n.metrics.StreamsDormant.Add(1)
 	n.metrics.Dormancies.Add(1)
@@ -114,6 +115,25 @@ func (n *Node) wake(h *streamHandle, gen uint64) {
 		return
 	}
 	n.spawnWokenLocked(h, d)
+}
+
+// wakeForRetention wakes the dormant streams whose remote retention by age is due: their
+// new reader evaluates it as it starts (and the stream goes dormant again afterwards).
+func (n *Node) wakeForRetention() {
+	now := n.cfg.clock.Now().UnixMilli()
+	n.mu.Lock()
+	var due []*streamHandle
+	for _, h := range n.streams {
+		h.mu.Lock()
+		if d := h.dorm; d != nil && d.due != 0 && d.due <= now {
+			due = append(due, h)
+		}
+		h.mu.Unlock()
+	}
+	n.mu.Unlock()
+	for _, h := range due {
+		n.wake(h, 0)
+	}
 }
 
 // spawnWokenLocked spawns a dormant stream's supervisor (h.mu held): the stream leaves
@@ -237,7 +257,8 @@ func (r *reader) maybeDormant(c actor.Context, m dormantCheck) {
 		r.timers.After(c.ActorSystem().Root, c.Self(), r.n.cfg.DormantAfter, m)
 		return
 	}
-	if !r.h.beginDormancy(r.n, r.received, r.core.Status(), r.drainListenAt) {
+	due, _ := r.core.RetentionDue()
+	if !r.h.beginDormancy(r.n, r.received, r.core.Status(), due, r.drainListenAt) {
 		r.timers.After(c.ActorSystem().Root, c.Self(), r.n.cfg.DormantAfter, m)
 		return
 	}

@@ -181,3 +181,43 @@ func TestDormantStreamAnswersAwaitsAndCommands(t *testing.T) {
 		t.Fatalf("stop with a dormant stream: %v", err)
 	}
 }
+
+// A dormant stream whose remote retention has an age limit is woken when its oldest
+// fragment comes due, with no data and no request: retention removes what expired and the
+// stream goes dormant again.
+func TestDormantStreamWakesForRetentionByAge(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	cfg := dormantConfig(t)
+	cfg.RetentionInterval = 50 * time.Millisecond
+	n := startNode(w, cfg)
+	m := n.Metrics()
+	lg := openLog(t, segments.Options{})
+	g, err := loadgen.New(loadgen.Config{Seed: 1, MinDataBytes: 2000, MaxDataBytes: 6000, StartTimestamp: time.Now().UnixMilli()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadgen.Write(t.Context(), lg, g, loadgen.Limit{Bytes: 32 << 10}, loadgen.WriteOptions{Commit: true}); err != nil {
+		t.Fatal(err)
+	}
+	const maxAge = 3 * time.Second
+	if err := n.AddStream(StreamSpec{ID: "s", Log: lg, Epoch: 1, Retention: manifest.Policy{MaxAgeMillis: maxAge.Milliseconds()}}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n, "s", lg.NextOffset(), 30*time.Second)
+	st := awaitDormant(t, n, "s", 1)
+	if st.Core.PersistedFirst == st.Core.PersistedNext {
+		t.Fatalf("the data expired before the stream went dormant (persisted [%d, %d)): a slower machine than the test expects", st.Core.PersistedFirst, st.Core.PersistedNext)
+	}
+	wakes := m.Wakes.Load()
+	until(t, maxAge+20*time.Second, "retention by age ran on the dormant stream", func() (bool, string) {
+		p, _ := n.Cached("s")
+		return p.Manifest.FirstOffset == lg.NextOffset(), fmt.Sprintf("remote [%d, %d)", p.Manifest.FirstOffset, p.Manifest.NextOffset)
+	})
+	if m.Wakes.Load() == wakes {
+		t.Fatalf("retention ran without a wake")
+	}
+	st = awaitDormant(t, n, "s", 2)
+	if st.Core.PersistedFirst != lg.NextOffset() || st.Core.PersistedNext != lg.NextOffset() {
+		t.Fatalf("dormant again with remote [%d, %d), want everything expired", st.Core.PersistedFirst, st.Core.PersistedNext)
+	}
+}

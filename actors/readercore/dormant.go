@@ -1,5 +1,7 @@
 package readercore
 
+import "math"
+
 // Dormant says whether the core holds nothing but its persisted state, so that its shell may
 // let the stream go dormant (stop its actors, keep a snapshot, and resolve again when data,
 // a request or a command comes): "" when it may, else what holds it. Everything the core
@@ -7,9 +9,9 @@ package readercore
 // for a persist, no persist, rebalance, retention run or truncation in flight, no waiter, no
 // timer that must fire. Whatever it answers, nothing is lost by asking.
 //
-// Two states keep a stream awake although nothing moves: a replica to keep in sync (its
-// broadcasts come from the core) and remote retention by age over data held remotely (the
-// age rule fires on time alone, with no data or request to wake the stream).
+// A replica to keep in sync keeps a stream awake although nothing moves (its broadcasts
+// come from the core). Remote retention by age does not: RetentionDue says when the shell
+// must wake the stream for it.
 func (c *Core) Dormant() string {
 	switch {
 	case c.phase != phaseRunning:
@@ -34,8 +36,21 @@ func (c *Core) Dormant() string {
 		return "the drain is held"
 	case len(c.replicas) > 0:
 		return "replicas are kept in sync"
-	case c.policy.MaxAgeMillis > 0 && c.persisted.FirstOffset < c.persisted.NextOffset:
-		return "remote retention by age over data held remotely"
 	}
 	return ""
+}
+
+// RetentionDue is the time (ms, on the clock of EvaluateRetention's Now) from which remote
+// retention by age removes the oldest fragment held remotely: a dormant stream must be woken
+// then. ok is false when time alone never removes anything (no age limit, nothing held).
+func (c *Core) RetentionDue() (at int64, ok bool) {
+	m := c.persisted
+	if c.policy.MaxAgeMillis <= 0 || m.FirstOffset >= m.NextOffset || m.FirstLastTimestamp < 0 {
+		return 0, false
+	}
+	// A fragment expires once its last timestamp is below now - max age.
+	if m.FirstLastTimestamp > math.MaxInt64-c.policy.MaxAgeMillis-1 {
+		return 0, false
+	}
+	return m.FirstLastTimestamp + c.policy.MaxAgeMillis + 1, true
 }

@@ -246,6 +246,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if why := h.c.Dormant(); why != "" {
 			return "awake: " + why + "\n"
 		}
+		if at, ok := h.c.RetentionDue(); ok {
+			return fmt.Sprintf("dormant, woken for retention at %d\n", at)
+		}
 		return "dormant\n"
 	case "manifest":
 		p, rev := h.c.Persisted()
