@@ -27,10 +27,9 @@ import (
 // dormancy is a dormant stream's state in its handle.
 type dormancy struct {
 	core     readercore.Status // the core's status when it went dormant
-	since    time.Time
-	due      int64 // when remote retention by age removes something (ms; 0: never): wake it then
-	stopping bool  // its supervisor is stopping (the name is not free to spawn again yet)
-	wake     bool  // a wake came while it was stopping: spawn again once it stopped
+	due      int64             // when remote retention by age removes something (ms; 0: never): wake it then
+	stopping bool              // its supervisor is stopping (the name is not free to spawn again yet)
+	wake     bool              // a wake came while it was stopping: spawn again once it stopped
 	gen      uint64
 }
 
@@ -47,8 +46,8 @@ type wakeStream struct {
 	gen uint64
 }
 
-// ErrDormantWake is wrapped by a command that found its stream dormant and whose new reader
-// did not start in time to take it.
+// errDormantWake is wrapped (with ErrStreamStarting) by a command that found its stream
+// dormant and whose new reader did not start in time to take it.
 var errDormantWake = errors.New("the dormant stream's reader did not start in time")
 
 // wakeWait bounds how long a command waits for a woken stream's new reader to register.
@@ -64,7 +63,7 @@ func (h *streamHandle) beginDormancy(n *Node, received uint64, core readercore.S
 		return false
 	}
 	h.dormGen++
-	h.dorm = &dormancy{core: core, since: n.cfg.clock.Now(), due: due, stopping: true, gen: h.dormGen}
+	h.dorm = &dormancy{core: core, due: due, stopping: true, gen: h.dormGen}
 	h.reader, h.supervisor = nil, nil // a PID caches its process: holding one keeps the actor
 	n.metrics.StreamsDormant.Add(1)
 	n.metrics.Dormancies.Add(1)

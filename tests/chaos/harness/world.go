@@ -230,6 +230,10 @@ func (w *world) nodeYAML() string {
 	// The harness writes the followed logs while the node runs: the node follows them
 	// (read-only); it opens the unfollowed one as its own (see followed).
 	fmt.Fprintf(&b, "follow_interval: %v\n", followInterval)
+	// The stream the node opens as its own is written only before the node starts: once
+	// persisted it goes dormant, and wakes for the cycles' commands and restarts, under the
+	// faults and the checker like the others.
+	b.WriteString("stream_dormant_after: 300ms\n")
 	b.WriteString("streams:\n")
 	for i, l := range w.logs {
 		fmt.Fprintf(&b, "  - id: %s\n    log_dir: %s\n    follow: %v\n    retention_max_bytes: %d\n", l.id, l.dir, w.followed(i), configMaxBytes)
