@@ -173,6 +173,9 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 	if n.StreamsStalled > 0 {
 		fmt.Fprintf(out, "  %d streams running, %d STALLED by local resources (%s)\n", n.StreamsRunning, n.StreamsStalled, causes(n.StalledBy))
 	}
+	if n.StreamsDormant > 0 {
+		fmt.Fprintf(out, "  %d of %d running streams dormant (no actor until data, an await or a command wakes them)\n", n.StreamsDormant, n.StreamsRunning)
+	}
 	fmt.Fprintf(out, "  uploaded %s in %d fragments · %d persists (p50 %s, p99 %s) · S3 %d requests, %d errors · etcd %d requests, %d errors\n",
 		human(n.Uploads.Bytes), n.Uploads.Fragments, n.Persists.OK, dur(secs(n.Persists.LatencyP50Secs)), dur(secs(n.Persists.LatencyP99Secs)),
 		s3req, s3err, etcdReq, etcdErr)
@@ -218,7 +221,11 @@ func printStatus(out io.Writer, base string, rep admin.Report) {
 		if s.Pipeline.LastPersistAgeSeconds >= 0 {
 			lastAge = ago(s.Pipeline.LastPersistAgeSeconds) + " ago"
 		}
-		t.row(s.Stream, s.Phase, fmt.Sprint(s.Local.Committed), fmt.Sprint(s.Remote.Next), fmt.Sprint(s.Remote.PersistedNext),
+		phase := s.Phase
+		if s.Dormant {
+			phase += " (dormant)"
+		}
+		t.row(s.Stream, phase, fmt.Sprint(s.Local.Committed), fmt.Sprint(s.Remote.Next), fmt.Sprint(s.Remote.PersistedNext),
 			human(s.Lag.Bytes), ago(s.Lag.Seconds), human(s.Remote.TotalSize), fmt.Sprint(s.Remote.Fragments),
 			fmt.Sprintf("%d (%s)", s.Pipeline.InFlight+s.Pipeline.WaitingRetry+s.Pipeline.Buffered, human(s.Pipeline.InFlightBytes)),
 			human(s.Fragment.Bytes), persist, lastAge, fmt.Sprintf("%d seg, %s", s.Local.Segments, human(s.Local.Bytes)))

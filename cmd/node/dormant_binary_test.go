@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -43,6 +44,10 @@ func TestBinaryDormantStream(t *testing.T) {
 	if m["streamtier_streams_dormant{}"] != 1 || m["streamtier_streams_running{}"] != 1 || m[`streamtier_events_total{event="stream_dormant"}`] < 1 {
 		t.Fatalf("metrics of a node with one dormant stream: dormant %v, running %v, dormancies %v",
 			m["streamtier_streams_dormant{}"], m["streamtier_streams_running{}"], m[`streamtier_events_total{event="stream_dormant"}`])
+	}
+
+	if r := node(t, dir, "status", "--config", config); r.code != 0 || !strings.Contains(r.stdout, "running (dormant)") || !strings.Contains(r.stdout, "1 of 1 running streams dormant") {
+		t.Fatalf("node status of a dormant stream:\n%s", r)
 	}
 
 	// A command reaches it: it wakes, takes the cut (nothing to cut) and goes dormant again.
