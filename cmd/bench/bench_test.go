@@ -45,7 +45,7 @@ func TestSubcommandsAtTinySizes(t *testing.T) {
 			[]string{"ratio A/B throughput (node/raw)", "A node slowest/fastest stream time"}},
 		{[]string{"read", "--bytes", "4MiB", "--fragment", "1MiB", "--segment", "512KiB", "--raw-range", "256KiB", "--raw-n", "4", "--rounds", "1", "--warmup", "0", "--realistic", "--set", "persist_interval=100ms"},
 			[]string{"ratio A/B throughput (node/raw)"}},
-		{[]string{"idle", "--streams", "20", "--windows", "2", "--window", "200ms", "--settle", "0s"},
+		{[]string{"idle", "--streams", "20", "--windows", "2", "--window", "200ms", "--settle", "0s", "--set", "stream_dormant_after=100ms"},
 			[]string{"ratio A/B RSS", "ratio A/B goroutines", "ratio A/B descriptors", "ratio A/B CPU"}},
 		{[]string{"latency", "--rate", "4MB/s", "--fragment", "256KiB", "--duration", "1s", "--rounds", "2", "--set", "persist_interval=100ms"},
 			[]string{"ratio A/B p50", "ratio A/B p99"}},

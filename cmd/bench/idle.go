@@ -98,6 +98,10 @@ func runIdle(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		return err
 	}
 	running := time.Since(start)
+	dormant, err := waitDormant(ctx, f.node, len(ids))
+	if err != nil {
+		return err
+	}
 	if err := sleepCtx(ctx, fl.settle); err != nil {
 		return err
 	}
@@ -111,8 +115,8 @@ func runIdle(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		}
 	}
 	n := float64(len(ids))
-	fmt.Fprintf(stdout, "A = the node with %d idle streams (own empty local logs), B = the same node before they were added; %d windows of %v each; streams added in %v, all running after %v\n",
-		len(ids), fl.windows, fl.window, added.Round(time.Millisecond), running.Round(time.Millisecond))
+	fmt.Fprintf(stdout, "A = the node with %d idle streams (own empty local logs), B = the same node before they were added; %d windows of %v each; streams added in %v, all running after %v%s\n",
+		len(ids), fl.windows, fl.window, added.Round(time.Millisecond), running.Round(time.Millisecond), dormant)
 	col := func(ss []procSample, get func(procSample) float64) []float64 {
 		out := make([]float64, len(ss))
 		for i, s := range ss {
@@ -161,6 +165,22 @@ func runIdle(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	r.row("ratio A/B descriptors", ratios(col(after, fds), col(before, fds)), 3)
 	r.row("ratio A/B CPU", ratios(col(after, cpu), col(before, cpu)), 3)
 	return nil
+}
+
+// waitDormant waits until the node's streams are all dormant, where the node lets idle
+// streams go dormant (stream_dormant_after): an idle stream's steady state. It says when
+// ("" where they never go dormant).
+func waitDormant(ctx context.Context, node *actors.Node, streams int) (string, error) {
+	if node.Config().DormantAfter <= 0 {
+		return "", nil
+	}
+	start := time.Now()
+	for node.Metrics().StreamsDormant.Load() < int64(streams) {
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return "", fmt.Errorf("%d of %d streams dormant: %w", node.Metrics().StreamsDormant.Load(), streams, err)
+		}
+	}
+	return fmt.Sprintf(", all dormant %v later (stream_dormant_after %v)", time.Since(start).Round(time.Millisecond), node.Config().DormantAfter), nil
 }
 
 // waitRunning polls each stream's status until its reader has resolved and runs.
