@@ -68,6 +68,9 @@ func (h *streamHandle) beginDormancy(n *Node, received uint64, core readercore.S
 	n.metrics.StreamsDormant.Add(1)
 	n.metrics.Dormancies.Add(1)
 	gen, root, waker := h.dormGen, n.root, n.waker
+	if due != 0 {
+		root.Send(waker, watchRetention{})
+	}
 	h.spec.Log.OnCommittedPast(listenAt, func() { root.Send(waker, wakeStream{h: h, gen: gen}) })
 	return true
 }
@@ -117,15 +120,20 @@ func (n *Node) wake(h *streamHandle, gen uint64) {
 }
 
 // wakeForRetention wakes the dormant streams whose remote retention by age is due: their
-// new reader evaluates it as it starts (and the stream goes dormant again afterwards).
-func (n *Node) wakeForRetention() {
+// new reader evaluates it as it starts (and the stream goes dormant again afterwards). It
+// reports whether a dormant stream still waits for its retention to come due.
+func (n *Node) wakeForRetention() (waiting bool) {
 	now := n.cfg.clock.Now().UnixMilli()
 	n.mu.Lock()
 	var due []*streamHandle
 	for _, h := range n.streams {
 		h.mu.Lock()
-		if d := h.dorm; d != nil && d.due != 0 && d.due <= now {
-			due = append(due, h)
+		if d := h.dorm; d != nil && d.due != 0 {
+			if d.due <= now {
+				due = append(due, h)
+			} else {
+				waiting = true
+			}
 		}
 		h.mu.Unlock()
 	}
@@ -133,6 +141,7 @@ func (n *Node) wakeForRetention() {
 	for _, h := range due {
 		n.wake(h, 0)
 	}
+	return waiting
 }
 
 // spawnWokenLocked spawns a dormant stream's supervisor (h.mu held): the stream leaves
