@@ -51,7 +51,7 @@ func (n *Node) await(ctx context.Context, id string, offset uint64, flush bool) 
 		return err
 	case <-ctx.Done():
 		h.removeWaiter(wid)
-		if pid := h.readerPID(); pid != nil && h.countSend(pid) {
+		if pid, _ := h.countedReader(); pid != nil {
 			n.root.Send(pid, readercore.CancelAwait{Waiter: wid})
 		}
 		what := "await"

@@ -83,9 +83,7 @@ func (n *Node) dormancyStopped(h *streamHandle) bool {
 	d := h.dorm
 	if d == nil || !d.stopping || h.stopped != nil {
 		if d != nil { // stopped for good while going dormant
-			h.dorm = nil
-			n.metrics.StreamsDormant.Add(-1)
-			n.metrics.StreamsRunning.Add(-1)
+			n.leaveDormancyLocked(h)
 		}
 		return false
 	}
@@ -156,31 +154,33 @@ func (n *Node) spawnWokenLocked(h *streamHandle, d *dormancy) {
 		n.log.Error().Err(err).Str("stream", h.spec.ID).Msg("waking the dormant stream failed; it stays dormant")
 		return
 	}
-	h.dorm, h.supervisor = nil, pid
-	if h.readerReady == nil {
-		h.readerReady = make(chan struct{})
-	}
-	n.metrics.StreamsDormant.Add(-1)
-	n.metrics.StreamsRunning.Add(-1) // its new reader counts it again
+	h.supervisor = pid
+	n.leaveDormancyLocked(h) // its new reader counts it as running again
 	n.metrics.Wakes.Add(1)
+}
+
+// leaveDormancyLocked ends the stream's dormancy (h.mu held), woken or stopped for good: it
+// leaves StreamsDormant, and StreamsRunning, where the dormant stream was still counted.
+func (n *Node) leaveDormancyLocked(h *streamHandle) {
+	h.dorm = nil
+	n.metrics.StreamsDormant.Add(-1)
+	n.metrics.StreamsRunning.Add(-1)
 }
 
 // readerFor returns the stream's reader to send one message to, and counts it (see
 // beginDormancy). A dormant stream is woken: then it returns no reader and a channel closed
 // once the new one registered. No reader and no channel: none yet (the stream starts).
 func (n *Node) readerFor(h *streamHandle) (*actor.PID, <-chan struct{}) {
-	if pid, dormant := h.countedReader(); !dormant {
+	h.mu.Lock()
+	pid, dormant := h.countedReaderLocked()
+	if !dormant {
+		h.mu.Unlock()
 		return pid, nil
 	}
-	h.mu.Lock()
 	if h.readerReady == nil { // closed by the next reader's registration (setReader)
 		h.readerReady = make(chan struct{})
 	}
 	ready := h.readerReady
-	if h.dorm == nil && h.reader != nil { // woken and registered meanwhile
-		close(h.readerReady)
-		h.readerReady = nil
-	}
 	h.mu.Unlock()
 	n.wake(h, 0)
 	return nil, ready
@@ -190,6 +190,10 @@ func (n *Node) readerFor(h *streamHandle) (*actor.PID, <-chan struct{}) {
 func (h *streamHandle) countedReader() (*actor.PID, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.countedReaderLocked()
+}
+
+func (h *streamHandle) countedReaderLocked() (*actor.PID, bool) {
 	if h.dorm != nil {
 		return nil, true
 	}
@@ -247,9 +251,7 @@ func (h *streamHandle) stopDormant(n *Node) (finished, dormant bool) {
 	if d.stopping {
 		return false, true
 	}
-	h.dorm = nil
-	n.metrics.StreamsDormant.Add(-1)
-	n.metrics.StreamsRunning.Add(-1)
+	n.leaveDormancyLocked(h)
 	return true, true
 }
 
@@ -265,9 +267,8 @@ func (r *reader) maybeDormant(c actor.Context, m dormantCheck) {
 		r.timers.After(c.ActorSystem().Root, c.Self(), r.n.cfg.DormantAfter, m)
 		return
 	}
-	due, _ := r.core.RetentionDue()
-	if !r.h.beginDormancy(r.n, r.received, r.core.Status(), due, r.drainListenAt) {
-		r.timers.After(c.ActorSystem().Root, c.Self(), r.n.cfg.DormantAfter, m)
+	if due, _ := r.core.RetentionDue(); !r.h.beginDormancy(r.n, r.received, r.core.Status(), due, r.drainListenAt) {
+		r.timers.After(c.ActorSystem().Root, c.Self(), r.n.cfg.DormantAfter, m) // a message on its way: later
 		return
 	}
 	r.dormant = true

@@ -338,18 +338,6 @@ func (h *streamHandle) takeCarry() *readercore.Counters {
 	return c
 }
 
-// countSend counts one message for pid if it is still the stream's reader (see
-// Node.readerFor); false: it is not, the message has no reader to go to.
-func (h *streamHandle) countSend(pid *actor.PID) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.reader != pid {
-		return false
-	}
-	h.sent++
-	return true
-}
-
 // supervisorPID is the stream's current supervisor (a woken stream has a new one).
 func (h *streamHandle) supervisorPID() *actor.PID {
 	h.mu.Lock()
