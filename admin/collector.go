@@ -20,7 +20,7 @@ const namespace = "streamtier"
 // and stage bytes, and the S3 and etcd request counters and latency histograms. Counters
 // come from monotonic atomics only, so they never go down.
 type collector struct {
-	input func(ctx context.Context) NodeInput
+	gather func(ctx context.Context) *scrape
 }
 
 // Describe sends nothing: the collector is unchecked (its per-stream series come and go).
@@ -88,15 +88,14 @@ var (
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	in := c.input(ctx)
-	rep := BuildReport(in, time.Now())
-	collectNode(&in, &rep, ch)
-	streamSeries(&rep, &in, newStreamScrape(ch, len(rep.Streams)))
+	sc := c.gather(ctx)
+	collectNode(&sc.in, &sc.node, ch)
+	streamSeries(sc, newStreamScrape(ch, len(sc.rows)))
 }
 
 // collectNode sends the node's own series (everything but the per-stream families of
 // stream_families.go) of one scrape's input and report.
-func collectNode(in *NodeInput, rep *Report, ch chan<- prometheus.Metric) {
+func collectNode(in *NodeInput, node *NodeReport, ch chan<- prometheus.Metric) {
 	m := in.Metrics
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
@@ -186,10 +185,10 @@ func collectNode(in *NodeInput, rep *Report, ch chan<- prometheus.Metric) {
 	ch <- summary(descLatency, pn, psum, p50, p99, "persist")
 	ch <- summary(descLatency, un, usum, u50, u99, "upload")
 
-	gauge(descStreamsParked, float64(rep.Node.StreamsParked))
-	gauge(descStage, float64(rep.Node.Stages.AssemblyBytes), "assembly")
-	gauge(descStage, float64(rep.Node.Stages.TransferBytes), "transfer")
-	gauge(descStage, float64(rep.Node.Stages.PersistBytes), "persist")
+	gauge(descStreamsParked, float64(node.StreamsParked))
+	gauge(descStage, float64(node.Stages.AssemblyBytes), "assembly")
+	gauge(descStage, float64(node.Stages.TransferBytes), "transfer")
+	gauge(descStage, float64(node.Stages.PersistBytes), "persist")
 	for _, op := range in.S3 {
 		name := op.Op.String()
 		for cl, v := range op.ByClass {
@@ -218,7 +217,7 @@ func collectNode(in *NodeInput, rep *Report, ch chan<- prometheus.Metric) {
 			gauge(descBucketSince, time.Since(b.Since).Seconds())
 		}
 	}
-	if c := rep.Node.Cost; c != nil {
+	if c := node.Cost; c != nil {
 		gauge(descNodeCost, c.RequestsPerMonthUSD, "requests")
 		gauge(descNodeCost, c.StoragePerMonthUSD, "storage")
 	}
@@ -297,11 +296,24 @@ func histogram(d *prometheus.Desc, buckets []uint64, sum time.Duration, labels .
 	return prometheus.MustNewConstHistogram(d, n, sum.Seconds(), cum, labels...)
 }
 
-// input gathers everything the report and the metrics read from the node.
+// input gathers everything the report reads from the node.
 func (s *Server) input(ctx context.Context) NodeInput { return gatherInput(ctx, s.opts) }
 
-// gatherInput reads the node and the other sources o names.
+// gatherInput reads the node, each of its streams, and the other sources o names.
 func gatherInput(ctx context.Context, o Options) NodeInput {
+	in := gatherNode(ctx, o)
+	ids := o.Node.Streams()
+	in.Streams = make([]StreamInput, 0, len(ids))
+	for _, id := range ids {
+		if si, ok := streamInput(ctx, o.Node, id); ok {
+			in.Streams = append(in.Streams, si)
+		}
+	}
+	return in
+}
+
+// gatherNode reads the node and the other sources o names, but not its streams' statuses.
+func gatherNode(ctx context.Context, o Options) NodeInput {
 	in := NodeInput{
 		NodeID: o.NodeID, Started: o.Started, Metrics: o.Node.Metrics(), RebalanceThreshold: o.RebalanceThreshold,
 		Etcd: o.Etcd.Snapshot(),
@@ -330,21 +342,22 @@ func gatherInput(ctx context.Context, o Options) NodeInput {
 		in.Faults = o.Faults()
 	}
 	in.Governor, in.GovernorErr = o.Node.GovernorStatus(ctx)
-	ids := o.Node.Streams()
-	in.Streams = make([]StreamInput, 0, len(ids))
-	for _, id := range ids {
-		st, err := o.Node.Status(ctx, id)
-		if err != nil {
-			st = actors.StreamStatus{Stream: id, Phase: "unknown"}
-			if errors.Is(err, actors.ErrUnknownStream) || errors.Is(err, actors.ErrNodeStopped) {
-				continue // removed meanwhile
-			}
-		}
-		si := StreamInput{Status: st, Err: err}
-		if p, ok := o.Node.Cached(id); ok {
-			si.Persisted = &p
-		}
-		in.Streams = append(in.Streams, si)
-	}
 	return in
+}
+
+// streamInput reads one stream's status and cached manifest; false for a stream removed
+// meanwhile. A status that cannot be read is kept with its error (phase "unknown").
+func streamInput(ctx context.Context, node Node, id string) (StreamInput, bool) {
+	st, err := node.Status(ctx, id)
+	if err != nil {
+		st = actors.StreamStatus{Stream: id, Phase: "unknown"}
+		if errors.Is(err, actors.ErrUnknownStream) || errors.Is(err, actors.ErrNodeStopped) {
+			return StreamInput{}, false
+		}
+	}
+	si := StreamInput{Status: st, Err: err}
+	if p, ok := node.Cached(id); ok {
+		si.Persisted = &p
+	}
+	return si, true
 }

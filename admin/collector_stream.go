@@ -19,11 +19,11 @@ const seriesPerSlab = 512
 // streamScrape is the sink (streamSeriesSink) that sends the per-stream series of one
 // scrape to a registry's collect channel: the label pairs of the second labels by name and
 // value, shared among the streams (the registry and the encoder only read them), the
-// stream label pairs by the report's stream index, and the series from slabs.
+// stream label pairs by the scrape's row index, and the series from slabs.
 type streamScrape struct {
 	ch      chan<- prometheus.Metric
 	pairs   map[[2]string]*dto.LabelPair
-	streams []*dto.LabelPair // by the report's stream index, made at first use
+	streams []*dto.LabelPair // by the scrape's row index, made at first use
 	other   *dto.LabelPair   // the last stream only the S3 request counters know
 	slab    []streamSample
 }
@@ -57,7 +57,7 @@ func newStreamLabel(id string) *dto.LabelPair {
 	return &l.pair
 }
 
-// label is the stream label pair of the report's stream i (or, for -1, of id).
+// label is the stream label pair of the scrape's row i (or, for -1, of id).
 func (sc *streamScrape) label(i int, id string) *dto.LabelPair {
 	if i < 0 {
 		if sc.other == nil || *sc.other.Value != id {

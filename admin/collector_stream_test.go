@@ -33,13 +33,18 @@ func idleInput(n int) NodeInput {
 	return in
 }
 
+// fixed gathers the scrape of a fixed input.
+func fixed(in NodeInput) func(context.Context) *scrape {
+	return func(context.Context) *scrape { return scrapeOf(in, time.Now()) }
+}
+
 // TestStreamSeriesExposition: the per-stream series built from the shared label pairs are
 // exposed with their labels in order and their values, as the const metrics were.
 func TestStreamSeriesExposition(t *testing.T) {
 	in := idleInput(2)
 	in.Streams[1].Status.Core.InFlight = 3
 	in.Streams[1].Status.LocalCommitted = 25
-	c := collector{input: func(context.Context) NodeInput { return in }}
+	c := collector{gather: fixed(in)}
 	want := `
 # HELP streamtier_stream_offset A stream's offsets: local_first, local_committed, local_next, drained, uploaded (in-memory next), persisted_first, persisted_next.
 # TYPE streamtier_stream_offset gauge
@@ -120,7 +125,7 @@ streamtier_stream_transfers{state="waiting_retry",stream="idle-00001"} 0
 func TestScrapeAllocationsPerIdleStream(t *testing.T) {
 	const n = 200
 	in := idleInput(n)
-	c := collector{input: func(context.Context) NodeInput { return in }}
+	c := collector{gather: fixed(in)}
 	ch := make(chan prometheus.Metric, 64*n)
 	allocs := testing.AllocsPerRun(5, func() {
 		c.Collect(ch)

@@ -52,15 +52,23 @@ type CostReport struct {
 // cost projects requests seen over uptime and stored bytes to a month at prices.
 func cost(r s3io.StreamRequests, stored uint64, uptime time.Duration, p Prices) *CostReport {
 	c := &CostReport{Requests: map[string]uint64{}, StoredBytes: stored}
+	for k := s3io.Kind(0); k < s3io.NumKinds; k++ {
+		c.Requests[k.String()] = r[k]
+	}
+	c.RequestsPerMonthUSD, c.StoragePerMonthUSD = monthly(r, stored, uptime, p)
+	c.TotalPerMonthUSD = c.RequestsPerMonthUSD + c.StoragePerMonthUSD
+	return c
+}
+
+// monthly is the monthly cost in dollars of requests seen over uptime (kept up for 30
+// days) and of stored bytes (kept for a month), at prices.
+func monthly(r s3io.StreamRequests, stored uint64, uptime time.Duration, p Prices) (requestsUSD, storageUSD float64) {
 	scale := 0.0
 	if uptime > 0 {
 		scale = float64(month) / float64(uptime)
 	}
 	for k := s3io.Kind(0); k < s3io.NumKinds; k++ {
-		c.Requests[k.String()] = r[k]
-		c.RequestsPerMonthUSD += float64(r[k]) * scale * p.per1000(k) / 1000
+		requestsUSD += float64(r[k]) * scale * p.per1000(k) / 1000
 	}
-	c.StoragePerMonthUSD = float64(stored) / (1 << 30) * p.StoragePerGBMonth
-	c.TotalPerMonthUSD = c.RequestsPerMonthUSD + c.StoragePerMonthUSD
-	return c
+	return requestsUSD, float64(stored) / (1 << 30) * p.StoragePerGBMonth
 }

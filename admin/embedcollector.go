@@ -43,7 +43,7 @@ func NewCollector(o CollectorOptions) (prometheus.Collector, error) {
 		return nil, errors.New("admin collector: a node is required")
 	}
 	opts := o.options()
-	return collector{input: func(ctx context.Context) NodeInput { return gatherInput(ctx, opts) }}, nil
+	return collector{gather: func(ctx context.Context) *scrape { return gatherScrape(ctx, opts) }}, nil
 }
 
 // options are the admin server's options that read what o names.

@@ -38,19 +38,18 @@ const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
 func metricsHandler(o Options, g prometheus.Gatherer, log zerolog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		in := gatherInput(ctx, o)
+		sc := gatherScrape(ctx, o)
 		cancel()
-		serveMetrics(w, r, g, in, log)
+		serveMetrics(w, r, g, sc, log)
 	})
 }
 
 // serveMetrics answers a scrape: the families of g (nil: none) and the node's own series
-// gathered together, then the per-stream families of in written as text.
-func serveMetrics(w http.ResponseWriter, r *http.Request, g prometheus.Gatherer, in NodeInput, log zerolog.Logger) {
-	rep := BuildReport(in, time.Now())
+// gathered together, then the per-stream families of sc written as text.
+func serveMetrics(w http.ResponseWriter, r *http.Request, g prometheus.Gatherer, sc *scrape, log zerolog.Logger) {
 	gatherers := prometheus.Gatherers{prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		reg := prometheus.NewRegistry()
-		if err := reg.Register(nodeCollector{in: &in, rep: &rep}); err != nil {
+		if err := reg.Register(nodeCollector{sc: sc}); err != nil {
 			return nil, err
 		}
 		return reg.Gather()
@@ -71,7 +70,7 @@ func serveMetrics(w http.ResponseWriter, r *http.Request, g prometheus.Gatherer,
 		defer zw.Close()
 		out = zw
 	}
-	if err := writeMetrics(out, mfs, &rep, &in); err != nil {
+	if err := writeMetrics(out, mfs, sc); err != nil {
 		log.Debug().Err(err).Msg("/metrics: the response was not written whole (the scraper went away?)")
 	}
 }
@@ -90,7 +89,7 @@ func acceptsGzip(header string) bool {
 }
 
 // writeMetrics writes the gathered families, then the per-stream families, as text.
-func writeMetrics(w io.Writer, mfs []*dto.MetricFamily, rep *Report, in *NodeInput) error {
+func writeMetrics(w io.Writer, mfs []*dto.MetricFamily, sc *scrape) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := expfmt.NewEncoder(bw, expfmt.NewFormat(expfmt.TypeTextPlain))
 	for _, mf := range mfs {
@@ -99,23 +98,20 @@ func writeMetrics(w io.Writer, mfs []*dto.MetricFamily, rep *Report, in *NodeInp
 		}
 	}
 	tw := &textSeries{w: bw}
-	streamSeries(rep, in, tw)
+	streamSeries(sc, tw)
 	if tw.err != nil {
 		return tw.err
 	}
 	return bw.Flush()
 }
 
-// nodeCollector is the collector of one scrape's node series (collectNode), from an input
-// and report the handler gathered once for the per-stream families too.
-type nodeCollector struct {
-	in  *NodeInput
-	rep *Report
-}
+// nodeCollector is the collector of one scrape's node series (collectNode), from the
+// scrape the handler gathered once for the per-stream families too.
+type nodeCollector struct{ sc *scrape }
 
 func (nodeCollector) Describe(chan<- *prometheus.Desc) {}
 
-func (c nodeCollector) Collect(ch chan<- prometheus.Metric) { collectNode(c.in, c.rep, ch) }
+func (c nodeCollector) Collect(ch chan<- prometheus.Metric) { collectNode(&c.sc.in, &c.sc.node, ch) }
 
 // textSeries is the sink (streamSeriesSink) that writes per-stream series in the text
 // format; a family's HELP and TYPE lines come before its first series (a family without

@@ -75,17 +75,17 @@ func awkwardInput() NodeInput {
 // included; and they parse.
 func TestMetricsTextMatchesTheRegistry(t *testing.T) {
 	in := awkwardInput()
-	rep := BuildReport(in, time.Now())
-	rep.Streams[0].Lag.Seconds = 1.25
-	rep.Streams[3].Lag.Seconds = math.Inf(+1)
-	rep.Streams[0].Pipeline.LastPersistAgeSeconds = -1
+	sc := scrapeOf(in, time.Now())
+	sc.rows[0].lagSeconds = 1.25
+	sc.rows[3].lagSeconds = math.Inf(+1)
+	sc.rows[0].lastPersistAge = -1
 
 	var ours bytes.Buffer
-	if err := writeMetrics(&ours, nil, &rep, &in); err != nil {
+	if err := writeMetrics(&ours, nil, sc); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(streamOnly{rep: &rep, in: &in})
+	reg.MustRegister(streamOnly{sc: sc})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -106,15 +106,12 @@ func TestMetricsTextMatchesTheRegistry(t *testing.T) {
 	}
 }
 
-// streamOnly collects the per-stream families of a fixed report through the slabs.
-type streamOnly struct {
-	rep *Report
-	in  *NodeInput
-}
+// streamOnly collects the per-stream families of a fixed scrape through the slabs.
+type streamOnly struct{ sc *scrape }
 
 func (streamOnly) Describe(chan<- *prometheus.Desc) {}
 func (c streamOnly) Collect(ch chan<- prometheus.Metric) {
-	streamSeries(c.rep, c.in, newStreamScrape(ch, len(c.rep.Streams)))
+	streamSeries(c.sc, newStreamScrape(ch, len(c.sc.rows)))
 }
 
 // lineDiff lists the lines only one side has.
@@ -146,7 +143,7 @@ func TestMetricsHandlerWritesEveryFamily(t *testing.T) {
 			req.Header.Set("Accept-Encoding", "deflate, gzip;q=0.9")
 		}
 		rec := httptest.NewRecorder()
-		serveMetrics(rec, req, reg, in, zerolog.Nop())
+		serveMetrics(rec, req, reg, scrapeOf(in, time.Now()), zerolog.Nop())
 		if rec.Code != 200 || rec.Header().Get("Content-Type") != metricsContentType {
 			t.Fatalf("gzip %v: HTTP %d %q: %s", gz, rec.Code, rec.Header().Get("Content-Type"), rec.Body)
 		}

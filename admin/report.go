@@ -426,6 +426,28 @@ type NodeInput struct {
 
 // BuildReport assembles the status report at now. It is pure.
 func BuildReport(in NodeInput, now time.Time) Report {
+	r := Report{Node: nodeReport(in, now), Streams: make([]StreamReport, 0, len(in.Streams))}
+	for _, s := range in.Streams {
+		sr := streamReport(s, in.RebalanceThreshold, now)
+		r.Node.count(&sr)
+		r.Streams = append(r.Streams, sr)
+	}
+	sort.Slice(r.Streams, func(i, j int) bool { return r.Streams[i].Stream < r.Streams[j].Stream })
+	if in.StreamRequests != nil {
+		var stored uint64
+		for i := range r.Streams {
+			s := &r.Streams[i]
+			s.Cost = cost(in.StreamRequests[s.Stream], s.Remote.TotalSize, now.Sub(in.Started), in.Prices)
+			stored += s.Remote.TotalSize
+		}
+		r.Node.Cost = nodeCost(&in, stored, now)
+	}
+	return r
+}
+
+// nodeReport is the node's part of the report at now, before its streams are counted in
+// (NodeReport.count) and its cost is added (nodeCost).
+func nodeReport(in NodeInput, now time.Time) NodeReport {
 	m := in.Metrics
 	p50, p99, u50, u99 := m.LatencyQuantiles()
 	n := NodeReport{
@@ -502,35 +524,30 @@ func BuildReport(in NodeInput, now time.Time) Report {
 		n.Etcd.ErrorsByClass["retriable"] += op.Retriable
 		n.Etcd.ErrorsByClass["other"] += op.Other
 	}
-	r := Report{Node: n, Streams: make([]StreamReport, 0, len(in.Streams))}
-	for _, s := range in.Streams {
-		sr := streamReport(s, in.RebalanceThreshold, now)
-		r.Node.Stages.AssemblyBytes += sr.Fragment.Bytes
-		r.Node.Stages.TransferBytes += sr.Pipeline.InFlightBytes
-		r.Node.Stages.PersistBytes += sr.Pipeline.UnpersistedBytes
-		if sr.Parked != nil {
-			r.Node.StreamsParked++
-		}
-		r.Streams = append(r.Streams, sr)
+	return n
+}
+
+// count adds a stream's report to the node's sums: its bytes in each pipeline stage, and
+// whether it is parked.
+func (n *NodeReport) count(sr *StreamReport) {
+	n.Stages.AssemblyBytes += sr.Fragment.Bytes
+	n.Stages.TransferBytes += sr.Pipeline.InFlightBytes
+	n.Stages.PersistBytes += sr.Pipeline.UnpersistedBytes
+	if sr.Parked != nil {
+		n.StreamsParked++
 	}
-	sort.Slice(r.Streams, func(i, j int) bool { return r.Streams[i].Stream < r.Streams[j].Stream })
-	if in.StreamRequests != nil {
-		uptime := now.Sub(in.Started)
-		var all s3io.StreamRequests
-		for _, req := range in.StreamRequests {
-			for k := range all {
-				all[k] += req[k]
-			}
+}
+
+// nodeCost is the node's cost at now: every S3 request counted by stream (those of no
+// stream included) and the bytes its streams store.
+func nodeCost(in *NodeInput, stored uint64, now time.Time) *CostReport {
+	var all s3io.StreamRequests
+	for _, req := range in.StreamRequests {
+		for k := range all {
+			all[k] += req[k]
 		}
-		var stored uint64
-		for i := range r.Streams {
-			s := &r.Streams[i]
-			s.Cost = cost(in.StreamRequests[s.Stream], s.Remote.TotalSize, uptime, in.Prices)
-			stored += s.Remote.TotalSize
-		}
-		r.Node.Cost = cost(all, stored, uptime, in.Prices)
 	}
-	return r
+	return cost(all, stored, now.Sub(in.Started), in.Prices)
 }
 
 func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
