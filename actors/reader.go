@@ -84,6 +84,7 @@ type reader struct {
 	drainListenAt  uint64
 	drainListening bool
 	wakeLive       *atomic.Bool
+	selfListen     segments.ListenerID // its own commit listener (listenSelf), forgotten when it registers again or stops
 	persistDeps    persistDeps
 	// persistLogger is set once persistDeps.log is made (at the first persist).
 	persistLogger bool
@@ -133,6 +134,7 @@ func (r *reader) Receive(c actor.Context) {
 		if r.wakeLive != nil {
 			r.wakeLive.Store(false)
 		}
+		r.h.spec.Log.Forget(r.selfListen)
 		if r.cancel == nil { // it failed before it started: nothing to cancel
 			return
 		}

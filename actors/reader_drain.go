@@ -52,13 +52,13 @@ type drainWake struct{ Gen uint64 }
 // it is committed already, or when the log closes) that posts drainWake{gen} to pid while
 // live is set: a listener that outlives its actor posts nothing, and no goroutine waits.
 // The drain registers it for itself, a passive reader for itself (reader_flow.go).
-func wakeOnCommit(lg *segments.Log, offset uint64, root *actor.RootContext, pid *actor.PID, gen uint64, live *atomic.Bool) {
+func wakeOnCommit(lg *segments.Log, offset uint64, root *actor.RootContext, pid *actor.PID, gen uint64, live *atomic.Bool) segments.ListenerID {
 	// Called under the log's lock by whoever commits: a Send only posts to the mailbox. The
 	// listener keeps a PID of its own, without the cached process a PID holds once used: a
 	// listener left behind until the next commit must not keep a stopped reader (and the
 	// dormant stream's whole former actor) in memory.
 	target := actor.NewPID(pid.Address, pid.Id)
-	lg.OnCommittedPast(offset, func() {
+	return lg.OnCommittedPast(offset, func() {
 		if live.Load() {
 			root.Send(target, drainWake{Gen: gen})
 		}
@@ -113,6 +113,7 @@ type drain struct {
 	// allocation: a listener that outlives a stopped drain (until the next commit) keeps
 	// these 8 bytes, not the drain.
 	live    *atomic.Bool
+	listen  segments.ListenerID // its commit listener, forgotten when it registers again or stops
 	timers  shell.Timers
 	suspend uint64 // the armed idle timer, 0: none
 	trouble bool   // the parent was told of a local read failure not yet recovered
@@ -134,6 +135,7 @@ func (d *drain) Receive(c actor.Context) {
 		if d.live != nil {
 			d.live.Store(false)
 		}
+		d.log.Forget(d.listen)
 		d.timers.StopAll()
 		d.closeReader()
 	case actor.SystemMessage, actor.AutoReceiveMessage:
@@ -165,7 +167,8 @@ func (d *drain) handle(c actor.Context, msg any) {
 			return
 		}
 		d.budget = m.Budget
-		wakeOnCommit(d.log, m.Offset, c.ActorSystem().Root, c.Self(), d.gen, d.live)
+		d.log.Forget(d.listen)
+		d.listen = wakeOnCommit(d.log, m.Offset, c.ActorSystem().Root, c.Self(), d.gen, d.live)
 		d.idle = false
 		d.read(c, true) // the commit may have raced the registration
 	case drainWake:

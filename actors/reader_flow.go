@@ -146,7 +146,8 @@ func (r *reader) listenAt(c actor.Context, offset uint64) {
 // listenSelf registers the reader's own commit listener at offset: it posts a drainWake of
 // this drain generation to the reader (at once if the offset is already committed).
 func (r *reader) listenSelf(c actor.Context, offset uint64) {
-	wakeOnCommit(r.h.spec.Log, offset, c.ActorSystem().Root, c.Self(), r.drainGen, r.wakeLive)
+	r.h.spec.Log.Forget(r.selfListen)
+	r.selfListen = wakeOnCommit(r.h.spec.Log, offset, c.ActorSystem().Root, c.Self(), r.drainGen, r.wakeLive)
 }
 
 // passivate stops an idle drain that has been told nothing since its listener registration

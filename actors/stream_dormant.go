@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/streamtier/streamtier/actors/readercore"
+	"github.com/streamtier/streamtier/segments"
 )
 
 // A dormant stream holds no actor. A reader whose drain is passive (reader_flow.go) and
@@ -31,6 +32,7 @@ type dormancy struct {
 	stopping bool              // its supervisor is stopping (the name is not free to spawn again yet)
 	wake     bool              // a wake came while it was stopping: spawn again once it stopped
 	gen      uint64
+	listen   segments.ListenerID // the commit listener that wakes it, forgotten when it wakes otherwise
 }
 
 // dormantCheck is the reader's timer: its drain has been passive for Config.DormantAfter.
@@ -71,7 +73,7 @@ func (h *streamHandle) beginDormancy(n *Node, received uint64, core readercore.S
 	if due != 0 {
 		root.Send(waker, watchRetention{})
 	}
-	h.spec.Log.OnCommittedPast(listenAt, func() { root.Send(waker, wakeStream{h: h, gen: gen}) })
+	h.dorm.listen = h.spec.Log.OnCommittedPast(listenAt, func() { root.Send(waker, wakeStream{h: h, gen: gen}) })
 	return true
 }
 
@@ -162,6 +164,7 @@ func (n *Node) spawnWokenLocked(h *streamHandle, d *dormancy) {
 // leaveDormancyLocked ends the stream's dormancy (h.mu held), woken or stopped for good: it
 // leaves StreamsDormant, and StreamsRunning, where the dormant stream was still counted.
 func (n *Node) leaveDormancyLocked(h *streamHandle) {
+	h.spec.Log.Forget(h.dorm.listen)
 	h.dorm = nil
 	n.metrics.StreamsDormant.Add(-1)
 	n.metrics.StreamsRunning.Add(-1)
@@ -274,6 +277,7 @@ func (r *reader) maybeDormant(c actor.Context, m dormantCheck) {
 	r.dormant = true
 	r.counted = false // a dormant stream stays in StreamsRunning: its handle counts it out
 	r.wakeLive.Store(false)
+	r.h.spec.Log.Forget(r.selfListen)
 	r.log.Debug().Uint64("listen_at", r.drainListenAt).Msg("stream dormant: its actors stop until data, a request or a command wakes it")
 	c.Send(c.Parent(), goDormant{})
 }

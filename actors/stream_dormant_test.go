@@ -221,3 +221,46 @@ func TestDormantStreamWakesForRetentionByAge(t *testing.T) {
 		t.Fatalf("dormant again with remote [%d, %d), want everything expired", st.Core.PersistedFirst, st.Core.PersistedNext)
 	}
 }
+
+// TestDormantWakesLeaveNoListenerBehind: a dormant stream woken again and again by requests
+// while nothing is written (consumers awaiting an idle stream) keeps one commit listener
+// in its log, its dormancy's: each incarnation's drain and reader forget theirs when they
+// stop, and a dormancy woken otherwise than by a commit forgets its own. Before, each wake
+// left two or three in the log until its next commit.
+func TestDormantWakesLeaveNoListenerBehind(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	n := startNode(w, dormantConfig(t))
+	lg := openLog(t, segments.Options{})
+	writeLog(t, lg, 1, loadgen.Limit{Bytes: 32 << 10})
+	if err := n.AddStream(StreamSpec{ID: "s", Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n, "s", lg.NextOffset(), 30*time.Second)
+	awaitDormant(t, n, "s", 1)
+	if got := lg.Listeners(); got != 1 {
+		t.Fatalf("dormant: %d commit listeners in the log, want 1", got)
+	}
+	for cycle := int64(2); cycle <= 6; cycle++ {
+		if cycle%2 == 0 {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			err := n.AwaitOffset(ctx, "s", lg.NextOffset()-1)
+			cancel()
+			if err != nil {
+				t.Fatalf("await: %v", err)
+			}
+		} else if err := n.ForceCut("s"); err != nil {
+			t.Fatalf("cut: %v", err)
+		}
+		awaitDormant(t, n, "s", cycle)
+		if got := lg.Listeners(); got != 1 {
+			t.Fatalf("dormant again (%d): %d commit listeners in the log, want 1", cycle, got)
+		}
+	}
+	// The one left still wakes it.
+	before := n.Metrics().Wakes.Load()
+	writeLog(t, lg, 2, loadgen.Limit{Bytes: 8 << 10})
+	persisted(t, n, "s", lg.NextOffset(), 30*time.Second)
+	if n.Metrics().Wakes.Load() <= before {
+		t.Fatal("a commit did not wake the dormant stream")
+	}
+}

@@ -18,6 +18,7 @@ type commitState struct {
 	recent    []span
 	head      int
 	listeners listenerHeap
+	lastID    ListenerID // the last OnCommittedPast registration's
 }
 
 // written accounts for a chunk just written; nextID is the log's new next offset.
@@ -57,7 +58,11 @@ type listener struct {
 	offset uint64
 	ch     chan struct{}
 	fn     func()
+	id     ListenerID // 0 for a channel
 }
+
+// ListenerID names one OnCommittedPast registration, for Forget; 0 names none.
+type ListenerID uint64
 
 func (ln listener) notify() {
 	if ln.fn != nil {
@@ -175,12 +180,40 @@ func (l *Log) NotifyWhenCommittedPast(offset uint64) <-chan struct{} {
 // mailbox, so that ten thousand idle streams wait without ten thousand goroutines. fn runs
 // with the log's lock held, from whichever goroutine commits or closes: it must return at
 // once (a non-blocking send) and must not call the Log.
-func (l *Log) OnCommittedPast(offset uint64, fn func()) {
+// It returns the registration's id for Forget (0 when fn ran at once).
+func (l *Log) OnCommittedPast(offset uint64, fn func()) ListenerID {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || l.visible.Load() > offset {
 		fn()
+		return 0
+	}
+	l.commit.lastID++
+	heap.Push(&l.commit.listeners, listener{offset: offset, fn: fn, id: l.commit.lastID})
+	return l.commit.lastID
+}
+
+// Forget removes the OnCommittedPast registration id if it has not fired yet; for 0, or
+// one that fired, it does nothing. An actor that stops, or registers again, forgets what
+// it registered: a log that nobody commits to would otherwise keep every listener of
+// every actor that ever waited on it.
+func (l *Log) Forget(id ListenerID) {
+	if id == 0 {
 		return
 	}
-	heap.Push(&l.commit.listeners, listener{offset: offset, fn: fn})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.commit.listeners {
+		if l.commit.listeners[i].id == id {
+			heap.Remove(&l.commit.listeners, i)
+			return
+		}
+	}
+}
+
+// Listeners is how many commit listeners wait on the log (registered, not fired).
+func (l *Log) Listeners() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.commit.listeners)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -128,6 +129,44 @@ func TestOnCommittedPast(t *testing.T) {
 	l.Close()
 	if len(calls) != 3 || calls[2] != "far" {
 		t.Fatalf("close left a listener uncalled: %v", calls)
+	}
+}
+
+// A forgotten listener is never called and no longer held; the others keep their order,
+// and forgetting one that fired, or 0, does nothing.
+func TestForgetListener(t *testing.T) {
+	l := mustOpen(t, t.TempDir(), Options{})
+	hs := appendN(t, l, 4, 1)
+	var calls []string
+	ids := map[string]ListenerID{}
+	for i, name := range []string{"a", "b", "c", "d"} {
+		ids[name] = l.OnCommittedPast(hs[i].ChunkID, func() { calls = append(calls, name) })
+	}
+	ch := l.NotifyWhenCommittedPast(hs[3].ChunkID)
+	if l.Listeners() != 5 {
+		t.Fatalf("%d listeners, want 5", l.Listeners())
+	}
+	l.Forget(ids["b"])
+	l.Forget(ids["d"])
+	l.Forget(0)
+	if l.Listeners() != 3 {
+		t.Fatalf("%d listeners after forgetting two, want 3", l.Listeners())
+	}
+	l.SetCommitted(hs[2].ChunkID)
+	if !slices.Equal(calls, []string{"a", "c"}) {
+		t.Fatalf("calls %v, want [a c]", calls)
+	}
+	l.Forget(ids["a"]) // fired: nothing to do
+	if l.Listeners() != 1 {
+		t.Fatalf("%d listeners, want the channel's", l.Listeners())
+	}
+	l.SetCommitted(hs[3].ChunkID)
+	<-ch
+	if l.Listeners() != 0 || !slices.Equal(calls, []string{"a", "c"}) {
+		t.Fatalf("%d listeners, calls %v", l.Listeners(), calls)
+	}
+	if id := l.OnCommittedPast(hs[0].ChunkID, func() {}); id != 0 {
+		t.Fatalf("a listener called at once has id %d, want 0", id)
 	}
 }
 
