@@ -27,10 +27,10 @@ import (
 
 // dormancy is a dormant stream's state in its handle.
 type dormancy struct {
-	core     readercore.Status // the core's status when it went dormant
-	due      int64             // when remote retention by age removes something (ms; 0: never): wake it then
-	stopping bool              // its supervisor is stopping (the name is not free to spawn again yet)
-	wake     bool              // a wake came while it was stopping: spawn again once it stopped
+	core     readercore.Snapshot // the core's status when it went dormant
+	due      int64               // when remote retention by age removes something (ms; 0: never): wake it then
+	stopping bool                // its supervisor is stopping (the name is not free to spawn again yet)
+	wake     bool                // a wake came while it was stopping: spawn again once it stopped
 	gen      uint64
 	listen   segments.ListenerID // the commit listener that wakes it, forgotten when it wakes otherwise
 }
@@ -65,7 +65,7 @@ func (h *streamHandle) beginDormancy(n *Node, received uint64, core readercore.S
 		return false
 	}
 	h.dormGen++
-	h.dorm = &dormancy{core: core, due: due, stopping: true, gen: h.dormGen}
+	h.dorm = &dormancy{core: readercore.Snap(core), due: due, stopping: true, gen: h.dormGen}
 	h.reader, h.supervisor = nil, nil // a PID caches its process: holding one keeps the actor
 	n.metrics.StreamsDormant.Add(1)
 	n.metrics.Dormancies.Add(1)
@@ -147,7 +147,7 @@ func (n *Node) wakeForRetention() (waiting bool) {
 // spawnWokenLocked spawns a dormant stream's supervisor (h.mu held): the stream leaves
 // dormancy, its next core starts from the dormant one's counts.
 func (n *Node) spawnWokenLocked(h *streamHandle, d *dormancy) {
-	counters := d.core.Counters
+	counters := d.core.Status().Counters
 	h.carry = &counters
 	pid, err := n.spawnStream(h)
 	if err != nil {
@@ -236,8 +236,9 @@ func (h *streamHandle) dormantStatus(now time.Time) (StreamStatus, bool) {
 		return StreamStatus{Stream: h.spec.ID, Phase: "starting"}, false
 	}
 	st, segs := h.localStatus()
-	st.Core, st.Phase, st.Dormant = d.core, d.core.Phase, true
-	st.LagBytes, st.LagSeconds = lag(segs, d.core.PersistedNext, st.LocalCommitted, now)
+	st.Core = d.core.Status()
+	st.Phase, st.Dormant = st.Core.Phase, true
+	st.LagBytes, st.LagSeconds = lag(segs, st.Core.PersistedNext, st.LocalCommitted, now)
 	return st, true
 }
 

@@ -54,3 +54,57 @@ func (c *Core) RetentionDue() (at int64, ok bool) {
 	}
 	return m.FirstLastTimestamp + c.policy.MaxAgeMillis + 1, true
 }
+
+// Snapshot is the status of a core that went dormant, kept in the fields such a core can
+// have set: its persisted state, its counts and its last errors. A dormant stream keeps one
+// for its status, and a node may hold tens of thousands: this is about a third of a
+// Status. A status with anything else set is kept whole, so Status always gives back
+// exactly the status Snap was given.
+type Snapshot struct {
+	phase, persistState, lastPersistError, lastUploadError string
+
+	epoch, persistedFirst, persistedNext, first, next, totalSize, drainNext, heldBound uint64
+	revision, lastPersistAt, oldestUnpersisted                                          int64
+	entries                                                                             int
+
+	counters *Counters // nil: all zero
+	whole    *Status   // set when the fields above cannot hold the status
+}
+
+// Snap is the snapshot of st.
+func Snap(st Status) Snapshot {
+	s := Snapshot{
+		phase: st.Phase, persistState: st.PersistState, lastPersistError: st.LastPersistError, lastUploadError: st.LastUploadError,
+		epoch: st.Epoch, persistedFirst: st.PersistedFirst, persistedNext: st.PersistedNext, first: st.First, next: st.Next,
+		totalSize: st.TotalSize, drainNext: st.DrainNext, heldBound: st.HeldBound,
+		revision: st.Revision, lastPersistAt: st.LastPersistAt, oldestUnpersisted: st.OldestUnpersistedTimestamp, entries: st.Entries,
+	}
+	if st.Counters != (Counters{}) {
+		c := st.Counters
+		s.counters = &c
+	}
+	if s.Status() != st {
+		return Snapshot{whole: &st}
+	}
+	return s
+}
+
+// Status is the status the snapshot was made of.
+func (s *Snapshot) Status() Status {
+	if s.whole != nil {
+		return *s.whole
+	}
+	st := Status{
+		Phase: s.phase, PersistState: s.persistState, LastPersistError: s.lastPersistError, LastUploadError: s.lastUploadError,
+		Epoch: s.epoch, PersistedFirst: s.persistedFirst, PersistedNext: s.persistedNext, First: s.first, Next: s.next,
+		TotalSize: s.totalSize, DrainNext: s.drainNext, HeldBound: s.heldBound,
+		Revision: s.revision, LastPersistAt: s.lastPersistAt, OldestUnpersistedTimestamp: s.oldestUnpersisted, Entries: s.entries,
+	}
+	if s.counters != nil {
+		st.Counters = *s.counters
+	}
+	return st
+}
+
+// Whole says the snapshot keeps its status whole (it had more than a dormant core's fields).
+func (s *Snapshot) Whole() bool { return s.whole != nil }

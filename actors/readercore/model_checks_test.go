@@ -453,7 +453,8 @@ func (w *world) recheckBehind() {
 
 // checkDormant: a core that says its stream may go dormant holds nothing but its persisted
 // state. Its in-memory manifest is the persisted one, and nothing is assembled, in flight,
-// unpersisted or waited for: stopping its actors then loses nothing.
+// unpersisted or waited for: stopping its actors then loses nothing. Its status fits the
+// compact snapshot a dormant stream keeps.
 func (w *world) checkDormant() {
 	c := w.c
 	if c.Dormant() != "" {
@@ -464,5 +465,8 @@ func (w *world) checkDormant() {
 		st.UnpersistedBytes != 0 || st.PersistState != "idle" || st.Waiters != 0 || st.ResetPending || st.Paused ||
 		!c.mem.Equal(c.persisted) {
 		w.t.Fatalf("the core may go dormant with work held: %s", st.String())
+	}
+	if sn := Snap(st); sn.Whole() || sn.Status() != st {
+		w.t.Fatalf("a dormant core's status does not fit a compact snapshot (whole %t): %s", sn.Whole(), st.String())
 	}
 }
