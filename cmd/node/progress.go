@@ -102,16 +102,22 @@ type sample struct {
 	at       time.Time
 	streams  []actors.StreamStatus
 	skipped  int              // quiet streams not asked (log mode: see progressLog.skip)
+	quiet    int              // quiet streams asked, unchanged since their last line (log mode: progressLog.due)
 	uploaded int64            // node-wide fragment bytes uploaded
 	written  map[string]int64 // per demo stream, chunk bytes appended to its log
 }
 
 // sample asks the node for the status of every open stream, except those skip says to
-// leave out this time (nil: none), which it counts in skipped.
-func (p *process) sample(ctx context.Context, skip func(*openStream) bool) sample {
+// leave out this time (nil: none), which it counts in skipped. It keeps the statuses keep
+// says to (nil: all) and counts the others in quiet: with ten thousand idle streams, the
+// log mode's round every quietRecheck held all their statuses (8 MiB) to log none.
+func (p *process) sample(ctx context.Context, skip func(*openStream) bool, keep func(actors.StreamStatus) bool) sample {
 	open := p.openStreams()
 	sm := sample{at: time.Now(), uploaded: p.node.Metrics().BytesUploaded.Load(), written: map[string]int64{}}
 	for _, st := range open {
+		if st.demo != nil {
+			sm.written[st.id] = st.demo.logBytes.Load()
+		}
 		if skip != nil && skip(st) {
 			sm.skipped++
 			continue
@@ -123,13 +129,17 @@ func (p *process) sample(ctx context.Context, skip func(*openStream) bool) sampl
 				continue // replicated here, not written
 			}
 		}
-		sm.streams = append(sm.streams, s)
-		if st.demo != nil {
-			sm.written[st.id] = st.demo.logBytes.Load()
+		if keep != nil && !keep(s) {
+			sm.quiet++
+			continue
 		}
+		sm.streams = append(sm.streams, s)
 	}
 	return sm
 }
+
+// askNone is the skip of the first look, which only starts the rates' window.
+func askNone(*openStream) bool { return true }
 
 // rateWindow is the span over which the display and the progress line compute the write
 // and upload rates: both from the same two samples, and long enough that fragments
@@ -179,19 +189,21 @@ func (p *process) progress(ctx context.Context) {
 	var w window
 	logged := newProgressLog(quietRecheck)
 	var skip func(*openStream) bool
+	var keep func(actors.StreamStatus) bool
 	if !p.display.active {
 		skip = func(st *openStream) bool {
 			return st.log != nil && logged.skip(st.id, logOffsetsOf(st.log), time.Now())
 		}
+		keep = logged.due
 	}
-	w.add(p.sample(ctx, skip))
+	w.add(p.sample(ctx, askNone, nil))
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		cur := p.sample(ctx, skip)
+		cur := p.sample(ctx, skip, keep)
 		prev := w.add(cur)
 		if p.display.active {
 			p.display.show(renderProgress(prev, cur, h, p.node.Metrics()))
@@ -317,17 +329,14 @@ func (p *process) demoRetention() string {
 	return "keeps " + strings.Join(parts, ", ") + " in S3"
 }
 
-// logProgress logs a progress line for each stream of cur that moved since its last line
-// (or is not quiet), and one line counting the quiet streams it left out.
+// logProgress logs a progress line for each stream of cur (those that moved since their
+// last line or are not quiet: the sample kept only those, progressLog.due), and one line
+// counting the quiet streams left out.
 func (p *process) logProgress(prev, cur sample, logged *progressLog) {
 	dt := cur.at.Sub(prev.at).Seconds()
 	defer logged.endRound()
-	unchanged := cur.skipped
+	unchanged := cur.skipped + cur.quiet
 	for _, s := range cur.streams {
-		if !logged.due(s) {
-			unchanged++
-			continue
-		}
 		c := s.Core
 		ev := p.log.Info().Str("stream", s.Stream).Str("phase", s.Phase).
 			Uint64("committed", s.LocalCommitted).Uint64("uploaded", c.Next).Uint64("persisted", c.PersistedNext).
@@ -357,7 +366,7 @@ func (p *process) logProgress(prev, cur sample, logged *progressLog) {
 		ev.Msg("progress")
 	}
 	if unchanged > 0 {
-		p.log.Info().Int("streams", len(cur.streams)+cur.skipped).Int("quiet_unchanged", unchanged).
+		p.log.Info().Int("streams", len(cur.streams)+unchanged).Int("quiet_unchanged", unchanged).
 			Msg("progress: quiet streams unchanged since their last progress line are not logged again")
 	}
 }
