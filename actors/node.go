@@ -82,6 +82,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 		metrics: &Metrics{}, streams: make(map[string]*streamHandle), readBudget: read.NewBudget(cfg.ReadBudgetBytes),
 		claim: claimState{opened: opened},
 	}
+	n.readBudget.KeepWarm(cfg.clock, read.WarmFor)
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	n.system = cfg.System
 	if n.system == nil {
@@ -382,6 +383,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	if err := n.awaitUploads(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	n.readBudget.Close()
 	n.system.Shutdown()
 	n.log.Info().Msg("node stopped")
 	return errors.Join(errs...)

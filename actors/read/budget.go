@@ -2,12 +2,21 @@ package read
 
 import (
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/streamtier/streamtier/actors/internal/shell"
 )
 
 // DefaultBudgetBytes is the node-wide read budget when the setting is zero.
 const DefaultBudgetBytes = 256 << 20
+
+// WarmFor is how long a node keeps its readers' range buffers after the last reader closed
+// (Budget.KeepWarm): a read that follows another within it reuses them instead of
+// allocating and clearing up to the budget's worth again (about 190 MB per GiB read
+// from a cold pool); an idle node still keeps nothing after it.
+const WarmFor = 5 * time.Second
 
 // Budget divides the node's read budget (read_budget_bytes) evenly among the open
 // remote readers: each holds at most its share (fetched, buffered, delivered and not yet
@@ -20,6 +29,13 @@ type Budget struct {
 
 	mu      sync.Mutex
 	readers map[*actor.PID]*actor.RootContext
+	// The range buffers outlive the last reader by warm (KeepWarm; 0: dropped at once), so
+	// that back-to-back reads do not allocate and clear their buffers again each time.
+	clock    shell.Clock
+	warm     time.Duration
+	stopDrop func() bool // the armed drop, nil: none
+	idleGen  uint64      // counts the times the last reader left: a drop is for one of them
+	closed   bool
 }
 
 // budgetShare tells a remote reader its share of the node's read budget.
@@ -32,10 +48,36 @@ func NewBudget(total int64) *Budget {
 	return &Budget{total: total, bufs: newReadBufs(total), readers: make(map[*actor.PID]*actor.RootContext)}
 }
 
+// KeepWarm keeps the range buffers for d after the last reader closed (on clock), instead
+// of dropping them at once: a node's budget, which the next read will use. A reader's own
+// budget (no node) keeps nothing after it closes.
+func (b *Budget) KeepWarm(clock shell.Clock, d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.clock, b.warm = shell.OrWall(clock), d
+}
+
+// Close drops the buffers and any drop still armed (the node stops).
+func (b *Budget) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	b.disarmLocked()
+	b.bufs.drop()
+}
+
+func (b *Budget) disarmLocked() {
+	if b.stopDrop != nil {
+		b.stopDrop()
+		b.stopDrop = nil
+	}
+}
+
 // join adds a reader and returns its share (everyone else gets theirs by message).
 func (b *Budget) join(root *actor.RootContext, pid *actor.PID) int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.disarmLocked()
 	b.readers[pid] = root
 	return b.spreadLocked(pid)
 }
@@ -49,9 +91,29 @@ func (b *Budget) leave(pid *actor.PID) {
 	}
 	delete(b.readers, pid)
 	if len(b.readers) == 0 {
-		b.bufs.drop()
+		b.idleLocked()
 	}
 	b.spreadLocked(nil)
+}
+
+// idleLocked is the last reader's leaving: the buffers go now, or after the warm period
+// if no reader joins meanwhile.
+func (b *Budget) idleLocked() {
+	if b.warm <= 0 || b.closed {
+		b.bufs.drop()
+		return
+	}
+	b.disarmLocked()
+	b.idleGen++
+	gen := b.idleGen
+	b.stopDrop = b.clock.AfterFunc(b.warm, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if gen == b.idleGen && len(b.readers) == 0 {
+			b.stopDrop = nil
+			b.bufs.drop()
+		}
+	})
 }
 
 func (b *Budget) spreadLocked(except *actor.PID) int64 {

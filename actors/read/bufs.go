@@ -19,7 +19,8 @@ import (
 // and the time to clear it), a range larger than the range size is allocated and dropped.
 // The free lists together never hold more than the read budget's worth (in use plus free
 // stays within what the budget lets the readers hold), and they are emptied when the last
-// reader closes, so an idle node keeps nothing.
+// reader closes (a node's budget: WarmFor later, if no reader opened meanwhile), so an idle
+// node keeps nothing.
 type readBufs struct {
 	limit  int64 // bytes the free lists may hold: the node's read budget
 	poison bool  // debug: fill a buffer that comes back, so a consumer that kept a chunk sees it
