@@ -64,8 +64,8 @@ type Snapshot struct {
 	phase, persistState, lastPersistError, lastUploadError string
 
 	epoch, persistedFirst, persistedNext, first, next, totalSize, drainNext, heldBound uint64
-	revision, lastPersistAt, oldestUnpersisted                                          int64
-	entries                                                                             int
+	revision, lastPersistAt, oldestUnpersisted                                         int64
+	entries                                                                            int
 
 	counters *Counters // nil: all zero
 	whole    *Status   // set when the fields above cannot hold the status
