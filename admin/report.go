@@ -550,7 +550,29 @@ func nodeCost(in *NodeInput, stored uint64, now time.Time) *CostReport {
 	return cost(all, stored, now.Sub(in.Started), in.Prices)
 }
 
+// streamReport is a stream's part of /status.
 func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
+	r := streamFigures(in, threshold, now)
+	c := &in.Status.Core
+	r.Counters = map[string]int64{
+		"cuts": int64(c.Counters.Cuts), "completions": int64(c.Counters.Completions),
+		"transient_retries": int64(c.Counters.TransientRetries), "non_transient_retries": int64(c.Counters.NonTransientRetries),
+		"deadline_resubmits": int64(c.Counters.DeadlineResubmits), "ignored_results": int64(c.Counters.IgnoredResults),
+		"persists": int64(c.Counters.Persists), "persist_failures": int64(c.Counters.PersistFailures),
+		"gaps": int64(c.Counters.Gaps), "gap_offsets": int64(c.Counters.GapOffsets),
+		"truncations": int64(c.Counters.Truncations), "truncated_offsets": int64(c.Counters.TruncatedOffsets),
+		"reinitializations": int64(c.Counters.Reinitializations), "rebalances": int64(c.Counters.Rebalances),
+		"retention_runs": int64(c.Counters.RetentionRuns), "retention_failures": int64(c.Counters.RetentionFailures),
+		"retry_timers": int64(c.Counters.RetryTimers), "drain_repositions": int64(c.Counters.DrainRepositions),
+		"drain_stalls": int64(c.Counters.DrainStalls), "drain_pauses": int64(c.Counters.DrainPauses),
+		"deferred_chunks": int64(c.Counters.DeferredChunks),
+	}
+	return r
+}
+
+// streamFigures is a stream's report without its counters (the map a scrape, which reads
+// none of them, need not make for every stream).
+func streamFigures(in StreamInput, threshold int, now time.Time) StreamReport {
 	s := in.Status
 	c := s.Core
 	r := StreamReport{
@@ -572,19 +594,6 @@ func streamReport(in StreamInput, threshold int, now time.Time) StreamReport {
 		},
 		Fragment: AssemblyReport{First: c.AssemblyFirst, Next: c.AssemblyNext, Bytes: c.AssemblyBytes, Chunks: c.AssemblyChunks},
 		Lag:      LagReport{Bytes: s.LagBytes, Seconds: s.LagSeconds},
-		Counters: map[string]int64{
-			"cuts": int64(c.Counters.Cuts), "completions": int64(c.Counters.Completions),
-			"transient_retries": int64(c.Counters.TransientRetries), "non_transient_retries": int64(c.Counters.NonTransientRetries),
-			"deadline_resubmits": int64(c.Counters.DeadlineResubmits), "ignored_results": int64(c.Counters.IgnoredResults),
-			"persists": int64(c.Counters.Persists), "persist_failures": int64(c.Counters.PersistFailures),
-			"gaps": int64(c.Counters.Gaps), "gap_offsets": int64(c.Counters.GapOffsets),
-			"truncations": int64(c.Counters.Truncations), "truncated_offsets": int64(c.Counters.TruncatedOffsets),
-			"reinitializations": int64(c.Counters.Reinitializations), "rebalances": int64(c.Counters.Rebalances),
-			"retention_runs": int64(c.Counters.RetentionRuns), "retention_failures": int64(c.Counters.RetentionFailures),
-			"retry_timers": int64(c.Counters.RetryTimers), "drain_repositions": int64(c.Counters.DrainRepositions),
-			"drain_stalls": int64(c.Counters.DrainStalls), "drain_pauses": int64(c.Counters.DrainPauses),
-			"deferred_chunks": int64(c.Counters.DeferredChunks),
-		},
 	}
 	if c.LastPersistAt > 0 {
 		r.Pipeline.LastPersistAgeSeconds = max(now.Sub(time.UnixMilli(c.LastPersistAt)).Seconds(), 0)

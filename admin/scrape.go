@@ -73,7 +73,7 @@ func newScrape(in NodeInput, now time.Time, n int) *scrape {
 // add counts a stream in and keeps its row: the report it builds from the status is not
 // kept.
 func (sc *scrape) add(si StreamInput) {
-	sr := streamReport(si, sc.in.RebalanceThreshold, sc.now)
+	sr := streamFigures(si, sc.in.RebalanceThreshold, sc.now)
 	sc.node.count(&sr)
 	sc.stored += sr.Remote.TotalSize
 	row := rowOf(&sr)
