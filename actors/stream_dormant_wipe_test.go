@@ -10,7 +10,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/streamtier/streamtier/recovery"
 	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
@@ -62,16 +61,7 @@ func TestDormantStreamThroughEtcdWipe(t *testing.T) {
 		}
 	}
 
-	if _, err := recovery.Claim(ctx, recovery.ClaimOptions{Store: w.Store, Meta: w.Meta, Takeover: true, Write: true}); err != nil {
-		t.Fatal(err)
-	}
-	reps, errs, err := recovery.All(ctx, recovery.Options{Store: w.Store, Meta: w.Meta}, nil)
-	if err != nil || len(errs) != 0 || len(reps) != 1 || reps[0].Next < acked {
-		t.Fatalf("recovery plan: %+v %v %v (acknowledged next %d)", reps, errs, err, acked)
-	}
-	if _, errs := recovery.ApplyAll(ctx, w.Meta, reps, nil, 0); len(errs) != 0 {
-		t.Fatalf("recovery: %v", errs)
-	}
+	recoverTakeover(t, w, acked)
 	n2 := startNode(w, cfg)
 	if err := n2.AddStream(StreamSpec{ID: "sleeper", Log: lg, Epoch: 1}); err != nil {
 		t.Fatal(err)

@@ -537,6 +537,24 @@ func TestV3MarkerWithoutTombstone(t *testing.T) {
 	}
 }
 
+// recoverTakeover is `node recover --yes --takeover` of a bucket holding one stream (the Go
+// API): this cluster's claim, then the stream's records rebuilt from the bucket, which must
+// cover acked.
+func recoverTakeover(t *testing.T, w *world, acked uint64) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := recovery.Claim(ctx, recovery.ClaimOptions{Store: w.Store, Meta: w.Meta, Takeover: true, Write: true}); err != nil {
+		t.Fatal(err)
+	}
+	reps, errs, err := recovery.All(ctx, recovery.Options{Store: w.Store, Meta: w.Meta}, nil)
+	if err != nil || len(errs) != 0 || len(reps) != 1 || reps[0].Next < acked {
+		t.Fatalf("recovery plan: %+v %v %v (acknowledged next %d)", reps, errs, err, acked)
+	}
+	if _, errs := recovery.ApplyAll(ctx, w.Meta, reps, nil, 0); len(errs) != 0 {
+		t.Fatalf("recovery: %v", errs)
+	}
+}
+
 // TestV3EtcdWipedUnderRunningNode (scenario c): every etcd key of the cluster goes while a
 // node tiers a stream. The node sees it (its cluster record is gone), stops persisting and
 // deleting and says so in status; the acknowledged offsets stay in the bucket. `node recover
@@ -568,16 +586,7 @@ func TestV3EtcdWipedUnderRunningNode(t *testing.T) {
 	}
 	before := bucketKeys(t, w.Store)
 
-	if _, err := recovery.Claim(ctx, recovery.ClaimOptions{Store: w.Store, Meta: w.Meta, Takeover: true, Write: true}); err != nil {
-		t.Fatal(err)
-	}
-	reps, errs, err := recovery.All(ctx, recovery.Options{Store: w.Store, Meta: w.Meta}, nil)
-	if err != nil || len(errs) != 0 || len(reps) != 1 || reps[0].Next < acked {
-		t.Fatalf("recovery plan: %+v %v %v (acknowledged next %d)", reps, errs, err, acked)
-	}
-	if _, errs := recovery.ApplyAll(ctx, w.Meta, reps, nil, 0); len(errs) != 0 {
-		t.Fatalf("recovery: %v", errs)
-	}
+	recoverTakeover(t, w, acked)
 	for _, k := range before {
 		if !slices.Contains(bucketKeys(t, w.Store), k) {
 			t.Fatalf("%s deleted by recovery", k)
