@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,22 +53,12 @@ func TestDormantStreamThroughEtcdWipe(t *testing.T) {
 	if err := n1.Stop(stopCtx); err != nil {
 		t.Fatal(err)
 	}
-	after := bucketKeys(t, w.Store)
-	for _, k := range before {
-		if !slices.Contains(after, k) {
-			t.Fatalf("%s deleted after the wipe", k)
-		}
+	if m := missingKeys(t, w.Store, before); len(m) > 0 {
+		t.Fatalf("%v deleted after the wipe", m)
 	}
 
 	recoverTakeover(t, w, acked)
-	n2 := startNode(w, cfg)
-	if err := n2.AddStream(StreamSpec{ID: "sleeper", Log: lg, Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
-	persisted(t, n2, "sleeper", lg.NextOffset(), 30*time.Second)
-	if rec, _ := record(t, w.Meta, "sleeper"); rec.FirstOffset != 0 || rec.NextOffset != lg.NextOffset() {
-		t.Fatalf("after recovery and restart the record holds [%d,%d), want [0,%d)", rec.FirstOffset, rec.NextOffset, lg.NextOffset())
-	}
+	n2 := resumeRecovered(t, w, cfg, "sleeper", lg)
 	checkNothingLost(t, n2, "sleeper", lg)
 	awaitDormant(t, n2, "sleeper", 1)
 }

@@ -91,6 +91,34 @@ func bucketKeys(t *testing.T, store *s3io.Store) []string {
 	return keys
 }
 
+// missingKeys lists the keys of before that the bucket no longer holds.
+func missingKeys(t *testing.T, store *s3io.Store, before []string) []string {
+	t.Helper()
+	after := bucketKeys(t, store)
+	var missing []string
+	for _, k := range before {
+		if !slices.Contains(after, k) {
+			missing = append(missing, k)
+		}
+	}
+	return missing
+}
+
+// resumeRecovered starts a node on the stream a recovery rebuilt and checks that it
+// persists the whole log again, its record covering [0, next).
+func resumeRecovered(t *testing.T, w *world, cfg Config, stream string, lg *segments.Log) *Node {
+	t.Helper()
+	n := startNode(w, cfg)
+	if err := n.AddStream(StreamSpec{ID: stream, Log: lg, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n, stream, lg.NextOffset(), 30*time.Second)
+	if rec, _ := record(t, w.Meta, stream); rec.FirstOffset != 0 || rec.NextOffset != lg.NextOffset() {
+		t.Fatalf("after recovery and restart the record holds [%d,%d), want [0,%d)", rec.FirstOffset, rec.NextOffset, lg.NextOffset())
+	}
+	return n
+}
+
 // TestV3RestoreFromSnapshot (scenario b): etcd is restored from a snapshot after one stream
 // persisted exactly once more, another several times, and a third was created. With the
 // node started again: the first adopts its child by itself and goes on, the second stalls
@@ -186,11 +214,8 @@ func TestV3RestoreFromSnapshot(t *testing.T) {
 	if c := logBuf.Count("the stream stalls"); c != 2 {
 		t.Fatalf("the stalls were logged %d times, want once per stream (2)", c)
 	}
-	after := bucketKeys(t, w.Store)
-	for _, k := range before {
-		if !slices.Contains(after, k) {
-			t.Errorf("%s was deleted", k)
-		}
+	if m := missingKeys(t, w.Store, before); len(m) > 0 {
+		t.Errorf("%v were deleted", m)
 	}
 	for _, s := range []string{"many", "new"} {
 		if _, _, found, _ := w.Meta.ReadManifest(ctx, s); found && s == "new" {
@@ -422,11 +447,8 @@ func TestV3ClaimChangeStopsPersistingAndDeleting(t *testing.T) {
 	if err := n.DeleteStream(ctx, "taken"); !errors.Is(err, ErrClaimChanged) {
 		t.Fatalf("delete after the claim changed: %v", err)
 	}
-	after := bucketKeys(t, w.Store)
-	for _, k := range before {
-		if !slices.Contains(after, k) {
-			t.Errorf("%s was deleted after the claim changed", k)
-		}
+	if m := missingKeys(t, w.Store, before); len(m) > 0 {
+		t.Errorf("%v were deleted after the claim changed", m)
 	}
 }
 
@@ -587,18 +609,8 @@ func TestV3EtcdWipedUnderRunningNode(t *testing.T) {
 	before := bucketKeys(t, w.Store)
 
 	recoverTakeover(t, w, acked)
-	for _, k := range before {
-		if !slices.Contains(bucketKeys(t, w.Store), k) {
-			t.Fatalf("%s deleted by recovery", k)
-		}
+	if m := missingKeys(t, w.Store, before); len(m) > 0 {
+		t.Fatalf("%v deleted by recovery", m)
 	}
-
-	n2 := startNode(w, cfg)
-	if err := n2.AddStream(StreamSpec{ID: "wiped", Log: lg, Epoch: 1}); err != nil {
-		t.Fatal(err)
-	}
-	persisted(t, n2, "wiped", lg.NextOffset(), 30*time.Second)
-	if rec, _ := record(t, w.Meta, "wiped"); rec.FirstOffset != 0 || rec.NextOffset != lg.NextOffset() {
-		t.Fatalf("after recovery and restart the record holds [%d,%d), want [0,%d)", rec.FirstOffset, rec.NextOffset, lg.NextOffset())
-	}
+	resumeRecovered(t, w, cfg, "wiped", lg)
 }

@@ -28,6 +28,19 @@ func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(p []byte) (int, error) { d.n += len(p); return len(p), nil }
 func (d *discard) WriteHeader(int)             {}
 
+// benchSize is the scrape benchmarks' node size and rounds: STREAMTIER_BENCH_STREAMS
+// (default 10,200) and STREAMTIER_BENCH_ROUNDS (default 5).
+func benchSize() (streams, rounds int) {
+	streams, rounds = 10200, 5
+	if v, err := strconv.Atoi(os.Getenv("STREAMTIER_BENCH_STREAMS")); err == nil && v > 0 {
+		streams = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("STREAMTIER_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	return streams, rounds
+}
+
 // BenchmarkScrape scrapes a node of STREAMTIER_BENCH_STREAMS (default 10,200) idle streams
 // the way /metrics does now (the node's series through a registry, the per-stream families
 // written as text from the report) and, interleaved, the way it did (every series through
@@ -36,13 +49,7 @@ func (d *discard) WriteHeader(int)             {}
 // median, max over STREAMTIER_BENCH_ROUNDS, default 5). The node's statuses are given (the
 // same input for both), so the figures are the exposition's own.
 func BenchmarkScrape(b *testing.B) {
-	n, rounds := 10200, 5
-	if v, err := strconv.Atoi(os.Getenv("STREAMTIER_BENCH_STREAMS")); err == nil && v > 0 {
-		n = v
-	}
-	if v, err := strconv.Atoi(os.Getenv("STREAMTIER_BENCH_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
+	n, rounds := benchSize()
 	in := idleInput(n)
 	reg := prometheus.NewRegistry() // the Go and process collectors' place: empty here
 	old := prometheus.NewRegistry()
@@ -139,13 +146,7 @@ func (n *fixtureNode) Metrics() *actors.Metrics { return n.in.Metrics }
 // STREAMTIER_BENCH_ROUNDS, default 5). What a scrape holds across a collection raises the
 // heap's next goal, and so an idle node's RSS after the scrape.
 func BenchmarkScrapeHeld(b *testing.B) {
-	n, rounds := 10200, 5
-	if v, err := strconv.Atoi(os.Getenv("STREAMTIER_BENCH_STREAMS")); err == nil && v > 0 {
-		n = v
-	}
-	if v, err := strconv.Atoi(os.Getenv("STREAMTIER_BENCH_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
+	n, rounds := benchSize()
 	o := Options{Node: newFixtureNode(idleInput(n)), Started: time.Now().Add(-time.Hour)}
 	gather := func(rows bool) (held, allocated uint64) {
 		var before, mid, after runtime.MemStats

@@ -105,6 +105,3 @@ func (s *Snapshot) Status() Status {
 	}
 	return st
 }
-
-// Whole says the snapshot keeps its status whole (it had more than a dormant core's fields).
-func (s *Snapshot) Whole() bool { return s.whole != nil }

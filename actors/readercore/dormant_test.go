@@ -17,7 +17,7 @@ func TestSnapshotGivesBackTheStatus(t *testing.T) {
 				DrainNext: st.DrainNext, PersistState: st.PersistState, LastPersistAt: st.LastPersistAt,
 				OldestUnpersistedTimestamp: st.OldestUnpersistedTimestamp, LastPersistError: st.LastPersistError,
 				LastUploadError: st.LastUploadError, HeldBound: st.HeldBound, Counters: st.Counters}
-			if sn := Snap(st); sn.Whole() {
+			if sn := Snap(st); sn.whole != nil {
 				t.Fatalf("kept whole: %+v", st)
 			}
 		}
