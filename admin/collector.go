@@ -55,6 +55,13 @@ var (
 	descReadEvents     = desc("read_events_total", "Reader events by kind (gap, skipped, handoff).", "event")
 	descReadErrors     = desc("read_errors_total", "Reader failures by class (unavailable, corrupt, missing, remote, local, canceled, other).", "class")
 	descReadFirstChunk = desc("read_first_chunk_seconds", "Time from a reader's open to its first chunk: quantiles over the last 1024 readers, count and sum over all.")
+	descRemoteOpen     = desc("remote_read_sources_open", "Remote sources open now: readers reading the remote tier through range GETs.")
+	descRemoteGets     = desc("remote_read_gets_total", "Range GETs the remote sources issued.")
+	descRemoteBytes    = desc("remote_read_get_bytes_total", "Bytes of range GET bodies the remote sources received.")
+	descRemoteErrors   = desc("remote_read_get_errors_total", "Failed range GETs by class (retriable: retried; not_found: retention or a lagging manifest; fatal: the read fails).", "class")
+	descRemoteAllowed  = desc("remote_read_gets_allowed", "Range GETs the open remote sources allow in flight: their concurrency searches' levels, summed.")
+	descRemoteHeld     = desc("remote_read_held_bytes", "Bytes the open remote sources hold against the read budget, summed.")
+	descRemoteLearned  = desc("remote_read_start_concurrency", "Range GETs in flight the node's reads last settled at, where the next read's search starts (0: none settled yet; the default start is then 4).")
 	descTransfers      = desc("transfers_running", "Fragment uploads running now.")
 	descGovQueued      = desc("governor_queued", "Transfers waiting for the governor.")
 	descGovQueuedBytes = desc("governor_queued_bytes", "Chunk bytes of the transfers waiting for the governor.")
@@ -121,6 +128,16 @@ func collectNode(in *NodeInput, node *NodeReport, ch chan<- prometheus.Metric) {
 	p50, p99 := rm.FirstChunkQuantiles()
 	n, sum := rm.FirstChunkTotals()
 	ch <- summary(descReadFirstChunk, n, sum, p50, p99)
+	rr := &m.RemoteRead
+	gauge(descRemoteOpen, float64(rr.Open.Load()))
+	counter(descRemoteGets, float64(rr.GETs.Load()))
+	counter(descRemoteBytes, float64(rr.Bytes.Load()))
+	for cl, name := range read.RemoteErrorClasses() {
+		counter(descRemoteErrors, float64(rr.Errors[cl].Load()), name)
+	}
+	gauge(descRemoteAllowed, float64(rr.Concurrency.Load()))
+	gauge(descRemoteHeld, float64(rr.Buffered.Load()))
+	gauge(descRemoteLearned, float64(rr.StartConcurrency.Load()))
 	counter(descUploadedBytes, float64(m.BytesUploaded.Load()))
 	for cl := range m.TransferErrors {
 		if cl != int(s3io.ClassNone) {

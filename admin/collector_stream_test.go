@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/streamtier/streamtier/actors"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/s3io"
 )
@@ -137,5 +138,62 @@ func TestScrapeAllocationsPerIdleStream(t *testing.T) {
 	t.Logf("%.0f allocations a scrape, %.1f per idle stream", allocs, perStream)
 	if perStream > 40 {
 		t.Fatalf("a scrape allocates %.1f times per idle stream, want at most 40", perStream)
+	}
+}
+
+// nodeSeries collects the node's own series of one input (collectNode), for testutil.
+type nodeSeries struct{ in NodeInput }
+
+func (nodeSeries) Describe(chan<- *prometheus.Desc) {}
+
+func (c nodeSeries) Collect(ch chan<- prometheus.Metric) {
+	node := nodeReport(c.in, time.Now())
+	collectNode(&c.in, &node, ch)
+}
+
+// TestRemoteReadSeries: the remote sources' figures are node series, each the value of the
+// node's counter or gauge it names.
+func TestRemoteReadSeries(t *testing.T) {
+	in := idleInput(0)
+	rr := &in.Metrics.RemoteRead
+	rr.Open.Store(2)
+	rr.GETs.Store(40)
+	rr.Bytes.Store(160 << 20)
+	rr.Errors[read.RemoteErrRetriable].Store(3)
+	rr.Errors[read.RemoteErrNotFound].Store(1)
+	rr.Concurrency.Store(24)
+	rr.Buffered.Store(96 << 20)
+	rr.StartConcurrency.Store(16)
+	want := `
+# HELP streamtier_remote_read_sources_open Remote sources open now: readers reading the remote tier through range GETs.
+# TYPE streamtier_remote_read_sources_open gauge
+streamtier_remote_read_sources_open 2
+# HELP streamtier_remote_read_gets_total Range GETs the remote sources issued.
+# TYPE streamtier_remote_read_gets_total counter
+streamtier_remote_read_gets_total 40
+# HELP streamtier_remote_read_get_bytes_total Bytes of range GET bodies the remote sources received.
+# TYPE streamtier_remote_read_get_bytes_total counter
+streamtier_remote_read_get_bytes_total 1.6777216e+08
+# HELP streamtier_remote_read_get_errors_total Failed range GETs by class (retriable: retried; not_found: retention or a lagging manifest; fatal: the read fails).
+# TYPE streamtier_remote_read_get_errors_total counter
+streamtier_remote_read_get_errors_total{class="fatal"} 0
+streamtier_remote_read_get_errors_total{class="not_found"} 1
+streamtier_remote_read_get_errors_total{class="retriable"} 3
+# HELP streamtier_remote_read_gets_allowed Range GETs the open remote sources allow in flight: their concurrency searches' levels, summed.
+# TYPE streamtier_remote_read_gets_allowed gauge
+streamtier_remote_read_gets_allowed 24
+# HELP streamtier_remote_read_held_bytes Bytes the open remote sources hold against the read budget, summed.
+# TYPE streamtier_remote_read_held_bytes gauge
+streamtier_remote_read_held_bytes 1.00663296e+08
+# HELP streamtier_remote_read_start_concurrency Range GETs in flight the node's reads last settled at, where the next read's search starts (0: none settled yet; the default start is then 4).
+# TYPE streamtier_remote_read_start_concurrency gauge
+streamtier_remote_read_start_concurrency 16
+`
+	names := []string{"streamtier_remote_read_sources_open", "streamtier_remote_read_gets_total",
+		"streamtier_remote_read_get_bytes_total", "streamtier_remote_read_get_errors_total",
+		"streamtier_remote_read_gets_allowed", "streamtier_remote_read_held_bytes",
+		"streamtier_remote_read_start_concurrency"}
+	if err := testutil.CollectAndCompare(nodeSeries{in}, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
 	}
 }

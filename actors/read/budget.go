@@ -2,6 +2,7 @@ package read
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -23,9 +24,12 @@ const WarmFor = 5 * time.Second
 // consumed), so many readers stay bounded together, and a slow consumer fills only its own
 // share and stops its own fetching without slowing anyone else. A reader that opens or
 // closes changes every share: each reader gets its new share as a budgetShare message.
+// It also remembers the concurrency the node's reads last settled at, where the next read
+// starts its search (Learned).
 type Budget struct {
-	total int64
-	bufs  *readBufs // the readers' range buffers, recycled
+	total   int64
+	bufs    *readBufs    // the readers' range buffers, recycled
+	learned atomic.Int64 // the level a reader's search last held and confirmed (0: none)
 
 	mu      sync.Mutex
 	readers map[*actor.PID]*actor.RootContext
@@ -47,6 +51,15 @@ func NewBudget(total int64) *Budget {
 	}
 	return &Budget{total: total, bufs: newReadBufs(total), readers: make(map[*actor.PID]*actor.RootContext)}
 }
+
+// Learned is the number of range GETs in flight the node's reads last settled at (0: no
+// read settled yet): a new read's search starts there instead of at
+// fetchcore.DefaultStartConcurrency, so back-to-back reads against the same S3 do not each
+// climb from four again. The search moves on from it as usual.
+func (b *Budget) Learned() int { return int(b.learned.Load()) }
+
+// learn records the level a reader's search settled at.
+func (b *Budget) learn(c int) { b.learned.Store(int64(c)) }
 
 // KeepWarm keeps the range buffers for d after the last reader closed (on clock), instead
 // of dropping them at once: a node's budget, which the next read will use. A reader's own

@@ -70,6 +70,7 @@ type remoteReader struct {
 	rangeN int64                 // the core's range size: the buffers' size
 
 	firstChunk bool
+	learned    int   // the settled level this reader last gave the budget
 	shownConc  int64 // what this reader adds to the node's gauges
 	shownHeld  int64
 }
@@ -99,6 +100,9 @@ func openRemoteRead(ctx context.Context, env Env, from uint64) (remoteSource, er
 	env.Clock = shell.OrWall(env.Clock)
 	cfg := env.Fetch
 	cfg.Budget = env.Budget.total
+	if cfg.StartConcurrency == 0 {
+		cfg.StartConcurrency = env.Budget.Learned() // 0: the default
+	}
 	core, err := fetchcore.New(cfg, from)
 	if err != nil {
 		return nil, fmt.Errorf("open remote read of %s: %w", env.Stream, err)
@@ -271,6 +275,11 @@ func (r *remoteReader) execute(c actor.Context, effs []fetchcore.Effect) {
 		}
 	}
 	st := r.core.Status()
+	if st.Settled != r.learned && st.Settled > 0 {
+		r.learned = st.Settled
+		r.env.Budget.learn(st.Settled)
+		r.metrics.StartConcurrency.Store(int64(st.Settled))
+	}
 	conc, held := int64(st.Concurrency), r.core.Held()
 	if st.Err != nil {
 		conc = 0

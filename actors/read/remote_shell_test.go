@@ -193,3 +193,47 @@ func TestRemoteReadOverdueGetBufferNeverReused(t *testing.T) {
 		t.Fatal("Close returned before the stuck GET's goroutine did")
 	}
 }
+
+// TestRemoteReadStartsAtTheLearnedLevel: a read on a budget whose earlier reads settled at
+// 8 range GETs in flight starts its search there, not at fetchcore.DefaultStartConcurrency
+// (4): the server holds every GET until 8 are in flight at once, and the read completes.
+func TestRemoteReadStartsAtTheLearnedLevel(t *testing.T) {
+	f := newRemoteFixture(t, 400)
+	env := f.env
+	env.Budget = NewBudget(0)
+	env.Budget.learn(8)
+	var (
+		mu      sync.Mutex
+		running int
+		peak    int
+	)
+	all := make(chan struct{})
+	env.getRange = func(ctx context.Context, key string, off, n int64, buf []byte) ([]byte, error) {
+		mu.Lock()
+		running++
+		if running > peak {
+			peak = running
+			if peak == 8 {
+				close(all)
+			}
+		}
+		mu.Unlock()
+		defer func() { mu.Lock(); running--; mu.Unlock() }()
+		select {
+		case <-all:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return f.w.Store.GetRangePartial(ctx, key, off, n, buf)
+	}
+	src := f.open(t, env, f.st.Manifest.FirstOffset)
+	await(t, all, "8 range GETs in flight at once")
+	if n, _ := f.readAll(t, src, f.st.Manifest.FirstOffset); n == 0 {
+		t.Fatal("the read delivered no chunk")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if peak > env.Fetch.MaxConcurrency {
+		t.Fatalf("%d range GETs in flight, above the ceiling %d", peak, env.Fetch.MaxConcurrency)
+	}
+}

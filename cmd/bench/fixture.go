@@ -146,7 +146,7 @@ func startFixture(ctx context.Context, c commonFlags, defaults map[string]string
 		return nil, fmt.Errorf("temporary directory: %w", err)
 	}
 	errw := &lockedWriter{w: stderr}
-	f := &fixture{dir: dir, errw: errw, log: zerolog.New(zerolog.ConsoleWriter{Out: errw, TimeFormat: time.TimeOnly}).Level(level).With().Timestamp().Logger()}
+	f := &fixture{dir: dir, errw: errw, log: zerolog.New(zerolog.ConsoleWriter{Out: errw, TimeFormat: "15:04:05.000"}).Level(level).With().Timestamp().Logger()}
 	ok := false
 	defer func() {
 		if !ok {

@@ -162,6 +162,9 @@ func (w *world) take(t *rapid.T, effs []Effect, c *Core, budgetBound int64) {
 	if st.Unconsumed != unc {
 		t.Fatalf("core counts %d unconsumed bytes, the consumer holds %d", st.Unconsumed, unc)
 	}
+	if st.Settled < 0 || st.Settled > c.srch.ceiling || st.Concurrency < 1 || st.Concurrency > c.srch.ceiling {
+		t.Fatalf("concurrency %d, settled %d: want both in [1, ceiling %d] (settled 0: none yet)", st.Concurrency, st.Settled, c.srch.ceiling)
+	}
 	if out+st.Buffered+unc > c.Held() {
 		t.Fatalf("held %d below what is out (%d requested, %d buffered, %d unconsumed)", c.Held(), out, st.Buffered, unc)
 	}

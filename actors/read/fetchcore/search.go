@@ -64,6 +64,9 @@ type search struct {
 	smooth           float64 // the rate at the held level, smoothed over rounds
 	low              int     // rounds in a row with smooth below fallFactor of settled
 	fixed            bool    // Config.FixedConcurrency: no search
+	// learned is the last level held for confirmRounds measured rounds with its rise (if
+	// any) confirmed: where the next read of the same node may start (0: none yet).
+	learned int
 
 	skip       int // completions still to ignore after a change of level
 	anchored   bool
@@ -166,6 +169,9 @@ func (s *search) adjust(rate float64) {
 	}
 	s.bestRate = s.smooth // the rate at the level held is what a probe must beat
 	s.held++
+	if s.held >= confirmRounds {
+		s.learned = s.c
+	}
 	if s.held >= s.every && s.c < s.ceiling {
 		// the level held is confirmed (or was not reached by a rise): a probe that does not
 		// pay comes back to it with nothing to confirm

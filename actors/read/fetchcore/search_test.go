@@ -14,6 +14,7 @@ import (
 type server struct {
 	rate  map[int]float64
 	noisy map[[2]int]float64 // {level, visit} -> rate
+	after func(*search)      // called after each completion, when set
 }
 
 const rangeBytes = 4 << 20
@@ -32,6 +33,9 @@ func (sv server) run(s *search, maxCompletions int) []int {
 		}
 		at += time.Duration(float64(rangeBytes) / r * float64(time.Second))
 		s.observe(at, rangeBytes, c)
+		if sv.after != nil {
+			sv.after(s)
+		}
 		if s.c != c {
 			levels = append(levels, s.c)
 			visits[s.c]++
@@ -117,5 +121,45 @@ func TestSearchKeepsAConfirmedRise(t *testing.T) {
 	}
 	if s.c != 8 && s.c != 16 {
 		t.Fatalf("the search ended at %d, want 8 (or probing 16): levels %s", s.c, fmtLevels(got))
+	}
+}
+
+// learnedLevels runs sv and returns the distinct levels the search reported as learned
+// (where the next read would start), in order.
+func (sv server) learnedLevels(s *search, maxCompletions int) (levels, learned []int) {
+	sv.after = func(s *search) {
+		if s.learned != 0 && (len(learned) == 0 || learned[len(learned)-1] != s.learned) {
+			learned = append(learned, s.learned)
+		}
+	}
+	return sv.run(s, maxCompletions), learned
+}
+
+// The level a search gives the next read (Status.Settled) is one it held and confirmed:
+// the lucky probe's 8, taken back, is never learned; a rise that pays is, once held.
+func TestSearchLearnsOnlyConfirmedLevels(t *testing.T) {
+	lucky := server{
+		rate:  map[int]float64{4: 1000e6, 8: 800e6, 16: 700e6, 32: 600e6},
+		noisy: map[[2]int]float64{{8, 1}: 1400e6},
+	}
+	s := newSearch(4, 32)
+	levels, learned := lucky.learnedLevels(&s, 200)
+	if fmtLevels(learned) != "4" {
+		t.Fatalf("learned %s (levels %s): want only 4, the lucky 8 never", fmtLevels(learned), fmtLevels(levels))
+	}
+	pays := server{rate: map[int]float64{4: 500e6, 8: 1000e6, 16: 1000e6, 32: 1000e6}}
+	s = newSearch(4, 32)
+	if levels, learned = pays.learnedLevels(&s, 200); fmtLevels(learned) != "8" {
+		t.Fatalf("learned %s (levels %s): want 8, the confirmed rise", fmtLevels(learned), fmtLevels(levels))
+	}
+	// A search that starts at the learned level (the next read) stays there: it probes 16
+	// once, which does not pay, and holds 8.
+	s = newSearch(8, 32)
+	if levels, learned = pays.learnedLevels(&s, 200); !strings.HasPrefix(fmtLevels(levels), "8 16 8") || fmtLevels(learned) != "8" {
+		t.Fatalf("from 8: levels %s, learned %s: want 8 16 8 ..., learned 8", fmtLevels(levels), fmtLevels(learned))
+	}
+	fixed := search{ceiling: 4, c: 4, bestC: 4, fixed: true}
+	if _, learned = pays.learnedLevels(&fixed, 200); len(learned) != 0 {
+		t.Fatalf("a fixed concurrency learned %s: it measures nothing", fmtLevels(learned))
 	}
 }

@@ -9,27 +9,30 @@ import (
 type Status struct {
 	Pos         uint64
 	Concurrency int
-	InFlight    int
-	Budget      int64
-	Reserved    int64
-	Buffered    int64
-	Unconsumed  int64
-	Leaves      int
-	Ranges      int
-	Timers      int
-	Waiting     bool // a leaves request or an index fetch is outstanding
-	Ended       bool
-	Err         error
-	Gets        int
-	Retries     int
-	ShortReads  int
-	Skips       int
+	// Settled is the concurrency the search last held and confirmed over confirmRounds
+	// measured rounds (0: not yet, or a fixed concurrency): a good start for the next read.
+	Settled    int
+	InFlight   int
+	Budget     int64
+	Reserved   int64
+	Buffered   int64
+	Unconsumed int64
+	Leaves     int
+	Ranges     int
+	Timers     int
+	Waiting    bool // a leaves request or an index fetch is outstanding
+	Ended      bool
+	Err        error
+	Gets       int
+	Retries    int
+	ShortReads int
+	Skips      int
 }
 
 // Status reports the core's state.
 func (c *Core) Status() Status {
 	return Status{
-		Pos: c.pos, Concurrency: c.srch.c, InFlight: c.inflight, Budget: c.budget,
+		Pos: c.pos, Concurrency: c.srch.c, Settled: c.srch.learned, InFlight: c.inflight, Budget: c.budget,
 		Reserved: c.reserved, Buffered: c.buffered, Unconsumed: c.unconsumed,
 		Leaves: len(c.leaves), Ranges: len(c.ranges), Timers: len(c.timers),
 		Waiting: c.leavesReq != 0 || len(c.byIndex) > 0, Ended: c.ph == ended, Err: c.err,
