@@ -3,12 +3,16 @@ package actors
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/recovery"
+	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
 )
 
@@ -61,4 +65,117 @@ func TestDormantStreamThroughEtcdWipe(t *testing.T) {
 	n2 := resumeRecovered(t, w, cfg, "sleeper", lg)
 	checkNothingLost(t, n2, "sleeper", lg)
 	awaitDormant(t, n2, "sleeper", 1)
+}
+
+// TestDormantStreamsThroughEtcdRestore: etcd goes back to an old snapshot while two streams
+// are dormant: "near" one persist behind the bucket, "far" two. Commits wake them. "near"
+// adopts its child root by itself and persists on; "far" stalls in metadata_behind, writes
+// no record and says what to do. Nothing in the bucket is deleted; after `node recover`
+// (the Go API), with the node running, "far" resolves again by itself and every
+// acknowledged offset of both is persisted and readable.
+func TestDormantStreamsThroughEtcdRestore(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	ctx := context.Background()
+	cfg := dormantConfig(t)
+	n, far := startPersisted(t, w, cfg, "far", 5)
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := n.Stop(stopCtx); err != nil {
+			t.Error(err)
+		}
+	}()
+	near := openLog(t, segments.Options{})
+	writeLog(t, near, 6, loadgen.Limit{Bytes: 48 << 10})
+	if err := n.AddStream(StreamSpec{ID: "near", Log: near, Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, n, "near", near.NextOffset(), 30*time.Second)
+
+	// The snapshot: each stream's keys as they were `behind` persists ago. A stream is
+	// dormant (everything persisted, nothing to do) whenever its record is read, so that no
+	// persist of its own comes between.
+	dormant := func(stream string) {
+		until(t, 20*time.Second, stream+" dormant", func() (bool, string) {
+			st, err := n.Status(ctx, stream)
+			return err == nil && st.Dormant, fmt.Sprintf("dormant %t phase %s %v", st.Dormant, st.Phase, err)
+		})
+	}
+	snap := etcdSnapshot{}
+	seqs := map[string]uint64{}
+	for stream, behind := range map[string]uint64{"far": 2, "near": 1} {
+		lg := map[string]*segments.Log{"far": far, "near": near}[stream]
+		start, _ := record(t, w.Meta, stream)
+		for i := uint64(0); ; i++ {
+			dormant(stream)
+			if now, _ := record(t, w.Meta, stream); now.Seq >= start.Seq+behind {
+				break
+			}
+			writeLog(t, lg, 10+i, loadgen.Limit{Bytes: 20 << 10})
+			persisted(t, n, stream, lg.NextOffset(), 30*time.Second)
+		}
+		// etcd's history (not compacted here) has the record `behind` seqs back: the
+		// snapshot is the stream's keys at that revision.
+		rec, mod := record(t, w.Meta, stream)
+		target := rec.Seq - behind
+		for rec.Seq > target {
+			rec, mod = recordAt(t, w.Meta, stream, mod-1)
+		}
+		if rec.Seq != target {
+			t.Fatalf("%s: no record of seq %d in etcd's history (went from %d to below)", stream, target, rec.Seq)
+		}
+		snap.snapshotStream(t, w.Meta, stream, mod)
+		seqs[stream] = target
+	}
+	before := bucketKeys(t, w.Store)
+	snap.restore(t, w.Meta, "far", "near")
+
+	writeLog(t, far, 30, loadgen.Limit{Bytes: 20 << 10}) // the commits wake them
+	writeLog(t, near, 31, loadgen.Limit{Bytes: 20 << 10})
+	persisted(t, n, "near", near.NextOffset(), 30*time.Second)
+	if rec, _ := record(t, w.Meta, "near"); rec.Seq <= seqs["near"]+1 {
+		t.Fatalf("near: the record names seq %d after the wake, want past its child %d (adopted, then persisted on)", rec.Seq, seqs["near"]+1)
+	}
+	until(t, 20*time.Second, "far stalls in metadata_behind", func() (bool, string) {
+		st, err := n.Status(ctx, "far")
+		return err == nil && st.Phase == "metadata_behind" && strings.Contains(st.MetadataReason, "node recover far"),
+			fmt.Sprintf("phase %s dormant %t reason %q %v", st.Phase, st.Dormant, st.MetadataReason, err)
+	})
+	if rec, _ := record(t, w.Meta, "far"); rec.Seq != seqs["far"] {
+		t.Fatalf("far: the record names seq %d, want the restored %d (nothing written while behind)", rec.Seq, seqs["far"])
+	}
+	now := bucketKeys(t, w.Store)
+	for _, k := range before {
+		// near's adoption supersedes the root the restored record named: the reaper may
+		// delete that root (a positive statement); nothing else goes.
+		if !slices.Contains(now, k) && !strings.Contains(k, "/near/meta/root-") {
+			t.Errorf("%s was deleted", k)
+		}
+	}
+
+	reps, errs, err := recovery.All(ctx, recovery.Options{Store: w.Store, Meta: w.Meta}, nil)
+	if err != nil || len(errs) != 0 {
+		t.Fatalf("recovery plan: %v %v", err, errs)
+	}
+	if _, errs := recovery.ApplyAll(ctx, w.Meta, reps, nil, 0); len(errs) != 0 {
+		t.Fatalf("recovery: %v", errs)
+	}
+	persisted(t, n, "far", far.NextOffset(), 30*time.Second)
+	checkNothingLost(t, n, "far", far)
+	checkNothingLost(t, n, "near", near)
+}
+
+// recordAt is stream's manifest record as etcd held it at revision rev, and the revision
+// it was written at.
+func recordAt(t *testing.T, meta *metadata.Store, stream string, rev int64) (metadata.ManifestRecord, int64) {
+	t.Helper()
+	resp, err := meta.Client().Get(context.Background(), metadata.ManifestKey(meta.Prefix(), stream), clientv3.WithRev(rev))
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("record of %s at revision %d: %v (%d keys)", stream, rev, err, len(resp.Kvs))
+	}
+	rec, err := metadata.DecodeManifestRecord(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec, resp.Kvs[0].ModRevision
 }
