@@ -43,7 +43,7 @@ func (r *readFlags) register(fs *flag.FlagSet) {
 	fs.Var(&r.fragment, "fragment", "fragment target size (the node's fragment_target_size)")
 	fs.Var(&r.segment, "segment", "local segment size: local retention deletes whole uploaded segments, so the last one stays local")
 	fs.Var(&r.rangeSize, "raw-range", "range size of the raw GETs")
-	fs.StringVar(&r.rawN, "raw-n", "2,4,8,16", "raw GET concurrencies swept each round; the fastest is the round's baseline")
+	fs.StringVar(&r.rawN, "raw-n", "", "raw GET concurrencies swept each round, the fastest the round's baseline (default: 2, 4, 8 ... up to the node's read_max_concurrency, every level the node's search may use)")
 	fs.IntVar(&r.rounds, "rounds", 3, "counted rounds, each a raw sweep, then the node (A) and raw at the round's N (B) back to back, order alternating")
 	fs.IntVar(&r.warmup, "warmup", 1, "rounds run first and not counted")
 	fs.IntVar(&r.minChunk, "min-chunk", 64<<10, "smallest chunk's record bytes (loadgen)")
@@ -53,6 +53,9 @@ func (r *readFlags) register(fs *flag.FlagSet) {
 
 func (r *readFlags) check() ([]int, error) {
 	var ns []int
+	if r.rawN == "" {
+		return nil, nil // the node's levels: sweepLevels, once its settings are known
+	}
 	for _, s := range strings.Split(r.rawN, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
@@ -143,6 +146,10 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		closeErr(f, &err)
 	}()
 	f.header(stdout, "read")
+	if ns == nil {
+		ns = sweepLevels(f.s.ReadMaxConcurrency)
+		fl.rawN = strings.Trim(strings.ReplaceAll(fmt.Sprint(ns), " ", ","), "[]")
+	}
 	const id = "read-bench"
 	genStart := time.Now()
 	if lg, err = segments.Open(f.logDir(id), segments.Options{MaxSegmentBytes: int64(fl.segment)}); err != nil {
@@ -382,4 +389,15 @@ func repeat(v float64, n int) []float64 {
 		out[i] = v
 	}
 	return out
+}
+
+// sweepLevels are the raw sweep's default concurrencies: 2, 4, 8 ... up to ceiling (and the
+// ceiling itself), the levels the node's search may run at, so that the baseline is the
+// best the same S3 gives at any of them.
+func sweepLevels(ceiling int) []int {
+	var ns []int
+	for n := 2; n < ceiling; n *= 2 {
+		ns = append(ns, n)
+	}
+	return append(ns, max(ceiling, 1))
 }

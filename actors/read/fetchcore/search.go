@@ -139,6 +139,12 @@ func (s *search) adjust(rate float64) {
 		s.settled, s.smooth = rate, rate
 	} else {
 		s.smooth = (s.smooth + rate) / 2
+		if s.held < confirmRounds {
+			// the rate the fall rule measures against is the level's first rounds
+			// smoothed, not its first round alone: a first round that caught a burst of
+			// completions would have the search step back from a level that is fine
+			s.settled = s.smooth
+		}
 	}
 	if s.below > 0 && s.held+1 >= confirmRounds {
 		below := s.below
