@@ -163,7 +163,7 @@ func TestRemoteReadSeries(t *testing.T) {
 	rr.Errors[read.RemoteErrNotFound].Store(1)
 	rr.Concurrency.Store(24)
 	rr.Buffered.Store(96 << 20)
-	rr.StartConcurrency.Store(16)
+	rr.LearnedConcurrency.Store(16)
 	want := `
 # HELP streamtier_remote_read_sources_open Remote sources open now: readers reading the remote tier through range GETs.
 # TYPE streamtier_remote_read_sources_open gauge
@@ -185,14 +185,14 @@ streamtier_remote_read_gets_allowed 24
 # HELP streamtier_remote_read_held_bytes Bytes the open remote sources hold against the read budget, summed.
 # TYPE streamtier_remote_read_held_bytes gauge
 streamtier_remote_read_held_bytes 1.00663296e+08
-# HELP streamtier_remote_read_start_concurrency Range GETs in flight the node's reads last settled at, where the next read's search starts (0: none settled yet; the default start is then 4).
-# TYPE streamtier_remote_read_start_concurrency gauge
-streamtier_remote_read_start_concurrency 16
+# HELP streamtier_remote_read_learned_concurrency Range GETs in flight the node's reads last settled at; the next read's search starts one level below it (0: none settled yet, the search starts at 4).
+# TYPE streamtier_remote_read_learned_concurrency gauge
+streamtier_remote_read_learned_concurrency 16
 `
 	names := []string{"streamtier_remote_read_sources_open", "streamtier_remote_read_gets_total",
 		"streamtier_remote_read_get_bytes_total", "streamtier_remote_read_get_errors_total",
 		"streamtier_remote_read_gets_allowed", "streamtier_remote_read_held_bytes",
-		"streamtier_remote_read_start_concurrency"}
+		"streamtier_remote_read_learned_concurrency"}
 	if err := testutil.CollectAndCompare(nodeSeries{in}, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}

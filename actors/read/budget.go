@@ -24,8 +24,8 @@ const WarmFor = 5 * time.Second
 // consumed), so many readers stay bounded together, and a slow consumer fills only its own
 // share and stops its own fetching without slowing anyone else. A reader that opens or
 // closes changes every share: each reader gets its new share as a budgetShare message.
-// It also remembers the concurrency the node's reads last settled at, where the next read
-// starts its search (Learned).
+// It also remembers the concurrency the node's reads last settled at, from which the next
+// read starts its search (Learned).
 type Budget struct {
 	total   int64
 	bufs    *readBufs    // the readers' range buffers, recycled
@@ -53,9 +53,9 @@ func NewBudget(total int64) *Budget {
 }
 
 // Learned is the number of range GETs in flight the node's reads last settled at (0: no
-// read settled yet): a new read's search starts there instead of at
-// fetchcore.DefaultStartConcurrency, so back-to-back reads against the same S3 do not each
-// climb from four again. The search moves on from it as usual.
+// read settled yet): a new read's search starts one level below it (fetchcore.Config.Learned)
+// instead of at fetchcore.DefaultStartConcurrency, so back-to-back reads against the same
+// S3 do not each climb from four again, and each checks the learned level again.
 func (b *Budget) Learned() int { return int(b.learned.Load()) }
 
 // learn records the level a reader's search settled at.

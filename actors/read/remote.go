@@ -100,9 +100,7 @@ func openRemoteRead(ctx context.Context, env Env, from uint64) (remoteSource, er
 	env.Clock = shell.OrWall(env.Clock)
 	cfg := env.Fetch
 	cfg.Budget = env.Budget.total
-	if cfg.StartConcurrency == 0 {
-		cfg.StartConcurrency = env.Budget.Learned() // 0: the default
-	}
+	cfg.Learned = env.Budget.Learned()
 	core, err := fetchcore.New(cfg, from)
 	if err != nil {
 		return nil, fmt.Errorf("open remote read of %s: %w", env.Stream, err)
@@ -278,7 +276,7 @@ func (r *remoteReader) execute(c actor.Context, effs []fetchcore.Effect) {
 	if st.Settled != r.learned && st.Settled > 0 {
 		r.learned = st.Settled
 		r.env.Budget.learn(st.Settled)
-		r.metrics.StartConcurrency.Store(int64(st.Settled))
+		r.metrics.LearnedConcurrency.Store(int64(st.Settled))
 	}
 	conc, held := int64(st.Concurrency), r.core.Held()
 	if st.Err != nil {

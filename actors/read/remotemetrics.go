@@ -23,9 +23,9 @@ type RemoteStats struct {
 	Buffered    atomic.Int64 // bytes the open readers hold against their budget, summed
 	Open        atomic.Int64 // remote readers open
 	Errors      [remoteErrClasses]atomic.Int64
-	// StartConcurrency is where the next read's search starts: the level the node's reads
-	// last settled at (Budget.Learned; 0: none yet).
-	StartConcurrency atomic.Int64
+	// LearnedConcurrency is the level the node's reads last settled at (Budget.Learned; 0:
+	// none yet): the next read's search starts one level below it.
+	LearnedConcurrency atomic.Int64
 
 	firstChunk shell.Latencies // recent times from open to the first chunk
 }

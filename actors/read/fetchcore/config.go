@@ -41,6 +41,13 @@ type Config struct {
 	// StartConcurrency is where the concurrency search starts (0: DefaultStartConcurrency,
 	// or the ceiling if lower).
 	StartConcurrency int
+	// Learned is the level the node's reads last settled at (0: none). The search starts
+	// one level below it (half, and at least StartConcurrency), so that its first probe
+	// checks again that the learned level still pays over the one below: a level learned
+	// by a lucky read, or under other conditions, is given up by the next read instead of
+	// being kept by every read after it. That probe is decided over the confirmation
+	// rounds, not its one round: one unlucky round does not lose a level that paid before.
+	Learned int
 	// FixedConcurrency, when set, turns the search off and keeps this many GETs in flight:
 	// for benchmarks that separate the search from the rest of the reader.
 	FixedConcurrency int
@@ -100,6 +107,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fetchcore: first range %d: must be positive", c.FirstRange)
 	case c.MaxConcurrency < 1:
 		return fmt.Errorf("fetchcore: max concurrency %d: must be at least 1", c.MaxConcurrency)
+	case c.Learned < 0:
+		return fmt.Errorf("fetchcore: learned concurrency %d: must not be negative", c.Learned)
 	case c.StartConcurrency < 1:
 		return fmt.Errorf("fetchcore: start concurrency %d: must be at least 1", c.StartConcurrency)
 	case c.Budget < 1:
@@ -112,4 +121,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fetchcore: max not found %d: must be at least 1", c.MaxNotFound)
 	}
 	return nil
+}
+
+// start is where the search starts: StartConcurrency, or a level below Learned.
+func (c Config) start() int {
+	return max(c.StartConcurrency, c.Learned/2)
 }

@@ -98,11 +98,8 @@ func New(cfg Config, from uint64) (*Core, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Core{
-		cfg: cfg, budget: cfg.Budget, srch: newSearch(cfg.StartConcurrency, cfg.MaxConcurrency), pos: from,
+		cfg: cfg, budget: cfg.Budget, srch: searchFor(cfg), pos: from,
 		byReq: map[uint64]*rng{}, byIndex: map[uint64]*leaf{}, timers: map[uint64]timerFor{},
-	}
-	if cfg.FixedConcurrency > 0 {
-		c.srch = search{ceiling: cfg.FixedConcurrency, c: cfg.FixedConcurrency, bestC: cfg.FixedConcurrency, fixed: true}
 	}
 	return c, nil
 }

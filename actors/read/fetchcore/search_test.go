@@ -15,10 +15,11 @@ type server struct {
 	rate  map[int]float64
 	noisy map[[2]int]float64 // {level, visit} -> rate
 	after func(*search)      // called after each completion, when set
-	// burst, when set, is the rate of the first `burst` completions of the run: the GETs
-	// a read issues at once at its start come back together.
-	burst     int
-	burstRate float64
+	// window, when windowRate is set, is a run of completions [from, to) (counted from the
+	// first) at windowRate: a burst (the GETs a read issues at once at its start come
+	// back together) or a slow patch.
+	window     [2]int
+	windowRate float64
 }
 
 const rangeBytes = 4 << 20
@@ -35,8 +36,8 @@ func (sv server) run(s *search, maxCompletions int) []int {
 		if nr, ok := sv.noisy[[2]int{c, visits[c]}]; ok {
 			r = nr
 		}
-		if i < sv.burst {
-			r = sv.burstRate
+		if sv.windowRate > 0 && i >= sv.window[0] && i < sv.window[1] {
+			r = sv.windowRate
 		}
 		at += time.Duration(float64(rangeBytes) / r * float64(time.Second))
 		s.observe(at, rangeBytes, c)
@@ -159,11 +160,11 @@ func TestSearchLearnsOnlyConfirmedLevels(t *testing.T) {
 	if levels, learned = pays.learnedLevels(&s, 200); fmtLevels(learned) != "8" {
 		t.Fatalf("learned %s (levels %s): want 8, the confirmed rise", fmtLevels(learned), fmtLevels(levels))
 	}
-	// A search that starts at the learned level (the next read) stays there: it probes 16
-	// once, which does not pay, and holds 8.
-	s = newSearch(8, 32)
-	if levels, learned = pays.learnedLevels(&s, 200); !strings.HasPrefix(fmtLevels(levels), "8 16 8") || fmtLevels(learned) != "8" {
-		t.Fatalf("from 8: levels %s, learned %s: want 8 16 8 ..., learned 8", fmtLevels(levels), fmtLevels(learned))
+	// The next read starts a level below the learned 8 (Config.start: at least 4, so 4
+	// here) and climbs back to it.
+	s = searchFor(Config{Learned: 8, MaxConcurrency: 32}.withDefaults())
+	if levels, learned = pays.learnedLevels(&s, 200); !strings.HasPrefix(fmtLevels(levels), "4 8 16 8") || fmtLevels(learned) != "8" {
+		t.Fatalf("after learning 8: levels %s, learned %s: want 4 8 16 8 ..., learned 8", fmtLevels(levels), fmtLevels(learned))
 	}
 	fixed := search{ceiling: 4, c: 4, bestC: 4, fixed: true}
 	if _, learned = pays.learnedLevels(&fixed, 200); len(learned) != 0 {
@@ -177,9 +178,51 @@ func TestSearchLearnsOnlyConfirmedLevels(t *testing.T) {
 // alone. Before, a first round 1.8 times the steady rate had the search fall to 16, where
 // the server gives 40 % less, for the rest of the read.
 func TestSearchKeepsAStartLevelPastItsFirstBurst(t *testing.T) {
-	sv := server{rate: map[int]float64{8: 400e6, 16: 600e6, 32: 1000e6}, burst: 33, burstRate: 1800e6}
+	sv := server{rate: map[int]float64{8: 400e6, 16: 600e6, 32: 1000e6}, window: [2]int{0, 33}, windowRate: 1800e6}
 	s := newSearch(32, 32)
 	if got := sv.run(&s, 2000); fmtLevels(got) != "32" {
 		t.Fatalf("levels %s: want 32 throughout", fmtLevels(got))
+	}
+}
+
+// A read starts one level below the level the node's reads settled at (at least the
+// configured start), so that its first probe checks the learned level again.
+func TestStartBelowTheLearnedLevel(t *testing.T) {
+	for _, c := range []struct{ start, learned, want int }{
+		{0, 0, 4}, {0, 4, 4}, {0, 8, 4}, {0, 16, 8}, {0, 32, 16}, {1, 4, 2}, {1, 1, 1}, {8, 4, 8},
+	} {
+		if got := (Config{StartConcurrency: c.start, Learned: c.learned}).withDefaults().start(); got != c.want {
+			t.Errorf("start %d, learned %d: starts at %d, want %d", c.start, c.learned, got, c.want)
+		}
+	}
+}
+
+// A level learned by a lucky read is given up by the next one: the server gives 16 GETs
+// nothing over 8, the read starts at 8 below the learned 16, holds 16 for its confirmation
+// rounds (the learned level's probe is not decided by one round), takes it back, and 8 is
+// what it learns for the read after it.
+func TestSearchFromBelowALuckyLearnedLevel(t *testing.T) {
+	sv := server{rate: map[int]float64{4: 500e6, 8: 1000e6, 16: 1000e6, 32: 1000e6}}
+	s := searchFor(Config{Learned: 16, MaxConcurrency: 32}.withDefaults())
+	levels, learned := sv.learnedLevels(&s, 300)
+	if !strings.HasPrefix(fmtLevels(levels), "8 16 8") || fmtLevels(learned) != "8" {
+		t.Fatalf("levels %s, learned %s: want 8 16 8 ..., learned 8", fmtLevels(levels), fmtLevels(learned))
+	}
+}
+
+// One unlucky round does not lose a learned level that still pays: the read starts at 16
+// below the learned 32, whose first round at 32 is slow; the confirmation rounds, at the
+// server's steady rate (1.7 times 16's), keep it.
+func TestSearchKeepsALearnedLevelPastAnUnluckyProbe(t *testing.T) {
+	// At 16: an anchor and a round of 16 (17 completions); at 32: 16 skipped (issued at
+	// 16), an anchor, then the probe's round of 32 completions, slow.
+	sv := server{
+		rate:   map[int]float64{8: 350e6, 16: 600e6, 32: 1000e6},
+		window: [2]int{17 + 16 + 1, 17 + 16 + 1 + 32}, windowRate: 550e6,
+	}
+	s := searchFor(Config{Learned: 32, MaxConcurrency: 32}.withDefaults())
+	levels, learned := sv.learnedLevels(&s, 600)
+	if fmtLevels(levels) != "16 32" || fmtLevels(learned) != "32" {
+		t.Fatalf("levels %s, learned %s: want 16 32, learned 32", fmtLevels(levels), fmtLevels(learned))
 	}
 }
