@@ -61,7 +61,7 @@ var (
 	descRemoteErrors   = desc("remote_read_get_errors_total", "Failed range GETs by class (retriable: retried; not_found: retention or a lagging manifest; fatal: the read fails).", "class")
 	descRemoteAllowed  = desc("remote_read_gets_allowed", "Range GETs the open remote sources allow in flight: their concurrency searches' levels, summed.")
 	descRemoteHeld     = desc("remote_read_held_bytes", "Bytes the open remote sources hold against the read budget, summed.")
-	descRemoteLearned  = desc("remote_read_learned_concurrency", "Range GETs in flight the node's reads last settled at; the next read's search starts one level below it (0: none settled yet, the search starts at 4).")
+	descRemoteLearned  = desc("remote_read_learned_concurrency", "Range GETs in flight the node's reads last settled at, where the next read's search starts (0: none settled yet, the search starts at 4).")
 	descTransfers      = desc("transfers_running", "Fragment uploads running now.")
 	descGovQueued      = desc("governor_queued", "Transfers waiting for the governor.")
 	descGovQueuedBytes = desc("governor_queued_bytes", "Chunk bytes of the transfers waiting for the governor.")

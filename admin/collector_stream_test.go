@@ -185,7 +185,7 @@ streamtier_remote_read_gets_allowed 24
 # HELP streamtier_remote_read_held_bytes Bytes the open remote sources hold against the read budget, summed.
 # TYPE streamtier_remote_read_held_bytes gauge
 streamtier_remote_read_held_bytes 1.00663296e+08
-# HELP streamtier_remote_read_learned_concurrency Range GETs in flight the node's reads last settled at; the next read's search starts one level below it (0: none settled yet, the search starts at 4).
+# HELP streamtier_remote_read_learned_concurrency Range GETs in flight the node's reads last settled at, where the next read's search starts (0: none settled yet, the search starts at 4).
 # TYPE streamtier_remote_read_learned_concurrency gauge
 streamtier_remote_read_learned_concurrency 16
 `

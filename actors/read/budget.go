@@ -53,9 +53,9 @@ func NewBudget(total int64) *Budget {
 }
 
 // Learned is the number of range GETs in flight the node's reads last settled at (0: no
-// read settled yet): a new read's search starts one level below it (fetchcore.Config.Learned)
-// instead of at fetchcore.DefaultStartConcurrency, so back-to-back reads against the same
-// S3 do not each climb from four again, and each checks the learned level again.
+// read settled yet): a new read's search starts there (fetchcore.Config.Learned) instead of
+// at fetchcore.DefaultStartConcurrency, so back-to-back reads against the same S3 do not
+// each climb from four again. The search moves on from it by its rules.
 func (b *Budget) Learned() int { return int(b.learned.Load()) }
 
 // learn records the level a reader's search settled at.

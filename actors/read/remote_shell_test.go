@@ -194,16 +194,14 @@ func TestRemoteReadOverdueGetBufferNeverReused(t *testing.T) {
 	}
 }
 
-// TestRemoteReadStartsBelowTheLearnedLevel: a read on a budget whose earlier reads
-// settled at 16 range GETs in flight starts its search at 8 (one level below, its first
-// probe checks 16 again), not at fetchcore.DefaultStartConcurrency (4): the server holds
-// every GET until 8 are in flight at once, and the read completes.
-func TestRemoteReadStartsBelowTheLearnedLevel(t *testing.T) {
+// TestRemoteReadStartsAtTheLearnedLevel: a read on a budget whose earlier reads settled at
+// 8 range GETs in flight starts its search there, not at fetchcore.DefaultStartConcurrency
+// (4): the server holds every GET until 8 are in flight at once, and the read completes.
+func TestRemoteReadStartsAtTheLearnedLevel(t *testing.T) {
 	f := newRemoteFixture(t, 400)
 	env := f.env
-	env.Fetch.MaxConcurrency = 16
 	env.Budget = NewBudget(0)
-	env.Budget.learn(16)
+	env.Budget.learn(8)
 	var (
 		mu      sync.Mutex
 		running int

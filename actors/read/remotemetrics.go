@@ -24,7 +24,7 @@ type RemoteStats struct {
 	Open        atomic.Int64 // remote readers open
 	Errors      [remoteErrClasses]atomic.Int64
 	// LearnedConcurrency is the level the node's reads last settled at (Budget.Learned; 0:
-	// none yet): the next read's search starts one level below it.
+	// none yet): where the next read's search starts.
 	LearnedConcurrency atomic.Int64
 
 	firstChunk shell.Latencies // recent times from open to the first chunk

@@ -67,9 +67,6 @@ type search struct {
 	// learned is the last level held for confirmRounds measured rounds with its rise (if
 	// any) confirmed: where the next read of the same node may start (0: none yet).
 	learned int
-	// trial is the level the node's reads learned, when the search starts below it: its
-	// first probe is decided by the confirmation rounds, not by one probe round (0: none).
-	trial int
 
 	skip       int // completions still to ignore after a change of level
 	anchored   bool
@@ -79,16 +76,12 @@ type search struct {
 }
 
 // searchFor is the search a core with cfg (defaults applied) runs: none with a fixed
-// concurrency; from below the learned level, with that level on trial; else from the start.
+// concurrency, else from the learned level or the start.
 func searchFor(cfg Config) search {
 	if cfg.FixedConcurrency > 0 {
 		return search{ceiling: cfg.FixedConcurrency, c: cfg.FixedConcurrency, bestC: cfg.FixedConcurrency, fixed: true}
 	}
-	s := newSearch(cfg.start(), cfg.MaxConcurrency)
-	if cfg.Learned > s.c {
-		s.trial = min(cfg.Learned, cfg.MaxConcurrency)
-	}
-	return s
+	return newSearch(cfg.start(), cfg.MaxConcurrency)
 }
 
 func newSearch(start, ceiling int) search {
@@ -134,20 +127,6 @@ func (s *search) observe(at time.Duration, n int64, inflight int) {
 }
 
 func (s *search) adjust(rate float64) {
-	if s.probing && s.c == s.trial && rate <= s.bestRate*riseFactor {
-		// The learned level's probe did not pay in its one round. The node's reads settled
-		// there before, so one round does not decide it: it is held, and its confirmation
-		// rounds take it back unless it pays over the level below.
-		below := s.bestRate
-		s.trial = 0
-		s.belowBest, s.bestRate, s.bestC = below, rate, s.c
-		s.hold()
-		s.below = below
-		return
-	}
-	if s.c == s.trial {
-		s.trial = 0 // the learned level's probe paid: a rise as any other
-	}
 	if s.probing {
 		if rate > s.bestRate*riseFactor {
 			s.belowBest, s.bestRate, s.bestC = s.bestRate, rate, s.c

@@ -160,11 +160,11 @@ func TestSearchLearnsOnlyConfirmedLevels(t *testing.T) {
 	if levels, learned = pays.learnedLevels(&s, 200); fmtLevels(learned) != "8" {
 		t.Fatalf("learned %s (levels %s): want 8, the confirmed rise", fmtLevels(learned), fmtLevels(levels))
 	}
-	// The next read starts a level below the learned 8 (Config.start: at least 4, so 4
-	// here) and climbs back to it.
+	// The next read starts at the learned 8 (probing 16 at once, as any start below the
+	// ceiling does) and stays there.
 	s = searchFor(Config{Learned: 8, MaxConcurrency: 32}.withDefaults())
-	if levels, learned = pays.learnedLevels(&s, 200); !strings.HasPrefix(fmtLevels(levels), "4 8 16 8") || fmtLevels(learned) != "8" {
-		t.Fatalf("after learning 8: levels %s, learned %s: want 4 8 16 8 ..., learned 8", fmtLevels(levels), fmtLevels(learned))
+	if levels, learned = pays.learnedLevels(&s, 200); !strings.HasPrefix(fmtLevels(levels), "8 16 8") || fmtLevels(learned) != "8" {
+		t.Fatalf("after learning 8: levels %s, learned %s: want 8 16 8 ..., learned 8", fmtLevels(levels), fmtLevels(learned))
 	}
 	fixed := search{ceiling: 4, c: 4, bestC: 4, fixed: true}
 	if _, learned = pays.learnedLevels(&fixed, 200); len(learned) != 0 {
@@ -185,44 +185,15 @@ func TestSearchKeepsAStartLevelPastItsFirstBurst(t *testing.T) {
 	}
 }
 
-// A read starts one level below the level the node's reads settled at (at least the
-// configured start), so that its first probe checks the learned level again.
-func TestStartBelowTheLearnedLevel(t *testing.T) {
-	for _, c := range []struct{ start, learned, want int }{
-		{0, 0, 4}, {0, 4, 4}, {0, 8, 4}, {0, 16, 8}, {0, 32, 16}, {1, 4, 2}, {1, 1, 1}, {8, 4, 8},
+// A read starts at the level the node's reads settled at, within the ceiling; with none,
+// at the configured start.
+func TestStartAtTheLearnedLevel(t *testing.T) {
+	for _, c := range []struct{ start, learned, ceiling, want int }{
+		{0, 0, 32, 4}, {0, 8, 32, 8}, {0, 32, 32, 32}, {0, 32, 16, 16}, {1, 0, 32, 1}, {1, 2, 32, 2},
 	} {
-		if got := (Config{StartConcurrency: c.start, Learned: c.learned}).withDefaults().start(); got != c.want {
-			t.Errorf("start %d, learned %d: starts at %d, want %d", c.start, c.learned, got, c.want)
+		s := searchFor(Config{StartConcurrency: c.start, Learned: c.learned, MaxConcurrency: c.ceiling}.withDefaults())
+		if s.c != c.want {
+			t.Errorf("start %d, learned %d, ceiling %d: starts at %d, want %d", c.start, c.learned, c.ceiling, s.c, c.want)
 		}
-	}
-}
-
-// A level learned by a lucky read is given up by the next one: the server gives 16 GETs
-// nothing over 8, the read starts at 8 below the learned 16, holds 16 for its confirmation
-// rounds (the learned level's probe is not decided by one round), takes it back, and 8 is
-// what it learns for the read after it.
-func TestSearchFromBelowALuckyLearnedLevel(t *testing.T) {
-	sv := server{rate: map[int]float64{4: 500e6, 8: 1000e6, 16: 1000e6, 32: 1000e6}}
-	s := searchFor(Config{Learned: 16, MaxConcurrency: 32}.withDefaults())
-	levels, learned := sv.learnedLevels(&s, 300)
-	if !strings.HasPrefix(fmtLevels(levels), "8 16 8") || fmtLevels(learned) != "8" {
-		t.Fatalf("levels %s, learned %s: want 8 16 8 ..., learned 8", fmtLevels(levels), fmtLevels(learned))
-	}
-}
-
-// One unlucky round does not lose a learned level that still pays: the read starts at 16
-// below the learned 32, whose first round at 32 is slow; the confirmation rounds, at the
-// server's steady rate (1.7 times 16's), keep it.
-func TestSearchKeepsALearnedLevelPastAnUnluckyProbe(t *testing.T) {
-	// At 16: an anchor and a round of 16 (17 completions); at 32: 16 skipped (issued at
-	// 16), an anchor, then the probe's round of 32 completions, slow.
-	sv := server{
-		rate:   map[int]float64{8: 350e6, 16: 600e6, 32: 1000e6},
-		window: [2]int{17 + 16 + 1, 17 + 16 + 1 + 32}, windowRate: 550e6,
-	}
-	s := searchFor(Config{Learned: 32, MaxConcurrency: 32}.withDefaults())
-	levels, learned := sv.learnedLevels(&s, 600)
-	if fmtLevels(levels) != "16 32" || fmtLevels(learned) != "32" {
-		t.Fatalf("levels %s, learned %s: want 16 32, learned 32", fmtLevels(levels), fmtLevels(learned))
 	}
 }
