@@ -3,15 +3,12 @@ package actors
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/streamtier/streamtier/metadata"
-	"github.com/streamtier/streamtier/recovery"
 	"github.com/streamtier/streamtier/segments"
 	"github.com/streamtier/streamtier/segments/loadgen"
 )
@@ -95,19 +92,13 @@ func TestDormantStreamsThroughEtcdRestore(t *testing.T) {
 	// The snapshot: each stream's keys as they were `behind` persists ago. A stream is
 	// dormant (everything persisted, nothing to do) whenever its record is read, so that no
 	// persist of its own comes between.
-	dormant := func(stream string) {
-		until(t, 20*time.Second, stream+" dormant", func() (bool, string) {
-			st, err := n.Status(ctx, stream)
-			return err == nil && st.Dormant, fmt.Sprintf("dormant %t phase %s %v", st.Dormant, st.Phase, err)
-		})
-	}
 	snap := etcdSnapshot{}
 	seqs := map[string]uint64{}
 	for stream, behind := range map[string]uint64{"far": 2, "near": 1} {
 		lg := map[string]*segments.Log{"far": far, "near": near}[stream]
 		start, _ := record(t, w.Meta, stream)
 		for i := uint64(0); ; i++ {
-			dormant(stream)
+			awaitDormant(t, n, stream, 1)
 			if now, _ := record(t, w.Meta, stream); now.Seq >= start.Seq+behind {
 				break
 			}
@@ -144,38 +135,16 @@ func TestDormantStreamsThroughEtcdRestore(t *testing.T) {
 	if rec, _ := record(t, w.Meta, "far"); rec.Seq != seqs["far"] {
 		t.Fatalf("far: the record names seq %d, want the restored %d (nothing written while behind)", rec.Seq, seqs["far"])
 	}
-	now := bucketKeys(t, w.Store)
-	for _, k := range before {
+	for _, k := range missingKeys(t, w.Store, before) {
 		// near's adoption supersedes the root the restored record named: the reaper may
 		// delete that root (a positive statement); nothing else goes.
-		if !slices.Contains(now, k) && !strings.Contains(k, "/near/meta/root-") {
+		if !strings.Contains(k, "/near/meta/root-") {
 			t.Errorf("%s was deleted", k)
 		}
 	}
 
-	reps, errs, err := recovery.All(ctx, recovery.Options{Store: w.Store, Meta: w.Meta}, nil)
-	if err != nil || len(errs) != 0 {
-		t.Fatalf("recovery plan: %v %v", err, errs)
-	}
-	if _, errs := recovery.ApplyAll(ctx, w.Meta, reps, nil, 0); len(errs) != 0 {
-		t.Fatalf("recovery: %v", errs)
-	}
+	recoverAll(t, w)
 	persisted(t, n, "far", far.NextOffset(), 30*time.Second)
 	checkNothingLost(t, n, "far", far)
 	checkNothingLost(t, n, "near", near)
-}
-
-// recordAt is stream's manifest record as etcd held it at revision rev, and the revision
-// it was written at.
-func recordAt(t *testing.T, meta *metadata.Store, stream string, rev int64) (metadata.ManifestRecord, int64) {
-	t.Helper()
-	resp, err := meta.Client().Get(context.Background(), metadata.ManifestKey(meta.Prefix(), stream), clientv3.WithRev(rev))
-	if err != nil || len(resp.Kvs) == 0 {
-		t.Fatalf("record of %s at revision %d: %v (%d keys)", stream, rev, err, len(resp.Kvs))
-	}
-	rec, err := metadata.DecodeManifestRecord(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rec, resp.Kvs[0].ModRevision
 }
