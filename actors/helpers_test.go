@@ -78,3 +78,13 @@ func persisted(t *testing.T, n *Node, stream string, next uint64, d time.Duratio
 
 var isolated = actortest.Isolated
 var clusterTestLogger = actortest.ConsoleLogger
+
+// stopNode stops n, failing the test if it does not stop cleanly within 30 s.
+func stopNode(t *testing.T, n *Node) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -254,11 +254,7 @@ func TestEventsGapDivergedDeposedStopped(t *testing.T) {
 		t.Fatalf("stopped %+v: want deposed, %q", s, dp.Reason)
 	}
 
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := n.Stop(sctx); err != nil {
-		t.Fatal(err)
-	}
+	stopNode(t, n)
 	for _, id := range []string{"gap", "div"} {
 		got := all(rec, func(s StoppedInfo) bool { return s.Stream == id })
 		if len(got) == 0 || got[len(got)-1].Cause != StopNodeStopped {

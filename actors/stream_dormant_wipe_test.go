@@ -49,11 +49,7 @@ func TestDormantStreamThroughEtcdWipe(t *testing.T) {
 	if _, _, found, err := w.Meta.ReadManifest(ctx, "sleeper"); err != nil || found {
 		t.Fatalf("a record written after the wipe: found %t, %v", found, err)
 	}
-	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := n1.Stop(stopCtx); err != nil {
-		t.Fatal(err)
-	}
+	stopNode(t, n1)
 	if m := missingKeys(t, w.Store, before); len(m) > 0 {
 		t.Fatalf("%v deleted after the wipe", m)
 	}
@@ -75,13 +71,7 @@ func TestDormantStreamsThroughEtcdRestore(t *testing.T) {
 	ctx := context.Background()
 	cfg := dormantConfig(t)
 	n, far := startPersisted(t, w, cfg, "far", 5)
-	defer func() {
-		stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := n.Stop(stopCtx); err != nil {
-			t.Error(err)
-		}
-	}()
+	defer stopNode(t, n)
 	near := openLog(t, segments.Options{})
 	writeLog(t, near, 6, loadgen.Limit{Bytes: 48 << 10})
 	if err := n.AddStream(StreamSpec{ID: "near", Log: near, Epoch: 1}); err != nil {

@@ -187,11 +187,7 @@ func TestV3RestoreFromSnapshot(t *testing.T) {
 	add(n1, "new")
 	persisted(t, n1, "new", logs["new"].NextOffset(), 30*time.Second)
 	snap["new"] = nil // created after the snapshot
-	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := n1.Stop(stopCtx); err != nil {
-		t.Fatal(err)
-	}
+	stopNode(t, n1)
 
 	snap.restore(t, w.Meta, "one", "many", "new")
 	if rec, _ := record(t, w.Meta, "one"); rec.Seq != oneRec.Seq-1 {
@@ -294,11 +290,7 @@ func TestV3AdoptionReapsTheReplacedRoot(t *testing.T) {
 	ctx := context.Background()
 	cfg := v3Config(t)
 	n1, lg := startPersisted(t, w, cfg, "s", 5)
-	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := n1.Stop(stopCtx); err != nil {
-		t.Fatal(err)
-	}
+	stopNode(t, n1)
 
 	rec, _ := record(t, w.Meta, "s")
 	parentKey := rec.RootKey(manifest.DefaultKeyPrefix, "s")
@@ -615,11 +607,7 @@ func TestV3EtcdWipedUnderRunningNode(t *testing.T) {
 	if _, _, found, err := w.Meta.ReadManifest(ctx, "wiped"); err != nil || found {
 		t.Fatalf("a record written after the wipe: found %t, %v", found, err)
 	}
-	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := n1.Stop(stopCtx); err != nil {
-		t.Fatal(err)
-	}
+	stopNode(t, n1)
 	before := bucketKeys(t, w.Store)
 
 	recoverTakeover(t, w, acked)
