@@ -13,6 +13,7 @@ import (
 
 	"github.com/streamtier/streamtier/actors/governorcore"
 	"github.com/streamtier/streamtier/actors/internal/shell"
+	"github.com/streamtier/streamtier/actors/read"
 	"github.com/streamtier/streamtier/actors/readercore"
 	"github.com/streamtier/streamtier/fragment"
 	"github.com/streamtier/streamtier/s3io"
@@ -154,6 +155,7 @@ type governorDeps struct {
 	faults    *faultHooks
 	uploads   *sync.WaitGroup // the node's: every upload goroutine, waited for by Node.Stop
 	nodeCtx   context.Context // the node's, cancelled by Stop: a late upload then reports to nobody
+	keys      *read.Keys      // the node's known fragment keys: an upload adds its own
 }
 
 // governor is the node's single pacing point: every fragment upload is submitted here and

@@ -111,6 +111,7 @@ func (t *transferTask) upload() (res readercore.TransferResult, reply bool) {
 	switch class {
 	case s3io.ClassNone:
 		res.Outcome = readercore.OK
+		t.keys.Put(s.Stream, manifest.Entry{Kind: manifest.KindFragment, FirstOffset: s.Fragment.FirstOffset, UID: res.UID}, key)
 	case s3io.ClassRetriable:
 		res.Outcome = readercore.Retriable
 	case s3io.ClassSegmentGone:

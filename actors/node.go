@@ -47,7 +47,10 @@ type Node struct {
 	// readBudget is the node's read budget (read_budget_bytes), divided among the open
 	// remote readers (readbudget.go).
 	readBudget *read.Budget
-	owners     atomic.Uint64 // numbers reader incarnations node-wide, for the governor
+	// keys are the fragment keys the node uploaded or its readers located: a read finds
+	// them there instead of listing the stream's data/ directory.
+	keys   *read.Keys
+	owners atomic.Uint64 // numbers reader incarnations node-wide, for the governor
 
 	claim claimState // the cluster record the node opened with, and whether it changed
 
@@ -80,6 +83,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 	n := &Node{
 		cfg: cfg, store: store, meta: meta, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
 		metrics: &Metrics{}, streams: make(map[string]*streamHandle), readBudget: read.NewBudget(cfg.ReadBudgetBytes),
+		keys:  read.NewKeys(read.DefaultKeysKept),
 		claim: claimState{opened: opened},
 	}
 	n.readBudget.KeepWarm(cfg.clock, read.WarmFor)
@@ -99,7 +103,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 	gd := governorDeps{
 		cfg: cfg.Governor, store: store, keyPrefix: cfg.KeyPrefix, log: n.log.With().Str("actor", "governor").Logger(),
 		metrics: n.metrics, clock: cfg.clock, memo: &governorMemo{}, readers: n.readerPIDs, faults: cfg.faults,
-		uploads: &n.uploads, nodeCtx: n.ctx,
+		uploads: &n.uploads, nodeCtx: n.ctx, keys: n.keys,
 	}
 	var govInc, reaperInc incarnations
 	if n.governor, err = n.root.SpawnNamed(govInc.props(n.guardian, func(inc uint64) actor.Actor { return newGovernor(gd, inc) }), "governor"); err != nil {
@@ -125,7 +129,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 // system, its read budget, its metrics, its clock and the read settings. Node.OpenReader
 // calls it (through readSide) before openRemoteSource.
 func (n *Node) remoteEnvFor(env read.Env) read.Env {
-	env.System, env.Budget, env.Clock = n.system, n.readBudget, n.cfg.clock
+	env.System, env.Budget, env.Keys, env.Clock = n.system, n.readBudget, n.keys, n.cfg.clock
 	env.Stats, env.Panics = &n.metrics.RemoteRead, &n.metrics.TaskPanics
 	env.Fetch, env.AtTask = n.cfg.Read.fetch(), n.cfg.faults.atTask
 	if env.KeyPrefix == "" {

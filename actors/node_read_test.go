@@ -378,3 +378,52 @@ func TestReaderGapWhereTheLocalSegmentWentBeforeUpload(t *testing.T) {
 		t.Fatalf("after the gap: %s [%d, %d), %v; want the chunk at %d", it.Kind, it.Offset, it.End, err, localFirst)
 	}
 }
+
+// TestReadsUseTheKeysTheNodeKnows: a node reads the fragments it uploaded without listing
+// the stream's data/ directory to find their keys (every LIST is refused while it reads);
+// a node that did not upload them lists them, then knows them too.
+func TestReadsUseTheKeysTheNodeKnows(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	n, lg, ref := persistedStream(t, w, "kt", Config{}, 31, 512<<10)
+	until(t, 10*time.Second, "local retention", func() (bool, string) {
+		return lg.FirstOffset() > 0, fmt.Sprint("local first ", lg.FirstOffset())
+	})
+	if p, _ := n.Cached("kt"); len(p.Manifest.Entries) < 8 || p.Manifest.Entries[0].Kind != manifest.KindFragment {
+		t.Fatalf("want a manifest of fragments only: %d root entries", len(p.Manifest.Entries))
+	}
+	remote := lg.FirstOffset() // [0, remote) is only in S3
+	readRemote := func(n *Node) {
+		t.Helper()
+		r, err := n.OpenReader(context.Background(), "kt", read.FromFirst())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if tiers := readAll(t, r, ref, remote); tiers[read.TierRemote] == 0 {
+			t.Fatalf("tiers read: %v, want the remote one", tiers)
+		}
+	}
+	lists := make(chan string, 1024)
+	refuse := s3test.Rule{Method: "GET", KeyRegexp: `^$`, Fault: s3test.FaultForbidden, Hit: lists}
+	w.Inj.Add(refuse)
+	readRemote(n)
+	w.Inj.Clear()
+	if len(lists) > 0 {
+		t.Fatalf("the uploading node listed the bucket %d times to read what it uploaded", len(lists))
+	}
+	stopNode(t, n)
+
+	// A node that uploaded nothing lists the keys once, then reads without listing again.
+	other := startNode(w, Config{NodeID: "other"})
+	defer stopNode(t, other)
+	if err := other.AddStream(StreamSpec{ID: "kt", Log: lg, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	persisted(t, other, "kt", lg.NextOffset(), 30*time.Second)
+	readRemote(other)
+	w.Inj.Add(refuse)
+	readRemote(other)
+	if len(lists) > 0 {
+		t.Fatalf("the second read listed the bucket %d times", len(lists))
+	}
+}

@@ -131,10 +131,18 @@ func (w *leafWalker) walk(ctx context.Context, id, from uint64, fresh bool) fetc
 	}
 	var found map[manifest.Entry]string
 	var missing []manifest.Entry
+	if len(w.keys) > 4*walkBatch {
+		clear(w.keys) // bounded: what the node knows comes back from Keys
+	}
 	for _, r := range refs {
-		if _, ok := w.keys[r.Entry]; !ok && !r.Gap {
-			missing = append(missing, r.Entry)
+		if _, ok := w.keys[r.Entry]; ok || r.Gap {
+			continue
 		}
+		if k, ok := w.env.Keys.Get(w.env.Stream, r.Entry); ok {
+			w.keys[r.Entry] = k // uploaded or located by this node before: no LIST
+			continue
+		}
+		missing = append(missing, r.Entry)
 	}
 	if len(missing) > 0 {
 		var err error
@@ -142,11 +150,9 @@ func (w *leafWalker) walk(ctx context.Context, id, from uint64, fresh bool) fetc
 		if err != nil {
 			return fail(fmt.Errorf("locate the fragments of %s: %w", w.env.Stream, err))
 		}
-		if len(w.keys) > 4*walkBatch {
-			clear(w.keys)
-		}
 		for e, k := range found {
 			w.keys[e] = k
+			w.env.Keys.Put(w.env.Stream, e, k)
 		}
 	}
 	out := fetchcore.LeavesFetched{ID: id, Done: done, First: w.m.FirstOffset, Next: w.m.NextOffset}

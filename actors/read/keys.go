@@ -1,0 +1,84 @@
+package read
+
+import (
+	"sync"
+
+	"github.com/streamtier/streamtier/manifest"
+)
+
+// DefaultKeysKept bounds the fragment keys a node remembers (Keys): about 2 MB, the keys of
+// 512 GiB of 64 MiB fragments.
+const DefaultKeysKept = 8192
+
+// Keys remembers the object keys of fragments this node uploaded or its readers located,
+// so a read does not LIST the stream's data/ directory to find keys the node already
+// knows: a manifest entry names its object by offset and uid, the key also holds the
+// writer's epoch. A key never changes for an entry (the uid is drawn for each object), so
+// an entry is never stale: an object retention deleted answers 404 through its key exactly
+// as through a listing that no longer holds it. Bounded: it keeps the most recently used
+// keys, up to its size. Safe for concurrent use; a nil *Keys remembers nothing.
+type Keys struct {
+	mu       sync.Mutex
+	max      int
+	cur, old map[keyOf]string // two generations: cur fills to max/2, then becomes old
+}
+
+// keyOf identifies a fragment entry of a stream.
+type keyOf struct {
+	stream   string
+	off, uid uint64
+}
+
+// NewKeys returns a cache of up to size keys (DefaultKeysKept when size <= 0).
+func NewKeys(size int) *Keys {
+	if size <= 0 {
+		size = DefaultKeysKept
+	}
+	return &Keys{max: size, cur: map[keyOf]string{}}
+}
+
+// Put remembers the key of stream's fragment entry e (other kinds are not kept).
+func (k *Keys) Put(stream string, e manifest.Entry, key string) {
+	if k == nil || e.Kind != manifest.KindFragment || key == "" {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.put(keyOf{stream, e.FirstOffset, e.UID}, key)
+}
+
+func (k *Keys) put(id keyOf, key string) {
+	if len(k.cur) >= max(k.max/2, 1) {
+		k.old, k.cur = k.cur, make(map[keyOf]string, len(k.cur))
+	}
+	k.cur[id] = key
+}
+
+// Get returns the key of stream's fragment entry e, if the node knows it.
+func (k *Keys) Get(stream string, e manifest.Entry) (string, bool) {
+	if k == nil || e.Kind != manifest.KindFragment {
+		return "", false
+	}
+	id := keyOf{stream, e.FirstOffset, e.UID}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if key, ok := k.cur[id]; ok {
+		return key, true
+	}
+	key, ok := k.old[id]
+	if ok {
+		delete(k.old, id)
+		k.put(id, key) // used: kept through the next generation
+	}
+	return key, ok
+}
+
+// Len is the number of keys kept.
+func (k *Keys) Len() int {
+	if k == nil {
+		return 0
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.cur) + len(k.old)
+}
