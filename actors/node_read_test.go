@@ -379,17 +379,17 @@ func TestReaderGapWhereTheLocalSegmentWentBeforeUpload(t *testing.T) {
 	}
 }
 
-// TestReadsUseTheKeysTheNodeKnows: a node reads the fragments it uploaded without listing
-// the stream's data/ directory to find their keys (every LIST is refused while it reads);
-// a node that did not upload them lists them, then knows them too.
+// TestReadsUseTheKeysTheNodeKnows: a node reads the fragments and groups it uploaded
+// without listing the stream's directories to find their keys (every LIST is refused while
+// it reads); a node that did not upload them lists them, then knows them too.
 func TestReadsUseTheKeysTheNodeKnows(t *testing.T) {
 	w := newWorld(t, worldOptions{})
-	n, lg, ref := persistedStream(t, w, "kt", Config{}, 31, 512<<10)
+	n, lg, ref := persistedStream(t, w, "kt", Config{Stream: StreamOptions{RebalanceThreshold: 4}}, 31, 512<<10)
 	until(t, 10*time.Second, "local retention", func() (bool, string) {
 		return lg.FirstOffset() > 0, fmt.Sprint("local first ", lg.FirstOffset())
 	})
-	if p, _ := n.Cached("kt"); len(p.Manifest.Entries) < 8 || p.Manifest.Entries[0].Kind != manifest.KindFragment {
-		t.Fatalf("want a manifest of fragments only: %d root entries", len(p.Manifest.Entries))
+	if p, _ := n.Cached("kt"); p.Manifest.Entries[0].Kind == manifest.KindFragment {
+		t.Fatalf("want groups in the manifest: %d root entries, the first a fragment", len(p.Manifest.Entries))
 	}
 	remote := lg.FirstOffset() // [0, remote) is only in S3
 	readRemote := func(n *Node) {
@@ -414,7 +414,7 @@ func TestReadsUseTheKeysTheNodeKnows(t *testing.T) {
 	stopNode(t, n)
 
 	// A node that uploaded nothing lists the keys once, then reads without listing again.
-	other := startNode(w, Config{NodeID: "other"})
+	other := startNode(w, Config{NodeID: "other", Stream: StreamOptions{RebalanceThreshold: 4}})
 	defer stopNode(t, other)
 	if err := other.AddStream(StreamSpec{ID: "kt", Log: lg, Epoch: 2}); err != nil {
 		t.Fatal(err)

@@ -429,6 +429,7 @@ func (r *reader) uploadGroup(c actor.Context, e readercore.UploadGroup) {
 		switch s3io.Classify(err) {
 		case s3io.ClassNone:
 			res.Outcome = readercore.OK
+			n.keys.Put(stream, manifest.Entry{Kind: e.Kind, FirstOffset: e.Children[0].FirstOffset, UID: uid}, key)
 		case s3io.ClassRetriable:
 			res.Outcome, res.Reason = readercore.Retriable, err.Error()
 		default:

@@ -10,10 +10,10 @@ import (
 // 512 GiB of 64 MiB fragments.
 const DefaultKeysKept = 8192
 
-// Keys remembers the object keys of fragments this node uploaded or its readers located,
-// so a read does not LIST the stream's data/ directory to find keys the node already
-// knows: a manifest entry names its object by offset and uid, the key also holds the
-// writer's epoch. A key never changes for an entry (the uid is drawn for each object), so
+// Keys remembers the object keys of fragments and groups this node uploaded or its readers
+// located, so a read does not LIST the stream's data/ or meta/ directory to find keys the
+// node already knows: a manifest entry names its object by kind, offset and uid, the key
+// also holds the writer's epoch. A key never changes for an entry (the uid is drawn for each object), so
 // an entry is never stale: an object retention deleted answers 404 through its key exactly
 // as through a listing that no longer holds it. Bounded: it keeps the most recently used
 // keys, up to its size. Safe for concurrent use; a nil *Keys remembers nothing.
@@ -23,9 +23,10 @@ type Keys struct {
 	cur, old map[keyOf]string // two generations: cur fills to max/2, then becomes old
 }
 
-// keyOf identifies a fragment entry of a stream.
+// keyOf identifies an entry of a stream that names an object.
 type keyOf struct {
 	stream   string
+	kind     manifest.Kind
 	off, uid uint64
 }
 
@@ -37,14 +38,14 @@ func NewKeys(size int) *Keys {
 	return &Keys{max: size, cur: map[keyOf]string{}}
 }
 
-// Put remembers the key of stream's fragment entry e (other kinds are not kept).
+// Put remembers the key of stream's entry e, a fragment or a group (a gap names no object).
 func (k *Keys) Put(stream string, e manifest.Entry, key string) {
-	if k == nil || e.Kind != manifest.KindFragment || key == "" {
+	if k == nil || e.IsGap() || key == "" {
 		return
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.put(keyOf{stream, e.FirstOffset, e.UID}, key)
+	k.put(keyOf{stream, e.Kind, e.FirstOffset, e.UID}, key)
 }
 
 func (k *Keys) put(id keyOf, key string) {
@@ -54,12 +55,12 @@ func (k *Keys) put(id keyOf, key string) {
 	k.cur[id] = key
 }
 
-// Get returns the key of stream's fragment entry e, if the node knows it.
+// Get returns the key of stream's entry e, if the node knows it.
 func (k *Keys) Get(stream string, e manifest.Entry) (string, bool) {
-	if k == nil || e.Kind != manifest.KindFragment {
+	if k == nil || e.IsGap() {
 		return "", false
 	}
-	id := keyOf{stream, e.FirstOffset, e.UID}
+	id := keyOf{stream, e.Kind, e.FirstOffset, e.UID}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if key, ok := k.cur[id]; ok {

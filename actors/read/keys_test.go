@@ -11,7 +11,7 @@ func fragmentEntry(off uint64) manifest.Entry {
 	return manifest.Entry{Kind: manifest.KindFragment, FirstOffset: off, UID: off*7 + 1}
 }
 
-// Keys gives back what was put, per stream and uid, keeps only fragments, stays within its
+// Keys gives back what was put, per stream, kind and uid, never for a gap, stays within its
 // size, and keeps a key that is used through the generations that drop the others.
 func TestKeysRemembersBoundedAndKeepsWhatIsUsed(t *testing.T) {
 	k := NewKeys(8)
@@ -27,11 +27,19 @@ func TestKeysRemembersBoundedAndKeepsWhatIsUsed(t *testing.T) {
 	if _, ok := k.Get("s", other); ok {
 		t.Fatal("an entry with another uid found")
 	}
-	group := fragmentEntry(100)
+	group := fragmentEntry(0)
 	group.Kind = manifest.KindGroup
-	k.Put("s", group, "group-key")
 	if _, ok := k.Get("s", group); ok {
-		t.Fatal("a group's key kept")
+		t.Fatal("a group found under its first fragment's key")
+	}
+	k.Put("s", group, "group-key")
+	if got, ok := k.Get("s", group); !ok || got != "group-key" {
+		t.Fatalf("group: %q %v", got, ok)
+	}
+	gap := manifest.Entry{Kind: manifest.KindGap, FirstOffset: 5}
+	k.Put("s", gap, "gap-key")
+	if _, ok := k.Get("s", gap); ok {
+		t.Fatal("a gap's key kept")
 	}
 	for i := uint64(1); i <= 100; i++ {
 		k.Put("s", fragmentEntry(i), fmt.Sprint("key-", i))

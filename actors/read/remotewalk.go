@@ -63,7 +63,15 @@ func (w *leafWalker) fetchGroup(e manifest.Entry) ([]manifest.Entry, error) {
 	if es, ok := w.groups[e]; ok {
 		return es, nil
 	}
-	es, err := w.env.Tier.Children(w.ctx, e)
+	key, ok := w.env.Keys.Get(w.env.Stream, e)
+	if !ok {
+		var err error
+		if key, err = w.env.Tier.Locate(w.ctx, e); err != nil {
+			return nil, err
+		}
+		w.env.Keys.Put(w.env.Stream, e, key)
+	}
+	es, err := w.env.Tier.ChildrenAt(w.ctx, key, e)
 	if err != nil {
 		return nil, err
 	}
