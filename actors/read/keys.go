@@ -6,16 +6,16 @@ import (
 	"github.com/streamtier/streamtier/manifest"
 )
 
-// DefaultKeysKept bounds the fragment keys a node remembers (Keys): about 2 MB, the keys of
-// 512 GiB of 64 MiB fragments.
+// DefaultKeysKept bounds the keys a node remembers (Keys): about 2 MB, the keys of 512 GiB
+// of 64 MiB fragments.
 const DefaultKeysKept = 8192
 
 // Keys remembers the object keys of fragments and groups this node uploaded or its readers
 // located, so a read does not LIST the stream's data/ or meta/ directory to find keys the
 // node already knows: a manifest entry names its object by kind, offset and uid, the key
-// also holds the writer's epoch. A key never changes for an entry (the uid is drawn for each object), so
-// an entry is never stale: an object retention deleted answers 404 through its key exactly
-// as through a listing that no longer holds it. Bounded: it keeps the most recently used
+// also holds the writer's epoch. An entry names one key forever (the uid is drawn for each
+// object), so nothing kept goes stale: an object retention deleted answers 404 through its
+// key exactly as it is missing from a listing. Bounded: it keeps the most recently used
 // keys, up to its size. Safe for concurrent use; a nil *Keys remembers nothing.
 type Keys struct {
 	mu       sync.Mutex
@@ -74,8 +74,8 @@ func (k *Keys) Get(stream string, e manifest.Entry) (string, bool) {
 	return key, ok
 }
 
-// Len is the number of keys kept.
-func (k *Keys) Len() int {
+// len is the number of keys kept.
+func (k *Keys) len() int {
 	if k == nil {
 		return 0
 	}

@@ -46,8 +46,8 @@ func TestKeysRemembersBoundedAndKeepsWhatIsUsed(t *testing.T) {
 		if _, ok := k.Get("s", fragmentEntry(0)); !ok {
 			t.Fatalf("key 0, used after every put, dropped after %d puts", i)
 		}
-		if k.Len() > 8 {
-			t.Fatalf("%d keys kept, at most 8", k.Len())
+		if k.len() > 8 {
+			t.Fatalf("%d keys kept, at most 8", k.len())
 		}
 	}
 	if _, ok := k.Get("s", fragmentEntry(1)); ok {
@@ -58,7 +58,7 @@ func TestKeysRemembersBoundedAndKeepsWhatIsUsed(t *testing.T) {
 	}
 	var none *Keys
 	none.Put("s", fragmentEntry(0), "k")
-	if _, ok := none.Get("s", fragmentEntry(0)); ok || none.Len() != 0 {
+	if _, ok := none.Get("s", fragmentEntry(0)); ok || none.len() != 0 {
 		t.Fatal("a nil Keys remembered something")
 	}
 }
