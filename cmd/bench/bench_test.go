@@ -36,7 +36,7 @@ func TestSubcommandsAtTinySizes(t *testing.T) {
 		ratios []string // ratio rows that must be printed
 	}{
 		{[]string{"upload", "--bytes", "16MiB", "--fragment", "4MiB", "--rounds", "2", "--warmup", "0", "--set", "persist_interval=100ms"},
-			[]string{"ratio A/B throughput (node/raw)"}},
+			[]string{"ratio A/B throughput (node/raw)", "ratio B/A process CPU per byte (raw/node)"}},
 		{[]string{"upload", "--bytes", "4MiB", "--fragment", "1MiB", "--streams", "3", "--rounds", "1", "--warmup", "1", "--set", "persist_interval=100ms"},
 			[]string{"ratio A/B throughput (node/raw)"}},
 		// Through the shaping proxy (small latency so that the run stays short), with two

@@ -88,6 +88,7 @@ type uploadStream struct {
 // made and, for the node, how many uploads it had in flight.
 type side struct {
 	elapsed  time.Duration
+	cpu      time.Duration // the process's CPU (user + system) over the side: the node or the raw PUTs, and the embedded endpoint and proxy serving them
 	bytes    int64
 	requests s3io.MetricsSnapshot
 	inFlight inFlightStats
@@ -245,7 +246,7 @@ func nodeRound(ctx context.Context, f *fixture, streams []uploadStream, round in
 	for _, s := range streams {
 		fragments += int64(len(s.objects))
 	}
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	sampler := sampleInFlight(f.node.Metrics(), fragments, timeline)
 	for i, s := range streams {
 		if err := f.node.AddStream(actors.StreamSpec{ID: ids[i], Log: s.log, Epoch: 1}); err != nil {
@@ -265,7 +266,7 @@ func nodeRound(ctx context.Context, f *fixture, streams []uploadStream, round in
 		}()
 	}
 	wg.Wait()
-	out := side{elapsed: time.Since(start), inFlight: sampler.stop(), requests: delta(f.b.Store.Metrics().Snapshot(), before), streams: took}
+	out := side{elapsed: time.Since(start), cpu: cpuTime() - cpu, inFlight: sampler.stop(), requests: delta(f.b.Store.Metrics().Snapshot(), before), streams: took}
 	if err := errors.Join(errs...); err != nil {
 		return out, err
 	}
@@ -334,7 +335,7 @@ func rawRound(ctx context.Context, f *fixture, streams []uploadStream, buf []byt
 	errs := make([]error, len(streams))
 	var wg sync.WaitGroup
 	shared := make(chan struct{}, max(total, 1))
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	for i, s := range streams {
 		wg.Add(1)
 		go func() { // owned by rawRound: one stream's PUTs
@@ -365,7 +366,7 @@ func rawRound(ctx context.Context, f *fixture, streams []uploadStream, buf []byt
 		}()
 	}
 	wg.Wait()
-	out := side{elapsed: time.Since(start), requests: delta(f.b.Store.Metrics().Snapshot(), before)}
+	out := side{elapsed: time.Since(start), cpu: cpuTime() - cpu, requests: delta(f.b.Store.Metrics().Snapshot(), before)}
 	for _, s := range streams {
 		out.bytes += s.bytes
 	}
@@ -397,7 +398,12 @@ func printThroughput(w io.Writer, fl uploadFlags, streams []uploadStream, rounds
 	fmt.Fprintf(w, "per stream: %s of records (chunks of %d to %d bytes), fragment target %s; rounds: %d counted A B A B ..., %d warm-up\n",
 		nodeconfig.FormatSize(float64(fl.bytes)), fl.minChunk, fl.maxChunk, nodeconfig.FormatSize(float64(fl.fragment)), len(rounds), fl.warmup)
 	var nodeTP, upTP, rawTP, nodeS, upS, rawS, meanIF, peakIF, spread []float64
+	var nodeCPU, rawCPU, nodeBusy, rawBusy []float64
 	for _, p := range rounds {
+		nodeCPU = append(nodeCPU, p.node.cpu.Seconds()/(mib(p.node.bytes)/1024))
+		rawCPU = append(rawCPU, p.raw.cpu.Seconds()/(mib(p.raw.bytes)/1024))
+		nodeBusy = append(nodeBusy, p.node.cpu.Seconds()/p.node.elapsed.Seconds())
+		rawBusy = append(rawBusy, p.raw.cpu.Seconds()/p.raw.elapsed.Seconds())
 		nodeTP = append(nodeTP, mib(p.node.bytes)/p.node.elapsed.Seconds())
 		upTP = append(upTP, mib(p.node.bytes)/p.node.inFlight.uploaded.Seconds())
 		upS = append(upS, p.node.inFlight.uploaded.Seconds())
@@ -424,8 +430,15 @@ func printThroughput(w io.Writer, fl uploadFlags, streams []uploadStream, rounds
 		// Equal streams tiered at once: their shares were fair if they end together.
 		r.row("A node slowest/fastest stream time", spread, 3)
 	}
+	// The process's CPU, the embedded endpoint's (and the shaping proxy's) included: when
+	// both sides keep the cores busy, the CPU per byte bounds the throughput ratio.
+	r.row("A process CPU s per GiB (node side)", nodeCPU, 3)
+	r.row("B process CPU s per GiB (raw side)", rawCPU, 3)
+	r.row("A cores busy (process CPU / wall)", nodeBusy, 2)
+	r.row("B cores busy (process CPU / wall)", rawBusy, 2)
 	r.row("ratio A/B throughput (node/raw)", ratios(nodeTP, rawTP), 3)
 	r.row("ratio A/B to last upload (node/raw)", ratios(upTP, rawTP), 3)
+	r.row("ratio B/A process CPU per byte (raw/node)", ratios(rawCPU, nodeCPU), 3)
 }
 
 // inFlightStats is how many uploads the node had running, sampled every 5 ms, and when
