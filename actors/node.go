@@ -47,8 +47,8 @@ type Node struct {
 	// readBudget is the node's read budget (read_budget_bytes), divided among the open
 	// remote readers (readbudget.go).
 	readBudget *read.Budget
-	// keys are the fragment keys the node uploaded or its readers located: a read finds
-	// them there instead of listing the stream's data/ directory.
+	// keys are the object keys (fragments, groups) the node uploaded or its readers
+	// located: a read finds them there instead of listing the stream's directories.
 	keys   *read.Keys
 	owners atomic.Uint64 // numbers reader incarnations node-wide, for the governor
 
