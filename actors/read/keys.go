@@ -1,6 +1,7 @@
 package read
 
 import (
+	"context"
 	"sync"
 
 	"github.com/streamtier/streamtier/manifest"
@@ -82,4 +83,18 @@ func (k *Keys) len() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.cur) + len(k.old)
+}
+
+// children reads and decodes the group object e names, through the key the node knows, or
+// one a LIST finds (then kept in Keys).
+func (env Env) children(ctx context.Context, e manifest.Entry) ([]manifest.Entry, error) {
+	key, ok := env.Keys.Get(env.Stream, e)
+	if !ok {
+		var err error
+		if key, err = env.Tier.Locate(ctx, e); err != nil {
+			return nil, err
+		}
+		env.Keys.Put(env.Stream, e, key)
+	}
+	return env.Tier.ChildrenAt(ctx, key, e)
 }

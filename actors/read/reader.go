@@ -335,7 +335,7 @@ func (r *Reader) timestampOffset(ctx context.Context, m manifest.Manifest, in ro
 
 // fetchGroup reads and decodes the group object e names.
 func fetchGroup(ctx context.Context, env Env, e manifest.Entry) ([]manifest.Entry, error) {
-	children, err := env.Tier.Children(ctx, e)
+	children, err := env.children(ctx, e)
 	if errors.Is(err, manifest.ErrCorrupt) {
 		return nil, fmt.Errorf("%w: %w", ErrRemoteCorrupt, err)
 	}

@@ -22,8 +22,9 @@ const groupCacheSize = 64
 // leafWalker walks a stream's manifest lazily for one remote reader: the freshest manifest
 // when asked (a fresh walk), then leaf by leaf through manifest.Iterate, fetching group
 // objects only when the walk reaches them (with a small cache) and locating the keys of the
-// fragments it returns in batches (LocateEntries, cached). Walks run one at a time in task
-// actors; the mutex keeps an abandoned walk (the core moved on) off the next one's state.
+// fragments it returns in batches (LocateEntries), through the keys the node knows
+// (Env.Keys, or the walker's own when it has none). Walks run one at a time in task actors;
+// the mutex keeps an abandoned walk (the core moved on) off the next one's state.
 type leafWalker struct {
 	env Env
 
@@ -35,11 +36,13 @@ type leafWalker struct {
 	itNext uint64 // where the iterator's next leaf starts
 	peek   *manifest.FragmentRef
 	groups map[manifest.Entry][]manifest.Entry
-	keys   map[manifest.Entry]string
 }
 
 func newLeafWalker(env Env) *leafWalker {
-	return &leafWalker{env: env, groups: map[manifest.Entry][]manifest.Entry{}, keys: map[manifest.Entry]string{}}
+	if env.Keys == nil { // an offline read: the walks of this reader share their own keys
+		env.Keys = NewKeys(4 * walkBatch)
+	}
+	return &leafWalker{env: env, groups: map[manifest.Entry][]manifest.Entry{}}
 }
 
 // outcomeOf classifies an error for the core: 404s, what retrying cannot fix (corrupt
@@ -63,15 +66,7 @@ func (w *leafWalker) fetchGroup(e manifest.Entry) ([]manifest.Entry, error) {
 	if es, ok := w.groups[e]; ok {
 		return es, nil
 	}
-	key, ok := w.env.Keys.Get(w.env.Stream, e)
-	if !ok {
-		var err error
-		if key, err = w.env.Tier.Locate(w.ctx, e); err != nil {
-			return nil, err
-		}
-		w.env.Keys.Put(w.env.Stream, e, key)
-	}
-	es, err := w.env.Tier.ChildrenAt(w.ctx, key, e)
+	es, err := w.env.children(w.ctx, e)
 	if err != nil {
 		return nil, err
 	}
@@ -137,29 +132,26 @@ func (w *leafWalker) walk(ctx context.Context, id, from uint64, fresh bool) fetc
 			done = true
 		}
 	}
-	var found map[manifest.Entry]string
+	// This walk's keys, held here: the shared cache may drop one before the answer is built.
+	keys := make(map[manifest.Entry]string, len(refs))
 	var missing []manifest.Entry
-	if len(w.keys) > 4*walkBatch {
-		clear(w.keys) // bounded: what the node knows comes back from Keys
-	}
 	for _, r := range refs {
-		if _, ok := w.keys[r.Entry]; ok || r.Gap {
+		if r.Gap {
 			continue
 		}
 		if k, ok := w.env.Keys.Get(w.env.Stream, r.Entry); ok {
-			w.keys[r.Entry] = k // uploaded or located by this node before: no LIST
-			continue
+			keys[r.Entry] = k // uploaded or located by this node before: no LIST
+		} else {
+			missing = append(missing, r.Entry)
 		}
-		missing = append(missing, r.Entry)
 	}
 	if len(missing) > 0 {
-		var err error
-		found, err = w.env.Store.LocateEntries(ctx, w.env.KeyPrefix, w.env.Stream, missing)
+		found, err := w.env.Store.LocateEntries(ctx, w.env.KeyPrefix, w.env.Stream, missing)
 		if err != nil {
 			return fail(fmt.Errorf("locate the fragments of %s: %w", w.env.Stream, err))
 		}
 		for e, k := range found {
-			w.keys[e] = k
+			keys[e] = k
 			w.env.Keys.Put(w.env.Stream, e, k)
 		}
 	}
@@ -167,10 +159,7 @@ func (w *leafWalker) walk(ctx context.Context, id, from uint64, fresh bool) fetc
 	for _, r := range refs {
 		l := fetchcore.Leaf{First: r.Entry.FirstOffset, End: r.End, Gap: r.Gap}
 		if !r.Gap {
-			l.Key, l.Size = w.keys[r.Entry], r.Entry.Size // "" when no key names it: a 404
-			if k, ok := found[r.Entry]; ok {
-				l.Key = k
-			}
+			l.Key, l.Size = keys[r.Entry], r.Entry.Size // "" when no key names it: a 404
 		}
 		out.Leaves = append(out.Leaves, l)
 	}

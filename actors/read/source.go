@@ -139,7 +139,7 @@ type Env struct {
 	// private metrics, the wall clock, the core's default settings.
 	System *actor.ActorSystem // where the reader's actor runs
 	Budget *Budget            // the node's read budget, divided among open readers
-	Keys   *Keys              // the fragment keys the node knows (nil: every key is listed)
+	Keys   *Keys              // the object keys the node knows (nil: listed, then kept per reader)
 	Stats  *RemoteStats       // the node's remote-read statistics
 	Panics *atomic.Int64      // the node's count of tasks that panicked
 	Clock  shell.Clock
