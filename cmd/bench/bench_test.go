@@ -52,7 +52,7 @@ func TestSubcommandsAtTinySizes(t *testing.T) {
 		{[]string{"requests", "--bytes", "16MiB", "--fragment", "4MiB", "--rounds", "1", "--warmup", "0", "--set", "persist_interval=100ms"},
 			[]string{"ratio A/B requests (node/raw)"}},
 		{[]string{"read", "--bytes", "8MiB", "--fragment", "1MiB", "--segment", "512KiB", "--raw-range", "256KiB", "--raw-n", "2,4", "--rounds", "2", "--warmup", "0", "--set", "persist_interval=100ms"},
-			[]string{"ratio A/B throughput (node/raw)", "A node peak heap / read budget", "A node GETs allowed in flight (search, mean)"}},
+			[]string{"ratio A/B throughput (node/raw)", "A node peak heap / read budget", "A node GETs allowed in flight (search, mean)", "ratio B/A process CPU per byte (raw/node)"}},
 		{[]string{"recover", "--streams", "20", "--rounds", "2"},
 			[]string{"ratio A/B time (recover/raw)", "ratio A/B requests"}},
 	}

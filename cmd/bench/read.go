@@ -77,6 +77,7 @@ func (r *readFlags) check() ([]int, error) {
 // readSide is one side's measurement of a round.
 type readSide struct {
 	elapsed time.Duration
+	cpu     time.Duration // the process's CPU (user + system) over the side: the reader, and the embedded endpoint and proxy serving it
 	first   time.Duration // to the first chunk (node) or the first range (raw)
 	bytes   int64
 	peak    uint64 // node: peak live heap above the start of the read
@@ -252,7 +253,7 @@ func nodeRead(ctx context.Context, node *actors.Node, id string, next uint64) (r
 // readAll is nodeRead's read, timed from OpenReader to the last chunk.
 func readAll(ctx context.Context, node *actors.Node, id string, next uint64) (readSide, error) {
 	var s readSide
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	rd, err := node.OpenReader(ctx, id, read.FromFirst())
 	if err != nil {
 		return s, err
@@ -274,7 +275,7 @@ func readAll(ctx context.Context, node *actors.Node, id string, next uint64) (re
 			s.remote += int64(len(it.Chunk))
 		}
 	}
-	s.elapsed = time.Since(start)
+	s.elapsed, s.cpu = time.Since(start), cpuTime()-cpu
 	return s, nil
 }
 
@@ -303,7 +304,7 @@ func rawRead(ctx context.Context, store *s3io.Store, objects []rawObject, n int,
 			}
 		}
 	}()
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	var first atomic.Int64
 	errs := make([]error, n)
 	var total atomic.Int64
@@ -328,7 +329,7 @@ func rawRead(ctx context.Context, store *s3io.Store, objects []rawObject, n int,
 		}()
 	}
 	wg.Wait()
-	s := readSide{elapsed: time.Since(start), first: time.Duration(first.Load()), bytes: total.Load(), n: n}
+	s := readSide{elapsed: time.Since(start), cpu: cpuTime() - cpu, first: time.Duration(first.Load()), bytes: total.Load(), n: n}
 	return s, errors.Join(errs...)
 }
 
@@ -353,7 +354,12 @@ func printRead(w io.Writer, fl readFlags, budget int64, objects int, rounds []re
 	fmt.Fprintf(w, "stream: %s of records (chunks of %d to %d bytes), fragment target %s; read budget %s; rounds: %d counted (raw sweep, then A and B back to back, order alternating), %d warm-up\n",
 		nodeconfig.FormatSize(float64(fl.bytes)), fl.minChunk, fl.maxChunk, nodeconfig.FormatSize(float64(fl.fragment)), nodeconfig.FormatSize(float64(budget)), len(rounds), fl.warmup)
 	var aTP, bTP, sweepTP, aFirst, bFirst, peak, remote, bestN, levelMean, levelLast []float64
+	var aCPU, bCPU, aBusy, bBusy []float64
 	for _, r := range rounds {
+		aCPU = append(aCPU, r.node.cpu.Seconds()/(mib(r.node.bytes)/1024))
+		bCPU = append(bCPU, r.raw.cpu.Seconds()/(mib(r.raw.bytes)/1024))
+		aBusy = append(aBusy, r.node.cpu.Seconds()/r.node.elapsed.Seconds())
+		bBusy = append(bBusy, r.raw.cpu.Seconds()/r.raw.elapsed.Seconds())
 		aTP = append(aTP, mib(r.node.bytes)/r.node.elapsed.Seconds())
 		bTP = append(bTP, mib(r.raw.bytes)/r.raw.elapsed.Seconds())
 		sweepTP = append(sweepTP, mib(r.best.bytes)/r.best.elapsed.Seconds())
@@ -378,8 +384,15 @@ func printRead(w io.Writer, fl readFlags, budget int64, objects int, rounds []re
 	r.row("B raw time to first range ms", bFirst, 1)
 	r.row("A node peak live heap MiB", peak, 1)
 	r.row("A node peak heap / read budget", ratios(peak, repeat(mib(budget), len(peak))), 3)
+	// The process's CPU, the embedded endpoint's (and the shaping proxy's) included: when
+	// both sides keep the cores busy, the CPU per byte bounds the throughput ratio.
+	r.row("A process CPU s per GiB (node side)", aCPU, 3)
+	r.row("B process CPU s per GiB (raw, paired)", bCPU, 3)
+	r.row("A cores busy (process CPU / wall)", aBusy, 2)
+	r.row("B cores busy (process CPU / wall)", bBusy, 2)
 	r.row("ratio A/B throughput (node/raw)", ratios(aTP, bTP), 3)
 	r.row("ratio A/B throughput (node/sweep best)", ratios(aTP, sweepTP), 3)
+	r.row("ratio B/A process CPU per byte (raw/node)", ratios(bCPU, aCPU), 3)
 }
 
 // repeat is n copies of v.
