@@ -514,7 +514,8 @@ func (p *process) close() error {
 	return errors.Join(errs...)
 }
 
-// roots lists the stream's root objects other than the one its manifest record names.
+// roots lists the stream's root objects other than the one its manifest record names (nil
+// when there are none: a stream keeps its set for the run, and most have none).
 func (p *process) roots(ctx context.Context, stream string) (map[string]bool, error) {
 	rec, _, found, err := p.b.Meta.ReadManifest(ctx, stream)
 	if err != nil {
@@ -524,9 +525,12 @@ func (p *process) roots(ctx context.Context, stream string) (map[string]bool, er
 	if found {
 		current = rec.RootKey(p.b.KeyPrefix, stream)
 	}
-	out := map[string]bool{}
+	var out map[string]bool
 	err = p.b.Store.List(ctx, manifest.StreamPrefix(p.b.KeyPrefix, stream)+"meta/root-", func(o s3io.ObjectInfo) error {
 		if o.Key != current {
+			if out == nil {
+				out = map[string]bool{}
+			}
 			out[o.Key] = true
 		}
 		return nil
