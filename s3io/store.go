@@ -186,6 +186,11 @@ func streamedOutcome(out *s3.PutObjectOutput, err error, complete bool, sent, si
 		err = fmt.Errorf("server stored CRC-32 %s, sent %s", *out.ChecksumCRC32, crcHeader(crc))
 	}
 	if bodyErr != nil {
+		if errors.Is(err, bodyErr) {
+			// The transport failed because the body refused to go on (a corrupt local chunk,
+			// a failed read): the body's error says why, and the transport's repeats it.
+			return fmt.Errorf("%w (the request was aborted)", bodyErr)
+		}
 		err = fmt.Errorf("%w (request: %v)", bodyErr, err)
 	}
 	return err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -200,6 +201,10 @@ func TestCorruptionAfterCRC(t *testing.T) {
 		var ce *fragment.ChunkCheckError
 		if !errors.As(err, &ce) || ce.ChunkID != c.Header.ChunkID || ce.Segment != c.Location.Segment {
 			t.Fatalf("error %v does not name chunk %d of %s", err, c.Header.ChunkID, c.Location.Segment)
+		}
+		// Said once: the transport's error, which wraps the body's, is not appended to it.
+		if n := strings.Count(err.Error(), ce.Error()); n != 1 {
+			t.Errorf("error names the corrupt chunk %d times, want once: %v", n, err)
 		}
 		checkNoWholeObject(t, st, key, d.ObjectSize())
 	})
