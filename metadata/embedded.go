@@ -56,7 +56,9 @@ type Embedded struct {
 }
 
 // StartEmbedded starts a single-member etcd in dataDir on free loopback ports with production
-// settings and waits until it serves; ctx bounds the wait.
+// settings and waits until it serves; ctx bounds the wait. When etcd itself gives up while it
+// starts (a full disk, a damaged data directory) the error says why (EtcdFailure) and the
+// process should exit: etcd leaves its database open.
 func StartEmbedded(ctx context.Context, dataDir string) (*Embedded, error) {
 	return StartEmbeddedConfig(ctx, EmbeddedConfig{DataDir: dataDir})
 }
@@ -175,10 +177,10 @@ func startEtcd(ctx context.Context, cfg EmbeddedConfig, clientAddr, peerAddr str
 	if lg == nil {
 		lg = errorLogger(level)
 	}
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.WithOptions(zap.WithPanicHook(panicHook{}), zap.WithFatalHook(panicHook{})))
 	ec.LogLevel = "error"
 
-	etcd, err := embed.StartEtcd(ec)
+	etcd, err := startRecovering(ec)
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd in %s (client %s, peer %s): %w", cfg.DataDir, clientAddr, peerAddr, err)
 	}
@@ -208,6 +210,62 @@ func startEtcd(ctx context.Context, cfg EmbeddedConfig, clientAddr, peerAddr str
 	}
 	e.client = cli
 	return e, nil
+}
+
+// EtcdFailure is what the embedded etcd's logger panics with where etcd gives up (its Panic
+// and Fatal logs, which would otherwise panic without the cause or exit the process): the
+// message and the error logged with it. During the start (a full disk while the write-ahead
+// log is created, a WAL that cannot be read) it is returned as an error instead, wrapping
+// the cause (errors.Is(err, syscall.ENOSPC)); later it still ends the process, saying why.
+type EtcdFailure struct {
+	Msg string
+	Err error // the error etcd logged with the message; nil if none
+}
+
+// Error is etcd's message and the error it logged with it.
+func (f EtcdFailure) Error() string {
+	if f.Err == nil {
+		return f.Msg
+	}
+	return f.Msg + ": " + f.Err.Error()
+}
+
+// Unwrap is the error etcd logged.
+func (f EtcdFailure) Unwrap() error { return f.Err }
+
+// panicHook turns etcd's Panic and Fatal logs into an EtcdFailure panic that carries the
+// logged error.
+type panicHook struct{}
+
+func (panicHook) OnWrite(ce *zapcore.CheckedEntry, fields []zapcore.Field) {
+	f := EtcdFailure{Msg: ce.Message}
+	for _, fl := range fields {
+		if err, ok := fl.Interface.(error); ok && fl.Type == zapcore.ErrorType {
+			f.Err = err
+			break
+		}
+	}
+	panic(f)
+}
+
+// startRecovering is embed.StartEtcd with a panic while it starts returned as an error: etcd's
+// logged failures (EtcdFailure, raised in this goroutine by its bootstrap) and its own panics
+// on a damaged data directory (a WAL file that is not one makes its bootstrap dereference
+// nil), so that a node says which directory it could not start from instead of crashing.
+func startRecovering(ec *embed.Config) (etcd *embed.Etcd, err error) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		cause, ok := r.(EtcdFailure)
+		if !ok {
+			cause = EtcdFailure{Msg: "etcd panicked while starting (is its data directory damaged?)", Err: fmt.Errorf("%v", r)}
+		}
+		// The bootstrap opened etcd's database before it gave up, and nothing closes it.
+		etcd, err = nil, fmt.Errorf("%w (etcd left its database open: exit the process rather than start it again)", cause)
+	}()
+	return embed.StartEtcd(ec)
 }
 
 // errorLogger logs etcd errors (only) to stderr, as JSON lines, at a level Close can raise:

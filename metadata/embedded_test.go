@@ -3,8 +3,11 @@ package metadata_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -13,6 +16,7 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/goleak"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/metadata/etcdtest"
@@ -92,6 +96,51 @@ func TestEmbeddedStartCanceled(t *testing.T) {
 	_, err := metadata.StartEmbeddedConfig(ctx, etcdtest.Config(t))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("start with a canceled context: %v", err)
+	}
+}
+
+// TestEmbeddedDamagedDataDirIsAnError: an etcd data directory whose WAL file is not one makes
+// etcd's own start panic; StartEmbedded returns an error naming the directory instead of
+// taking the process down (a node then says why it could not start). The start runs in a
+// child process: etcd's failed bootstrap leaves its database's goroutines behind, which the
+// error says (the process should exit), and which this package's leak check would count.
+func TestEmbeddedDamagedDataDirIsAnError(t *testing.T) {
+	if dir := os.Getenv("STREAMTIER_DAMAGED_ETCD_DIR"); dir != "" {
+		_, err := metadata.StartEmbedded(context.Background(), dir)
+		fmt.Printf("start error: %v\n", err)
+		os.Exit(0) // before the leak check: the child's only job is the start
+	}
+	dir := filepath.Join(t.TempDir(), "etcd")
+	wal := filepath.Join(dir, "member", "wal")
+	if err := os.MkdirAll(wal, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wal, "0000000000000000-0000000000000000.wal"), []byte("not a write-ahead log"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 60*time.Second)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestEmbeddedDamagedDataDirIsAnError$")
+	cmd.Env = append(os.Environ(), "STREAMTIER_DAMAGED_ETCD_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the start took the process down (%v):\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "start error: embedded etcd in "+dir) || !strings.Contains(string(out), "exit the process") {
+		t.Fatalf("the start did not return an error naming %s and saying what to do:\n%s", dir, out)
+	}
+}
+
+// TestEtcdGivingUpIsAnError: where etcd gives up through its logger (Panic: a full disk while
+// it creates its WAL; Fatal: a WAL it cannot read) the start returns an error that says
+// etcd's message and wraps the error it logged, instead of panicking without the cause or
+// exiting the process.
+func TestEtcdGivingUpIsAnError(t *testing.T) {
+	for _, level := range []zapcore.Level{zapcore.PanicLevel, zapcore.FatalLevel} {
+		err := metadata.LogAsEtcd(level, "failed to create WAL", syscall.ENOSPC)
+		var f metadata.EtcdFailure
+		if !errors.As(err, &f) || !errors.Is(err, syscall.ENOSPC) || err.Error() != "failed to create WAL: no space left on device" {
+			t.Errorf("%v: got %v, want an EtcdFailure wrapping ENOSPC", level, err)
+		}
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // StaleMemberWatch prepares a watcher of the members prefix that reported everything up to
@@ -38,4 +40,22 @@ func StaleMemberWatch(ctx context.Context, s *Store, rev int64) (start func() <-
 		}()
 		return ch
 	}, nil
+}
+
+// LogAsEtcd logs msg with err at level through the hooks the embedded etcd's logger has,
+// and returns what a start would have returned in its place.
+func LogAsEtcd(level zapcore.Level, msg string, err error) (out error) {
+	lg := zap.NewNop().WithOptions(zap.WithPanicHook(panicHook{}), zap.WithFatalHook(panicHook{}))
+	defer func() {
+		if r := recover(); r != nil {
+			out = r.(EtcdFailure)
+		}
+	}()
+	switch level {
+	case zapcore.PanicLevel:
+		lg.Panic(msg, zap.Error(err))
+	case zapcore.FatalLevel:
+		lg.Fatal(msg, zap.Error(err))
+	}
+	return nil
 }

@@ -21,7 +21,7 @@ const restartTimeout = 30 * time.Second
 func openFollowed(st nodeconfig.StreamSettings) (*segments.Log, error) {
 	lg, err := segments.Open(st.LogDir, segments.Options{ReadOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w%s", st.ID, err, exhaustedHint(err))
+		return nil, fmt.Errorf("stream %s: %w%s", st.ID, err, exhaustedHint(err, "the stream's log"))
 	}
 	if err := commitComplete(lg); err != nil {
 		return nil, errors.Join(fmt.Errorf("stream %s: %w", st.ID, err), lg.Close())

@@ -18,6 +18,27 @@ import (
 	"github.com/streamtier/streamtier/s3io/s3test"
 )
 
+// TestBinaryDamagedEmbeddedEtcd: an embedded etcd that cannot start from its data directory
+// (a WAL file that is none: etcd's own start panics on it) stops `node run` with exit 1, the
+// directory named and how to recover from the bucket, not a Go panic.
+func TestBinaryDamagedEmbeddedEtcd(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	wal := filepath.Join(backends.EtcdDir(data), "member", "wal")
+	if err := os.MkdirAll(wal, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wal, "0000000000000000-0000000000000000.wal"), []byte("not a write-ahead log"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := node(t, dir, "run", "--data-dir", data, "--admin-addr", "127.0.0.1:0", "--progress", "off")
+	if r.code != 1 || !strings.Contains(r.stderr, "embedded etcd in "+backends.EtcdDir(data)) ||
+		!strings.Contains(r.stderr, "`node recover --yes`") || strings.Contains(r.stderr, "goroutine ") {
+		t.Fatalf("want exit 1 naming the directory and the recovery, no panic:\n%s", r)
+	}
+}
+
 // TestBinaryUsageErrors: an unknown flag or a wrong argument prints the problem, the
 // command's one-line synopsis and where to look, not the flag package's dump of every
 // setting; -h still lists the flags.

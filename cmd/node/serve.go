@@ -119,7 +119,7 @@ func serve(mode nodeconfig.Mode, args []string, stdout, stderr io.Writer) int {
 			lis.Close()
 		}
 		lock.Unlock()
-		fmt.Fprintf(stderr, "node: %v\n", err)
+		fmt.Fprintf(stderr, "node: %v%s\n", err, backendsHint(err, s.DataDir))
 		return exitFailed
 	}
 	if err := backends.WriteLocation(s.DataDir, backends.LocationOf(s)); err != nil {
@@ -340,7 +340,7 @@ func (p *process) openClusterStream(id string) (actors.StreamSpec, error) {
 		}
 		lg, err := segments.Open(st.LogDir, segments.Options{MaxSegmentBytes: p.s.SegmentMaxBytes})
 		if err != nil {
-			return actors.StreamSpec{}, fmt.Errorf("stream %s: %w%s", id, err, exhaustedHint(err))
+			return actors.StreamSpec{}, fmt.Errorf("stream %s: %w%s", id, err, exhaustedHint(err, "the stream's log"))
 		}
 		if last, ok := lg.LastChunkID(); ok {
 			if err := lg.SetCommitted(last); err != nil {
@@ -369,7 +369,7 @@ func (p *process) addStream(st nodeconfig.StreamSettings, demo *nodeconfig.Setti
 	}
 	lg, err := segments.Open(st.LogDir, segments.Options{MaxSegmentBytes: p.s.SegmentMaxBytes})
 	if err != nil {
-		return fmt.Errorf("stream %s: %w%s", st.ID, err, exhaustedHint(err))
+		return fmt.Errorf("stream %s: %w%s", st.ID, err, exhaustedHint(err, "the stream's log"))
 	}
 	ost := &openStream{id: st.ID, log: lg, cfg: st}
 	p.register(ost)
@@ -545,14 +545,28 @@ func isTerminal(w io.Writer) bool {
 }
 
 // exhaustedHint says what to do about a local resource that ran out ("" for other errors).
-func exhaustedHint(err error) string {
+func exhaustedHint(err error, where string) string {
 	switch actors.ExhaustedResource(err) {
 	case "EMFILE":
 		return " (EMFILE: this process is out of file descriptors; raise its limit, ulimit -n or LimitNOFILE)"
 	case "ENFILE":
 		return " (ENFILE: the system is out of file descriptors; raise fs.file-max)"
 	case "ENOSPC", "EDQUOT":
-		return " (" + actors.ExhaustedResource(err) + ": the disk under the stream's log is full)"
+		return " (" + actors.ExhaustedResource(err) + ": the disk under " + where + " is full)"
+	}
+	return ""
+}
+
+// backendsHint says what to do when the backends did not open: a full disk, or an embedded
+// etcd that gave up on its data directory (the bucket holds what etcd would: recover from it).
+func backendsHint(err error, dataDir string) string {
+	if hint := exhaustedHint(err, "the data directory "+dataDir); hint != "" {
+		return hint
+	}
+	var f metadata.EtcdFailure
+	if errors.As(err, &f) {
+		return fmt.Sprintf("\n  if the embedded etcd's directory is damaged, move %s aside (keep it), then `node recover` and "+
+			"`node recover --yes` re-anchor every stream from the bucket before the node starts again (docs/operations.md, \"etcd lost\")", backends.EtcdDir(dataDir))
 	}
 	return ""
 }
