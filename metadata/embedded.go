@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -177,10 +178,11 @@ func startEtcd(ctx context.Context, cfg EmbeddedConfig, clientAddr, peerAddr str
 	if lg == nil {
 		lg = errorLogger(level)
 	}
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.WithOptions(zap.WithPanicHook(panicHook{}), zap.WithFatalHook(panicHook{})))
+	hook := &failureHook{}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.WithOptions(zap.WithPanicHook(hook), zap.WithFatalHook(hook)))
 	ec.LogLevel = "error"
 
-	etcd, err := startRecovering(ec)
+	etcd, err := startRecovering(ec, hook)
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd in %s (client %s, peer %s): %w", cfg.DataDir, clientAddr, peerAddr, err)
 	}
@@ -212,11 +214,11 @@ func startEtcd(ctx context.Context, cfg EmbeddedConfig, clientAddr, peerAddr str
 	return e, nil
 }
 
-// EtcdFailure is what the embedded etcd's logger panics with where etcd gives up (its Panic
-// and Fatal logs, which would otherwise panic without the cause or exit the process): the
-// message and the error logged with it. During the start (a full disk while the write-ahead
-// log is created, a WAL that cannot be read) it is returned as an error instead, wrapping
-// the cause (errors.Is(err, syscall.ENOSPC)); later it still ends the process, saying why.
+// EtcdFailure is where the embedded etcd gave up: the message of its Panic (or, while it
+// starts, Fatal) log and the error logged with it. During the start (a full disk while the
+// write-ahead log is created, a WAL that cannot be read) it is returned as an error,
+// wrapping the cause (errors.Is(err, syscall.ENOSPC)), instead of a panic without the cause
+// or an exit; later a Panic still ends the process, now saying why, and a Fatal exits it.
 type EtcdFailure struct {
 	Msg string
 	Err error // the error etcd logged with the message; nil if none
@@ -233,11 +235,19 @@ func (f EtcdFailure) Error() string {
 // Unwrap is the error etcd logged.
 func (f EtcdFailure) Unwrap() error { return f.Err }
 
-// panicHook turns etcd's Panic and Fatal logs into an EtcdFailure panic that carries the
-// logged error.
-type panicHook struct{}
+// failureHook runs after etcd logs at Panic or Fatal level. A Panic log panics with an
+// EtcdFailure that carries the logged error (zap's own panic carries the message only); a
+// Fatal log does too while the start runs (startRecovering returns it), and afterwards exits
+// the process as zap would: a goroutine of etcd's that recovered the panic must not run on.
+type failureHook struct {
+	starting atomic.Bool
+}
 
-func (panicHook) OnWrite(ce *zapcore.CheckedEntry, fields []zapcore.Field) {
+// OnWrite raises the failure (or exits) once etcd's entry is written.
+func (h *failureHook) OnWrite(ce *zapcore.CheckedEntry, fields []zapcore.Field) {
+	if ce.Level == zapcore.FatalLevel && !h.starting.Load() {
+		os.Exit(1)
+	}
 	f := EtcdFailure{Msg: ce.Message}
 	for _, fl := range fields {
 		if err, ok := fl.Interface.(error); ok && fl.Type == zapcore.ErrorType {
@@ -252,8 +262,10 @@ func (panicHook) OnWrite(ce *zapcore.CheckedEntry, fields []zapcore.Field) {
 // logged failures (EtcdFailure, raised in this goroutine by its bootstrap) and its own panics
 // on a damaged data directory (a WAL file that is not one makes its bootstrap dereference
 // nil), so that a node says which directory it could not start from instead of crashing.
-func startRecovering(ec *embed.Config) (etcd *embed.Etcd, err error) {
+func startRecovering(ec *embed.Config, hook *failureHook) (etcd *embed.Etcd, err error) {
+	hook.starting.Store(true)
 	defer func() {
+		hook.starting.Store(false)
 		r := recover()
 		if r == nil {
 			return

@@ -45,7 +45,9 @@ func StaleMemberWatch(ctx context.Context, s *Store, rev int64) (start func() <-
 // LogAsEtcd logs msg with err at level through the hooks the embedded etcd's logger has,
 // and returns what a start would have returned in its place.
 func LogAsEtcd(level zapcore.Level, msg string, err error) (out error) {
-	lg := zap.NewNop().WithOptions(zap.WithPanicHook(panicHook{}), zap.WithFatalHook(panicHook{}))
+	hook := &failureHook{}
+	hook.starting.Store(true) // a start is running: Fatal raises the failure too
+	lg := zap.NewNop().WithOptions(zap.WithPanicHook(hook), zap.WithFatalHook(hook))
 	defer func() {
 		if r := recover(); r != nil {
 			out = r.(EtcdFailure)
