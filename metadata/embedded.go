@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -220,16 +221,21 @@ func startEtcd(ctx context.Context, cfg EmbeddedConfig, clientAddr, peerAddr str
 // wrapping the cause (errors.Is(err, syscall.ENOSPC)), instead of a panic without the cause
 // or an exit; later a Panic still ends the process, now saying why, and a Fatal exits it.
 type EtcdFailure struct {
-	Msg string
-	Err error // the error etcd logged with the message; nil if none
+	Msg    string
+	Err    error  // the error etcd logged with the message; nil if none
+	Detail string // the entry's other fields, "key=value" separated by spaces ("limit=80 ...")
 }
 
-// Error is etcd's message and the error it logged with it.
+// Error is etcd's message, the error it logged with it and the entry's other fields.
 func (f EtcdFailure) Error() string {
-	if f.Err == nil {
-		return f.Msg
+	msg := f.Msg
+	if f.Err != nil {
+		msg += ": " + f.Err.Error()
 	}
-	return f.Msg + ": " + f.Err.Error()
+	if f.Detail != "" {
+		msg += " (" + f.Detail + ")"
+	}
+	return msg
 }
 
 // Unwrap is the error etcd logged.
@@ -249,11 +255,24 @@ func (h *failureHook) OnWrite(ce *zapcore.CheckedEntry, fields []zapcore.Field) 
 		os.Exit(1)
 	}
 	f := EtcdFailure{Msg: ce.Message}
+	enc := zapcore.NewMapObjectEncoder()
 	for _, fl := range fields {
-		if err, ok := fl.Interface.(error); ok && fl.Type == zapcore.ErrorType {
+		if err, ok := fl.Interface.(error); ok && fl.Type == zapcore.ErrorType && f.Err == nil {
 			f.Err = err
-			break
+			continue
 		}
+		fl.AddTo(enc)
+	}
+	keys := make([]string, 0, len(enc.Fields))
+	for k := range enc.Fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		if i > 0 {
+			f.Detail += " "
+		}
+		f.Detail += fmt.Sprintf("%s=%v", k, enc.Fields[k])
 	}
 	panic(f)
 }
@@ -274,8 +293,8 @@ func startRecovering(ec *embed.Config, hook *failureHook) (etcd *embed.Etcd, err
 		if !ok {
 			cause = EtcdFailure{Msg: "etcd panicked while starting (is its data directory damaged?)", Err: fmt.Errorf("%v", r)}
 		}
-		// The bootstrap opened etcd's database before it gave up, and nothing closes it.
-		etcd, err = nil, fmt.Errorf("%w (etcd left its database open: exit the process rather than start it again)", cause)
+		// etcd's start may have opened its database before it gave up, and nothing closes it.
+		etcd, err = nil, fmt.Errorf("%w (etcd may have left its database open: exit the process rather than start it again)", cause)
 	}()
 	return embed.StartEtcd(ec)
 }

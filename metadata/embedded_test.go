@@ -138,8 +138,8 @@ func TestEtcdGivingUpIsAnError(t *testing.T) {
 	for _, level := range []zapcore.Level{zapcore.PanicLevel, zapcore.FatalLevel} {
 		err := metadata.LogAsEtcd(level, "failed to create WAL", syscall.ENOSPC)
 		var f metadata.EtcdFailure
-		if !errors.As(err, &f) || !errors.Is(err, syscall.ENOSPC) || err.Error() != "failed to create WAL: no space left on device" {
-			t.Errorf("%v: got %v, want an EtcdFailure wrapping ENOSPC", level, err)
+		if !errors.As(err, &f) || !errors.Is(err, syscall.ENOSPC) || err.Error() != "failed to create WAL: no space left on device (path=/x)" {
+			t.Errorf("%v: got %v, want an EtcdFailure wrapping ENOSPC and naming the path", level, err)
 		}
 	}
 }

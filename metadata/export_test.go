@@ -42,7 +42,7 @@ func StaleMemberWatch(ctx context.Context, s *Store, rev int64) (start func() <-
 	}, nil
 }
 
-// LogAsEtcd logs msg with err at level through the hooks the embedded etcd's logger has,
+// LogAsEtcd logs msg with err and a path field at level through the hooks the embedded etcd's logger has,
 // and returns what a start would have returned in its place.
 func LogAsEtcd(level zapcore.Level, msg string, err error) (out error) {
 	hook := &failureHook{}
@@ -55,9 +55,9 @@ func LogAsEtcd(level zapcore.Level, msg string, err error) (out error) {
 	}()
 	switch level {
 	case zapcore.PanicLevel:
-		lg.Panic(msg, zap.Error(err))
+		lg.Panic(msg, zap.Error(err), zap.String("path", "/x"))
 	case zapcore.FatalLevel:
-		lg.Fatal(msg, zap.Error(err))
+		lg.Fatal(msg, zap.Error(err), zap.String("path", "/x"))
 	}
 	return nil
 }

@@ -420,16 +420,23 @@ func (p *process) register(ost *openStream) {
 
 // addToNode remembers the stream's root objects from before this run (the stop waits only
 // for the roots this run supersedes to be reaped) and adds the stream to the node, at the
-// epoch openSpec gives (never below the epoch etcd stores for it).
+// epoch openSpec gives (never below the epoch etcd stores for it). Both reads are retried
+// while they fail transiently, for up to restartTimeout.
 func (p *process) addToNode(ost *openStream) error {
 	rctx, cancel := context.WithTimeout(context.Background(), restartTimeout)
 	defer cancel()
-	roots, err := p.roots(rctx, ost.id)
+	err := retryTransient(rctx, p.log, "stream "+ost.id+": roots", func(ctx context.Context) (err error) {
+		ost.oldRoots, err = p.roots(ctx, ost.id)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", ost.id, err)
 	}
-	ost.oldRoots = roots
-	spec, err := p.openSpec(rctx, ost.cfg, ost.log) // never below the epoch etcd stores
+	var spec actors.StreamSpec
+	err = retryTransient(rctx, p.log, "stream "+ost.id+": stored epoch", func(ctx context.Context) (err error) {
+		spec, err = p.openSpec(ctx, ost.cfg, ost.log) // never below the epoch etcd stores
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -563,8 +570,10 @@ func backendsHint(err error, dataDir string) string {
 	if hint := exhaustedHint(err, "the data directory "+dataDir); hint != "" {
 		return hint
 	}
+	// A failure with a cause (a WAL it cannot read) or a panic can be a damaged directory; one
+	// without (etcd's descriptor-limit check, say) says what to change itself.
 	var f metadata.EtcdFailure
-	if errors.As(err, &f) {
+	if errors.As(err, &f) && f.Err != nil {
 		return fmt.Sprintf("\n  if the embedded etcd's directory is damaged, move %s aside (keep it), then `node recover` and "+
 			"`node recover --yes` re-anchor every stream from the bucket before the node starts again (docs/operations.md, \"etcd lost\")", backends.EtcdDir(dataDir))
 	}

@@ -110,16 +110,18 @@ func (f Fault) String() string {
 	return "fault(" + strconv.Itoa(int(f)) + ")"
 }
 
-// Rule says which requests get a fault: Method ("" for any) and KeyRegexp (matched against
-// the object key of a path-style request, "" for any; bucket-level requests have key "")
-// select them, Count limits how many (0: every one).
+// Rule says which requests get a fault: Method ("" for any), KeyRegexp (matched against
+// the object key of a path-style request, "" for any; bucket-level requests have key "") and
+// QueryRegexp (matched against the raw query, "" for any: `prefix=[^&]*root-` picks listings
+// of roots) select them, Count limits how many (0: every one).
 type Rule struct {
-	Method     string
-	KeyRegexp  string
-	Fault      Fault
-	Count      int
-	Delay      time.Duration // FaultDelay
-	AfterBytes int64         // resets, truncation, corruption: bytes let through first
+	Method      string
+	KeyRegexp   string
+	QueryRegexp string
+	Fault       Fault
+	Count       int
+	Delay       time.Duration // FaultDelay
+	AfterBytes  int64         // resets, truncation, corruption: bytes let through first
 	// Hit, when set, receives the method and key of each request the rule fires on (without
 	// blocking: give it room), so a test can act while a delayed request is held.
 	Hit chan<- string
@@ -130,8 +132,8 @@ type Rule struct {
 
 type rule struct {
 	Rule
-	re   *regexp.Regexp
-	left int // -1: unlimited
+	re, query *regexp.Regexp
+	left      int // -1: unlimited
 }
 
 // Injector is a reverse proxy in front of a Server that injects faults by rule. Requests
@@ -231,13 +233,17 @@ func (i *Injector) AddRule(r Rule) error {
 	if err != nil {
 		return fmt.Errorf("s3test: rule key pattern %q: %w", r.KeyRegexp, err)
 	}
+	query, err := regexp.Compile(r.QueryRegexp)
+	if err != nil {
+		return fmt.Errorf("s3test: rule query pattern %q: %w", r.QueryRegexp, err)
+	}
 	left := r.Count
 	if left == 0 {
 		left = -1
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.rules = append(i.rules, &rule{Rule: r, re: re, left: left})
+	i.rules = append(i.rules, &rule{Rule: r, re: re, query: query, left: left})
 	return nil
 }
 
@@ -255,11 +261,11 @@ func (i *Injector) Hits() int {
 	return i.hits
 }
 
-func (i *Injector) match(method, key string) (Rule, bool) {
+func (i *Injector) match(method, key, query string) (Rule, bool) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	for _, r := range i.rules {
-		if r.left == 0 || (r.Method != "" && !strings.EqualFold(r.Method, method)) || !r.re.MatchString(key) {
+		if r.left == 0 || (r.Method != "" && !strings.EqualFold(r.Method, method)) || !r.re.MatchString(key) || !r.query.MatchString(query) {
 			continue
 		}
 		if r.left > 0 {
@@ -288,7 +294,7 @@ func objectKey(path string) string {
 
 // ServeHTTP applies the first matching rule, or forwards the request.
 func (i *Injector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rule, ok := i.match(r.Method, objectKey(r.URL.Path))
+	rule, ok := i.match(r.Method, objectKey(r.URL.Path), r.URL.RawQuery)
 	if !ok {
 		i.proxy.ServeHTTP(w, r)
 		return
