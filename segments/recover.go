@@ -105,8 +105,8 @@ func (l *Log) load() error {
 		return fmt.Errorf("files without their pair inside the log (not crash debris, refusing to guess): %s", strings.Join(inside, ", "))
 	}
 	for _, name := range debris {
-		if err := os.Remove(filepath.Join(l.dir, name)); err != nil {
-			return fmt.Errorf("remove crash debris: %w", err)
+		if err := removeDebris(l.dir, name); err != nil {
+			return err
 		}
 	}
 	if len(listing.pairs) == 0 {
@@ -141,6 +141,47 @@ func (l *Log) load() error {
 	}
 	l.nextID = l.segs[len(l.segs)-1].next
 	return nil
+}
+
+// ErrNotDebris: Open found a segment file without its index, outside the log's pairs, that
+// holds chunks. Crash debris holds at most a file header, so Open refuses to delete it.
+var ErrNotDebris = errors.New("not crash debris")
+
+// removeDebris removes an orphan file outside the log's pairs. An index holds no data. A
+// segment is removed only if it holds at most its file header: a crash leaves no more (the
+// writer creates a segment and its index before it writes a chunk, and retention deletes the
+// segment before its index). One holding more is not debris, and Open refuses to delete it
+// (a copied stream directory whose index files were left behind, say): it must be moved
+// aside or given its index.
+func removeDebris(dir, name string) error {
+	path := filepath.Join(dir, name)
+	if strings.HasSuffix(name, segmentExt) {
+		size, err := headerOnlySize(path)
+		if err != nil || size > FileHeaderSize {
+			reason := fmt.Sprintf("holds %d bytes, more than the file header a crash leaves", size)
+			if err != nil {
+				reason = "is not a segment: " + err.Error()
+			}
+			index := strings.TrimSuffix(name, segmentExt) + indexExt
+			return fmt.Errorf("%w: %s has no %s and %s; move it out of the directory or restore its index",
+				ErrNotDebris, name, index, reason)
+		}
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("remove crash debris: %w", err)
+	}
+	return nil
+}
+
+// headerOnlySize is the size of the segment file at path, and an error if what it holds
+// does not start with a segment file header (or a prefix of one, or zeros).
+func headerOnlySize(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	size, err := presentHeader(f, segmentFileHeader)
+	return size, errors.Join(err, f.Close())
 }
 
 // readAtFull reads len(b) bytes at off; a short read is an error naming the file.

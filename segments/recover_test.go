@@ -1,8 +1,10 @@
 package segments
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -194,16 +196,74 @@ func TestRecoveryRefusesDamagedLogs(t *testing.T) {
 		{"sealed segment with extra bytes", func(t *testing.T, dir string, hs []chunk.Header) {
 			appendFile(t, filepath.Join(dir, SegmentName(hs[5].ChunkID)), []byte{1})
 		}, SegmentName(hs0(5))},
+		// A segment without its index that holds chunks is not what a crash leaves (at most
+		// a file header): deleting it as debris would throw its chunks away.
+		{"segment with chunks, without index, after the last", func(t *testing.T, dir string, hs []chunk.Header) {
+			copyFile(t, filepath.Join(dir, SegmentName(hs[0].ChunkID)), filepath.Join(dir, SegmentName(hs[11].NextID())))
+		}, SegmentName(hs0(12))},
+		{"segment with chunks, without index, before the first", func(t *testing.T, dir string, hs []chunk.Header) {
+			copyFile(t, filepath.Join(dir, SegmentName(hs[0].ChunkID)), filepath.Join(dir, SegmentName(50)))
+		}, SegmentName(50)},
+		{"segments only: a copy without its index files", func(t *testing.T, dir string, hs []chunk.Header) {
+			for _, h := range hs {
+				os.Remove(filepath.Join(dir, IndexName(h.ChunkID)))
+			}
+		}, SegmentName(hs0(0))},
+		{"a segment-named file that is no segment, alone", func(t *testing.T, dir string, hs []chunk.Header) {
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				os.Remove(filepath.Join(dir, e.Name()))
+			}
+			os.WriteFile(filepath.Join(dir, SegmentName(0)), []byte("not an osiris segment, but somebody's data"), 0o644)
+		}, SegmentName(0)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir, hs := baseLog(t)
 			c.damage(t, dir, hs)
+			before := dirContents(t, dir)
 			_, err := Open(dir, Options{MaxSegmentChunks: 5})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want one naming %q", err, c.want)
 			}
+			// A refused open changes nothing (the lock file aside).
+			after := dirContents(t, dir)
+			delete(before, LockFileName)
+			delete(after, LockFileName)
+			if !maps.Equal(before, after) {
+				t.Fatalf("the refused open changed the directory: files before %v, after %v", slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(after)))
+			}
 		})
+	}
+}
+
+// dirContents maps every file of dir to its contents.
+func dirContents(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = string(b)
+	}
+	return out
+}
+
+// copyFile copies the file at from to a new file at to.
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
