@@ -103,6 +103,7 @@ func TestBadValuesNameTheSetting(t *testing.T) {
 		{Sources{Flags: map[string]string{"max_unpersisted_bytes": "1MiB"}}, []string{"max_unpersisted_bytes", "fragment_target_size"}},
 		{Sources{Flags: map[string]string{"demo_stream": "../etc"}}, []string{"demo_stream", "invalid stream id"}},
 		{Sources{File: []byte("streams:\n  - id: a\n  - id: a\n"), FileName: "n.yaml"}, []string{"streams[1]", "declared twice"}},
+		{Sources{File: []byte("streams:\n  - id: a\n    log_dir: /x\n  - id: b\n    log_dir: /x/\n"), FileName: "n.yaml"}, []string{"streams[1] (b)", `log_dir /x is stream "a"'s too`}},
 		{Sources{File: []byte("streams:\n  - log_dir: /x\n"), FileName: "n.yaml"}, []string{"streams[0]", "id is required"}},
 		{Sources{File: []byte("streams:\n  - id: a\n    epoh: 2\n"), FileName: "n.yaml"}, []string{"line 3", `unknown key "epoh"`}},
 		{Sources{File: []byte("streams:\n  - id: a b\n"), FileName: "n.yaml"}, []string{"streams[0]", "invalid stream id"}},

@@ -178,6 +178,7 @@ func (s Settings) Validate() error {
 	}
 
 	seen := map[string]bool{}
+	dirs := map[string]string{} // a stream's log directory (cleaned) -> its id: one log, one stream
 	if s.Demo {
 		if err := manifest.ValidateStreamID(s.DemoStream); err != nil {
 			return bad("demo_stream", "%v", err)
@@ -199,6 +200,12 @@ func (s Settings) Validate() error {
 			return fmt.Errorf("%s: stream %q is declared twice (or is the demo stream)", where, st.ID)
 		}
 		seen[st.ID] = true
+		if dir := filepath.Clean(st.LogDir); st.LogDir != "" {
+			if other, ok := dirs[dir]; ok {
+				return fmt.Errorf("%s (%s): log_dir %s is stream %q's too: a log directory is one stream's", where, st.ID, dir, other)
+			}
+			dirs[dir] = st.ID
+		}
 		if st.RetentionMaxAge < 0 || st.PersistInterval < 0 || st.PersistThreshold < 0 {
 			return fmt.Errorf("%s (%s): negative retention_max_age, persist_interval or persist_threshold", where, st.ID)
 		}
