@@ -104,9 +104,14 @@ func (l *Log) load() error {
 	if len(inside) > 0 {
 		return fmt.Errorf("files without their pair inside the log (not crash debris, refusing to guess): %s", strings.Join(inside, ", "))
 	}
-	for _, name := range debris {
-		if err := removeDebris(l.dir, name); err != nil {
+	for _, name := range debris { // all checked before any is removed: a refusal changes nothing
+		if err := checkDebris(l.dir, name); err != nil {
 			return err
+		}
+	}
+	for _, name := range debris {
+		if err := os.Remove(filepath.Join(l.dir, name)); err != nil {
+			return fmt.Errorf("remove crash debris: %w", err)
 		}
 	}
 	if len(listing.pairs) == 0 {
@@ -144,33 +149,31 @@ func (l *Log) load() error {
 }
 
 // ErrNotDebris: Open found a segment file without its index, outside the log's pairs, that
-// holds chunks. Crash debris holds at most a file header, so Open refuses to delete it.
+// holds more than a file header (or is no segment). Crash debris holds at most a file
+// header, so Open refuses to delete it.
 var ErrNotDebris = errors.New("not crash debris")
 
-// removeDebris removes an orphan file outside the log's pairs. An index holds no data. A
-// segment is removed only if it holds at most its file header: a crash leaves no more (the
-// writer creates a segment and its index before it writes a chunk, and retention deletes the
-// segment before its index). One holding more is not debris, and Open refuses to delete it
-// (a copied stream directory whose index files were left behind, say): it must be moved
-// aside or given its index.
-func removeDebris(dir, name string) error {
-	path := filepath.Join(dir, name)
-	if strings.HasSuffix(name, segmentExt) {
-		size, err := headerOnlySize(path)
-		if err != nil || size > FileHeaderSize {
-			reason := fmt.Sprintf("holds %d bytes, more than the file header a crash leaves", size)
-			if err != nil {
-				reason = "is not a segment: " + err.Error()
-			}
-			index := strings.TrimSuffix(name, segmentExt) + indexExt
-			return fmt.Errorf("%w: %s has no %s and %s; move it out of the directory or restore its index",
-				ErrNotDebris, name, index, reason)
-		}
+// checkDebris says whether an orphan file outside the log's pairs may be removed. An index
+// holds no data. A segment may only if it holds at most its file header: a crash leaves no
+// more (the writer creates a segment and its index before it writes a chunk, and retention
+// deletes the segment before its index). One holding more is not debris (a copied stream
+// directory whose index files were left behind, say): it must be moved aside or given its
+// index, and Open refuses with ErrNotDebris.
+func checkDebris(dir, name string) error {
+	if !strings.HasSuffix(name, segmentExt) {
+		return nil
 	}
-	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("remove crash debris: %w", err)
+	size, err := headerOnlySize(filepath.Join(dir, name))
+	if err == nil && size <= FileHeaderSize {
+		return nil
 	}
-	return nil
+	reason := fmt.Sprintf("holds %d bytes, more than the file header a crash leaves", size)
+	if err != nil {
+		reason = "is not a segment: " + err.Error()
+	}
+	index := strings.TrimSuffix(name, segmentExt) + indexExt
+	return fmt.Errorf("%w: %s has no %s and %s; move it out of the directory or restore its index",
+		ErrNotDebris, name, index, reason)
 }
 
 // headerOnlySize is the size of the segment file at path, and an error if what it holds

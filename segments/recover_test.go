@@ -204,6 +204,10 @@ func TestRecoveryRefusesDamagedLogs(t *testing.T) {
 		{"segment with chunks, without index, before the first", func(t *testing.T, dir string, hs []chunk.Header) {
 			copyFile(t, filepath.Join(dir, SegmentName(hs[0].ChunkID)), filepath.Join(dir, SegmentName(50)))
 		}, SegmentName(50)},
+		{"debris beside a segment with chunks: nothing removed", func(t *testing.T, dir string, hs []chunk.Header) {
+			appendFile(t, filepath.Join(dir, IndexName(50)), indexFileHeader)
+			copyFile(t, filepath.Join(dir, SegmentName(hs[0].ChunkID)), filepath.Join(dir, SegmentName(hs[11].NextID())))
+		}, SegmentName(hs0(12))},
 		{"segments only: a copy without its index files", func(t *testing.T, dir string, hs []chunk.Header) {
 			for _, h := range hs {
 				os.Remove(filepath.Join(dir, IndexName(h.ChunkID)))
