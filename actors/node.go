@@ -56,6 +56,7 @@ type Node struct {
 
 	mu      sync.Mutex
 	streams map[string]*streamHandle
+	logDirs map[string]string // the directory of each stream's log -> the stream: one log, one stream
 	stopped bool
 }
 
@@ -82,7 +83,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 	}
 	n := &Node{
 		cfg: cfg, store: store, meta: meta, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
-		metrics: &Metrics{}, streams: make(map[string]*streamHandle), readBudget: read.NewBudget(cfg.ReadBudgetBytes),
+		metrics: &Metrics{}, streams: make(map[string]*streamHandle), logDirs: make(map[string]string), readBudget: read.NewBudget(cfg.ReadBudgetBytes),
 		keys:  read.NewKeys(read.DefaultKeysKept),
 		claim: claimState{opened: opened},
 	}
@@ -183,10 +184,8 @@ func (n *Node) AddStream(spec StreamSpec) error {
 	if _, ok := n.streams[spec.ID]; ok {
 		return fmt.Errorf("add stream %s: %w", spec.ID, ErrStreamExists)
 	}
-	for id, other := range n.streams {
-		if other.spec.Log == spec.Log || other.spec.Log.Dir() == spec.Log.Dir() {
-			return fmt.Errorf("add stream %s: its log %s is stream %s's: %w", spec.ID, spec.Log.Dir(), id, ErrLogInUse)
-		}
+	if id, ok := n.logDirs[spec.Log.Dir()]; ok { // the same *Log, or another of its directory
+		return fmt.Errorf("add stream %s: its log %s is stream %s's: %w", spec.ID, spec.Log.Dir(), id, ErrLogInUse)
 	}
 	h := newStreamHandle(spec)
 	pid, err := n.spawnStream(h)
@@ -195,6 +194,7 @@ func (n *Node) AddStream(spec StreamSpec) error {
 	}
 	h.supervisor = pid
 	n.streams[spec.ID] = h
+	n.logDirs[spec.Log.Dir()] = spec.ID
 	n.log.Info().Str("stream", spec.ID).Uint64("epoch", spec.Epoch).Msg("stream added")
 	return nil
 }
@@ -274,6 +274,9 @@ func (n *Node) RemoveStream(ctx context.Context, id string) error {
 	n.mu.Lock()
 	h, ok := n.streams[id]
 	delete(n.streams, id)
+	if ok {
+		delete(n.logDirs, h.spec.Log.Dir())
+	}
 	n.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("remove stream %q: %w", id, ErrUnknownStream)
@@ -368,7 +371,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	}
 	n.stopped = true
 	streams := n.streams
-	n.streams = map[string]*streamHandle{}
+	n.streams, n.logDirs = map[string]*streamHandle{}, map[string]string{}
 	n.mu.Unlock()
 
 	n.guardian.stop()

@@ -246,10 +246,8 @@ func (p *process) start(ctx context.Context) error {
 			return err
 		}
 		p.node, node = n, n
-		for _, st := range s.Streams {
-			if err := p.addStream(st, nil); err != nil {
-				return err
-			}
+		if err := p.addStreams(s.Streams); err != nil {
+			return err
 		}
 	}
 	if s.Demo {

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/streamtier/streamtier/metadata"
+	"github.com/streamtier/streamtier/nodeconfig"
+	"github.com/streamtier/streamtier/s3io"
+)
+
+// openParallel is how many declared streams the start opens at once. Each costs an S3 LIST
+// and three etcd reads one after the other: tens of milliseconds against a remote S3, so a
+// node of ten thousand streams opened one at a time would take minutes to start.
+const openParallel = 16
+
+// addStreams opens the declared streams and adds them to the node, openParallel at a time.
+// The first error stops the start: no stream is begun after it, the ones running finish,
+// and it is returned. The process's streams are then in the order they were declared.
+func (p *process) addStreams(streams []nodeconfig.StreamSettings) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return first != nil
+	}
+	slots := make(chan struct{}, openParallel)
+	for _, st := range streams {
+		slots <- struct{}{}
+		if failed() {
+			<-slots
+			break
+		}
+		wg.Add(1)
+		go func() { // owned by addStreams: one stream's open, waited for below
+			defer wg.Done()
+			defer func() { <-slots }()
+			if err := p.addStream(st, nil); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	order := make(map[string]int, len(streams))
+	for i, st := range streams {
+		order[st.ID] = i
+	}
+	p.mu.Lock()
+	slices.SortStableFunc(p.streams, func(a, b *openStream) int { return order[a.id] - order[b.id] })
+	p.mu.Unlock()
+	return first
+}
+
+// Waits between the attempts of a read the start retries: the first, and the most.
+const (
+	startRetryFirst = 100 * time.Millisecond
+	startRetryMost  = 2 * time.Second
+)
+
+// retryTransient runs read until it succeeds, fails with an error that is not transient
+// (s3io.IsRetriable, metadata.IsRetriable), or ctx ends, waiting startRetryFirst between
+// attempts, doubling up to startRetryMost, and logging each failure. A start of thousands
+// of streams makes thousands of requests; S3 answers a few of them 500 or 503 SlowDown,
+// which a client must retry, and the start must not fail on one. For reads only: a write
+// whose outcome is unknown is not repeated blindly.
+func retryTransient(ctx context.Context, log zerolog.Logger, what string, read func(context.Context) error) error {
+	wait := startRetryFirst
+	for attempt := 1; ; attempt++ {
+		err := read(ctx)
+		if err == nil || !(s3io.IsRetriable(err) || metadata.IsRetriable(err)) {
+			return err
+		}
+		log.Warn().Err(err).Str("reading", what).Int("attempt", attempt).Dur("retry_in", wait).Msg("start: a transient failure, retrying")
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return fmt.Errorf("%w (%d attempts, then %v)", err, attempt, ctx.Err())
+		case <-timer.C:
+		}
+		wait = min(2*wait, startRetryMost)
+	}
+}
