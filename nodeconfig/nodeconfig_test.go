@@ -100,6 +100,7 @@ func TestBadValuesNameTheSetting(t *testing.T) {
 		{Sources{Flags: map[string]string{"transfer_deadline": "-1s"}}, []string{"transfer_deadline", "positive"}},
 		{Sources{Flags: map[string]string{"transfer_deadline": "180s"}}, []string{"transfer_deadline", "s3_transfer_timeout"}},
 		{Sources{Flags: map[string]string{"persist_timeout": "0s"}}, []string{"persist_timeout", "positive"}},
+		{Sources{Flags: map[string]string{"start_concurrency": "0"}}, []string{"start_concurrency", "1 to 256"}},
 		{Sources{Flags: map[string]string{"max_unpersisted_bytes": "1MiB"}}, []string{"max_unpersisted_bytes", "fragment_target_size"}},
 		{Sources{Flags: map[string]string{"demo_stream": "../etc"}}, []string{"demo_stream", "invalid stream id"}},
 		{Sources{File: []byte("streams:\n  - id: a\n  - id: a\n"), FileName: "n.yaml"}, []string{"streams[1]", "declared twice"}},

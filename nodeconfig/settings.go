@@ -68,6 +68,7 @@ type Settings struct {
 	MaxTransferBurstBytes  int64
 	MaxConcurrentUploads   int // node-wide bound on uploads running at once
 	MaxUploadsPerStream    int // a hard cap on one stream's share of them; 0: none (work-conserving)
+	StartConcurrency       int // declared streams `node run` opens at once while it starts
 	UploadRetryDelay       time.Duration
 	UploadRetryMaxDelay    time.Duration
 	TransientBackoffBase   time.Duration
@@ -324,6 +325,8 @@ var table = []setting{
 		apply: integer(func(s *Settings) *int { return &s.MaxConcurrentUploads })},
 	{name: "max_concurrent_uploads_per_stream", def: "0", help: "a hard cap on one stream's uploads at once; 0 means none: a stream alone may take every slot of max_concurrent_uploads, and streams that want slots at once share them fairly as uploads end",
 		apply: integer(func(s *Settings) *int { return &s.MaxUploadsPerStream })},
+	{name: "start_concurrency", def: "1", help: "declared streams node run opens at once while it starts (each a LIST and three etcd reads in a row); more starts a large node sooner behind a distant S3, but every stream is then live at once before the idle ones go dormant, and the process keeps the higher peak's memory",
+		apply: integer(func(s *Settings) *int { return &s.StartConcurrency })},
 	{name: "upload_retry_delay", def: "1s", help: "first delay before retrying a non-transient upload failure",
 		apply: duration(func(s *Settings) *time.Duration { return &s.UploadRetryDelay })},
 	{name: "upload_retry_max_delay", def: "30s", help: "the non-transient retry delay doubles up to this",

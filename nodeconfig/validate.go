@@ -128,6 +128,8 @@ func (s Settings) Validate() error {
 		return bad("max_transfer_bytes_per_sec", "negative")
 	case s.MaxConcurrentUploads < 1:
 		return bad("max_concurrent_uploads", "%d: must be at least 1", s.MaxConcurrentUploads)
+	case s.StartConcurrency < 1 || s.StartConcurrency > 256:
+		return bad("start_concurrency", "%d: want 1 to 256", s.StartConcurrency)
 	case s.MaxUploadsPerStream < 0 || s.MaxUploadsPerStream > s.MaxConcurrentUploads:
 		return bad("max_concurrent_uploads_per_stream", "%d: want 0 (no cap) to max_concurrent_uploads (%d)", s.MaxUploadsPerStream, s.MaxConcurrentUploads)
 	case s.MaxTransferBurstBytes != 0 && s.MaxTransferBytesPerSec == 0:

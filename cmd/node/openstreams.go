@@ -14,12 +14,9 @@ import (
 	"github.com/streamtier/streamtier/s3io"
 )
 
-// openParallel is how many declared streams the start opens at once. Each costs an S3 LIST
-// and three etcd reads one after the other: tens of milliseconds against a remote S3, so a
-// node of ten thousand streams opened one at a time would take minutes to start.
-const openParallel = 16
-
-// addStreams opens the declared streams and adds them to the node, openParallel at a time.
+// addStreams opens the declared streams and adds them to the node, start_concurrency at a
+// time. Each costs an S3 LIST and three etcd reads one after the other: tens of milliseconds
+// against a remote S3, so ten thousand streams opened one at a time take minutes.
 // The first error stops the start: no stream is begun after it, the ones running finish,
 // and it is returned. The process's streams are then in the order they were declared.
 func (p *process) addStreams(streams []nodeconfig.StreamSettings) error {
@@ -33,7 +30,7 @@ func (p *process) addStreams(streams []nodeconfig.StreamSettings) error {
 		defer mu.Unlock()
 		return first != nil
 	}
-	slots := make(chan struct{}, openParallel)
+	slots := make(chan struct{}, p.s.StartConcurrency)
 	for _, st := range streams {
 		slots <- struct{}{}
 		if failed() {
