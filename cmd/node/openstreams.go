@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/streamtier/streamtier/metadata"
 	"github.com/streamtier/streamtier/nodeconfig"
@@ -20,37 +20,20 @@ import (
 // The first error stops the start: no stream is begun after it, the ones running finish,
 // and it is returned. The process's streams are then in the order they were declared.
 func (p *process) addStreams(streams []nodeconfig.StreamSettings) error {
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	failed := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return first != nil
-	}
-	slots := make(chan struct{}, p.s.StartConcurrency)
+	g, failed := errgroup.WithContext(context.Background()) // failed ends with the first error
+	g.SetLimit(p.s.StartConcurrency)
 	for _, st := range streams {
-		slots <- struct{}{}
-		if failed() {
-			<-slots
+		if failed.Err() != nil {
 			break
 		}
-		wg.Add(1)
-		go func() { // owned by addStreams: one stream's open, waited for below
-			defer wg.Done()
-			defer func() { <-slots }()
-			if err := p.addStream(st, nil); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
+		g.Go(func() error { // runs once a slot is free: by then another stream may have failed
+			if failed.Err() != nil {
+				return nil
 			}
-		}()
+			return p.addStream(st, nil)
+		})
 	}
-	wg.Wait()
+	err := g.Wait()
 	order := make(map[string]int, len(streams))
 	for i, st := range streams {
 		order[st.ID] = i
@@ -58,7 +41,7 @@ func (p *process) addStreams(streams []nodeconfig.StreamSettings) error {
 	p.mu.Lock()
 	slices.SortStableFunc(p.streams, func(a, b *openStream) int { return order[a.id] - order[b.id] })
 	p.mu.Unlock()
-	return first
+	return err
 }
 
 // Waits between the attempts of a read the start retries: the first, and the most.
