@@ -354,12 +354,10 @@ func printRead(w io.Writer, fl readFlags, budget int64, objects int, rounds []re
 	fmt.Fprintf(w, "stream: %s of records (chunks of %d to %d bytes), fragment target %s; read budget %s; rounds: %d counted (raw sweep, then A and B back to back, order alternating), %d warm-up\n",
 		nodeconfig.FormatSize(float64(fl.bytes)), fl.minChunk, fl.maxChunk, nodeconfig.FormatSize(float64(fl.fragment)), nodeconfig.FormatSize(float64(budget)), len(rounds), fl.warmup)
 	var aTP, bTP, sweepTP, aFirst, bFirst, peak, remote, bestN, levelMean, levelLast []float64
-	var aCPU, bCPU, aBusy, bBusy []float64
+	var aCPU, bCPU []cpuUse
 	for _, r := range rounds {
-		aCPU = append(aCPU, r.node.cpu.Seconds()/(mib(r.node.bytes)/1024))
-		bCPU = append(bCPU, r.raw.cpu.Seconds()/(mib(r.raw.bytes)/1024))
-		aBusy = append(aBusy, r.node.cpu.Seconds()/r.node.elapsed.Seconds())
-		bBusy = append(bBusy, r.raw.cpu.Seconds()/r.raw.elapsed.Seconds())
+		aCPU = append(aCPU, cpuUse{cpu: r.node.cpu, elapsed: r.node.elapsed, bytes: r.node.bytes})
+		bCPU = append(bCPU, cpuUse{cpu: r.raw.cpu, elapsed: r.raw.elapsed, bytes: r.raw.bytes})
 		aTP = append(aTP, mib(r.node.bytes)/r.node.elapsed.Seconds())
 		bTP = append(bTP, mib(r.raw.bytes)/r.raw.elapsed.Seconds())
 		sweepTP = append(sweepTP, mib(r.best.bytes)/r.best.elapsed.Seconds())
@@ -384,15 +382,10 @@ func printRead(w io.Writer, fl readFlags, budget int64, objects int, rounds []re
 	r.row("B raw time to first range ms", bFirst, 1)
 	r.row("A node peak live heap MiB", peak, 1)
 	r.row("A node peak heap / read budget", ratios(peak, repeat(mib(budget), len(peak))), 3)
-	// The process's CPU, the embedded endpoint's (and the shaping proxy's) included: when
-	// both sides keep the cores busy, the CPU per byte bounds the throughput ratio.
-	r.row("A process CPU s per GiB (node side)", aCPU, 3)
-	r.row("B process CPU s per GiB (raw, paired)", bCPU, 3)
-	r.row("A cores busy (process CPU / wall)", aBusy, 2)
-	r.row("B cores busy (process CPU / wall)", bBusy, 2)
+	cpuRatio := r.cpuRows("node side", "raw, paired", aCPU, bCPU)
 	r.row("ratio A/B throughput (node/raw)", ratios(aTP, bTP), 3)
 	r.row("ratio A/B throughput (node/sweep best)", ratios(aTP, sweepTP), 3)
-	r.row("ratio B/A process CPU per byte (raw/node)", ratios(bCPU, aCPU), 3)
+	r.row("ratio B/A process CPU per byte (raw/node)", cpuRatio, 3)
 }
 
 // repeat is n copies of v.

@@ -58,6 +58,40 @@ func (r report) row(name string, xs []float64, digits int) {
 	fmt.Fprintf(r.w, rowFormat, name, f(s.min), f(s.median), f(s.max), fmt.Sprintf("n=%d", s.n))
 }
 
+// cpuUse is one side's process CPU (user + system) over a round, the embedded endpoint's
+// and the shaping proxy's included, with the bytes it moved and how long it took.
+type cpuUse struct {
+	cpu, elapsed time.Duration
+	bytes        int64
+}
+
+// cpuRows prints each side's process CPU per GiB and how busy the cores were, round by
+// round (a and b: the two sides, named aName and bName), and returns the ratio of CPU per
+// byte b/a, which the caller prints among its ratio rows: when both sides keep the cores
+// busy, it bounds the throughput ratio.
+func (r report) cpuRows(aName, bName string, a, b []cpuUse) []float64 {
+	perGiB := func(us []cpuUse) []float64 {
+		out := make([]float64, len(us))
+		for i, u := range us {
+			out[i] = u.cpu.Seconds() / (mib(u.bytes) / 1024)
+		}
+		return out
+	}
+	busy := func(us []cpuUse) []float64 {
+		out := make([]float64, len(us))
+		for i, u := range us {
+			out[i] = u.cpu.Seconds() / u.elapsed.Seconds()
+		}
+		return out
+	}
+	aGiB, bGiB := perGiB(a), perGiB(b)
+	r.row("A process CPU s per GiB ("+aName+")", aGiB, 3)
+	r.row("B process CPU s per GiB ("+bName+")", bGiB, 3)
+	r.row("A cores busy (process CPU / wall)", busy(a), 2)
+	r.row("B cores busy (process CPU / wall)", busy(b), 2)
+	return ratios(bGiB, aGiB)
+}
+
 // ratios divides a by b pair by pair (round by round).
 func ratios(a, b []float64) []float64 {
 	out := make([]float64, 0, len(a))

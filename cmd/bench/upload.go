@@ -398,12 +398,10 @@ func printThroughput(w io.Writer, fl uploadFlags, streams []uploadStream, rounds
 	fmt.Fprintf(w, "per stream: %s of records (chunks of %d to %d bytes), fragment target %s; rounds: %d counted A B A B ..., %d warm-up\n",
 		nodeconfig.FormatSize(float64(fl.bytes)), fl.minChunk, fl.maxChunk, nodeconfig.FormatSize(float64(fl.fragment)), len(rounds), fl.warmup)
 	var nodeTP, upTP, rawTP, nodeS, upS, rawS, meanIF, peakIF, spread []float64
-	var nodeCPU, rawCPU, nodeBusy, rawBusy []float64
+	var nodeCPU, rawCPU []cpuUse
 	for _, p := range rounds {
-		nodeCPU = append(nodeCPU, p.node.cpu.Seconds()/(mib(p.node.bytes)/1024))
-		rawCPU = append(rawCPU, p.raw.cpu.Seconds()/(mib(p.raw.bytes)/1024))
-		nodeBusy = append(nodeBusy, p.node.cpu.Seconds()/p.node.elapsed.Seconds())
-		rawBusy = append(rawBusy, p.raw.cpu.Seconds()/p.raw.elapsed.Seconds())
+		nodeCPU = append(nodeCPU, cpuUse{cpu: p.node.cpu, elapsed: p.node.elapsed, bytes: p.node.bytes})
+		rawCPU = append(rawCPU, cpuUse{cpu: p.raw.cpu, elapsed: p.raw.elapsed, bytes: p.raw.bytes})
 		nodeTP = append(nodeTP, mib(p.node.bytes)/p.node.elapsed.Seconds())
 		upTP = append(upTP, mib(p.node.bytes)/p.node.inFlight.uploaded.Seconds())
 		upS = append(upS, p.node.inFlight.uploaded.Seconds())
@@ -430,15 +428,10 @@ func printThroughput(w io.Writer, fl uploadFlags, streams []uploadStream, rounds
 		// Equal streams tiered at once: their shares were fair if they end together.
 		r.row("A node slowest/fastest stream time", spread, 3)
 	}
-	// The process's CPU, the embedded endpoint's (and the shaping proxy's) included: when
-	// both sides keep the cores busy, the CPU per byte bounds the throughput ratio.
-	r.row("A process CPU s per GiB (node side)", nodeCPU, 3)
-	r.row("B process CPU s per GiB (raw side)", rawCPU, 3)
-	r.row("A cores busy (process CPU / wall)", nodeBusy, 2)
-	r.row("B cores busy (process CPU / wall)", rawBusy, 2)
+	cpuRatio := r.cpuRows("node side", "raw side", nodeCPU, rawCPU)
 	r.row("ratio A/B throughput (node/raw)", ratios(nodeTP, rawTP), 3)
 	r.row("ratio A/B to last upload (node/raw)", ratios(upTP, rawTP), 3)
-	r.row("ratio B/A process CPU per byte (raw/node)", ratios(rawCPU, nodeCPU), 3)
+	r.row("ratio B/A process CPU per byte (raw/node)", cpuRatio, 3)
 }
 
 // inFlightStats is how many uploads the node had running, sampled every 5 ms, and when
