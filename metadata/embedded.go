@@ -180,7 +180,7 @@ func startEtcd(ctx context.Context, cfg EmbeddedConfig, clientAddr, peerAddr str
 		lg = errorLogger(level)
 	}
 	hook := &failureHook{}
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg.WithOptions(zap.WithPanicHook(hook), zap.WithFatalHook(hook)))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(hook.on(lg))
 	ec.LogLevel = "error"
 
 	etcd, err := startRecovering(ec, hook)
@@ -247,6 +247,11 @@ func (f EtcdFailure) Unwrap() error { return f.Err }
 // the process as zap would: a goroutine of etcd's that recovered the panic must not run on.
 type failureHook struct {
 	starting atomic.Bool
+}
+
+// on is lg with the hook run after its Panic and Fatal logs.
+func (h *failureHook) on(lg *zap.Logger) *zap.Logger {
+	return lg.WithOptions(zap.WithPanicHook(h), zap.WithFatalHook(h))
 }
 
 // OnWrite raises the failure (or exits) once etcd's entry is written.

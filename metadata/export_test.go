@@ -47,7 +47,7 @@ func StaleMemberWatch(ctx context.Context, s *Store, rev int64) (start func() <-
 func LogAsEtcd(level zapcore.Level, msg string, err error) (out error) {
 	hook := &failureHook{}
 	hook.starting.Store(true) // a start is running: Fatal raises the failure too
-	lg := zap.NewNop().WithOptions(zap.WithPanicHook(hook), zap.WithFatalHook(hook))
+	lg := hook.on(zap.NewNop())
 	defer func() {
 		if r := recover(); r != nil {
 			out = r.(EtcdFailure)
