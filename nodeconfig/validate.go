@@ -339,15 +339,15 @@ func (s Settings) Redacted() map[string]string {
 }
 
 // validateCluster checks the cluster settings: a listen address peers can dial, a lease of
-// at least a second (etcd counts leases in seconds), an explicit node id (two members
+// at least cluster.MinMemberTTL (shorter ones lapse on a stall), an explicit node id (two members
 // named by the default would take each other's place), no demo; and refuses cluster
 // settings given without cluster mode, which would otherwise be silently ignored.
 func (s Settings) validateCluster(bad func(name, format string, args ...any) error) error {
 	if err := checkListen(s.ClusterListen); err != nil {
 		return bad("cluster_listen", "%v", err)
 	}
-	if s.ClusterMemberTTL < time.Second {
-		return bad("cluster_member_ttl", "%v: must be at least 1s (etcd leases count whole seconds)", s.ClusterMemberTTL)
+	if s.ClusterMemberTTL < cluster.MinMemberTTL {
+		return bad("cluster_member_ttl", "%v: must be at least %v (etcd's client renews a lease every half second, so a shorter one lapses whenever the node stalls)", s.ClusterMemberTTL, cluster.MinMemberTTL)
 	}
 	if s.ClusterResyncRetry <= 0 {
 		return bad("cluster_resync_retry", "%v: must be positive", s.ClusterResyncRetry)

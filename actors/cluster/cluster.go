@@ -27,8 +27,9 @@ import (
 // lease lasts, how to open the local log of a stream the placement gives it, and the
 // replica caches' and transport's timings.
 type Config struct {
-	// MemberTTL is the membership lease (default 3 s): a node that dies leaves the members
-	// after about this long, and messages to it are dropped from then on.
+	// MemberTTL is the membership lease (default 3 s, at least MinMemberTTL): a node that
+	// dies leaves the members after about this long, and messages to it are dropped from
+	// then on.
 	MemberTTL time.Duration
 	// OpenStream returns the spec of a stream this node hosts (its local log and per-stream
 	// settings). ID, Epoch and Replicas are filled from the placement. A replica uses the
@@ -68,6 +69,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// MinMemberTTL is the shortest membership lease a node can keep: etcd's client renews a
+// lease a third of the way through it, on a half-second cadence, so a 1 s lease lapses
+// whenever the node stalls for half a second (a collector cycle, a loaded host), and the
+// node would leave and rejoin the cluster for nothing.
+const MinMemberTTL = 2 * time.Second
+
 // Validate refuses a configuration the cluster cannot run with, naming the setting.
 func (c Config) Validate() error {
 	switch {
@@ -75,6 +82,8 @@ func (c Config) Validate() error {
 		return errors.New("cluster config: open_stream: not set")
 	case c.MemberTTL < 0, c.ResyncRetry < 0, c.TickInterval < 0, c.ReorderHold < 0:
 		return errors.New("cluster config: member_ttl, resync_retry, tick_interval and reorder_hold must not be negative")
+	case c.MemberTTL != 0 && c.MemberTTL < MinMemberTTL:
+		return fmt.Errorf("cluster config: member_ttl = %v: must be at least %v (etcd's client renews a lease every half second, so a shorter one lapses on any stall)", c.MemberTTL, MinMemberTTL)
 	case c.OutboundQueue < 0:
 		return fmt.Errorf("cluster config: outbound_queue = %d: negative", c.OutboundQueue)
 	}

@@ -180,6 +180,13 @@ func startNodeWith(t *testing.T, exe, dir string, args ...string) *running {
 			r.cmd.Process.Kill()
 			<-r.done
 		}
+		if t.Failed() { // the node's own account of what happened, for whoever reads the failure
+			log := r.stderr.String()
+			if len(log) > 16<<10 {
+				log = "…" + log[len(log)-16<<10:]
+			}
+			t.Logf("node %v, its log:\n%s", args, log)
+		}
 	})
 	waitFor(t, 60*time.Second, "the node's run file and admin server", func() bool {
 		select {
