@@ -60,8 +60,9 @@ type Node struct {
 	stopped bool
 }
 
-// Start starts a node on an object store and an etcd metadata store. The node owns neither:
-// the caller closes them after Stop.
+// Start starts a node on an object store and an etcd metadata store, first opening the key
+// prefix's claim (a busy store is tried again up to Config.ResolveTimeout; a refusal wraps
+// claim.ErrRefused). The node owns neither store: the caller closes them after Stop.
 func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.Store) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -70,9 +71,7 @@ func Start(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.St
 		return nil, errors.New("start node: an object store and a metadata store are required")
 	}
 	cfg = cfg.withDefaults()
-	octx, cancel := context.WithTimeout(ctx, cfg.ResolveTimeout)
-	opened, err := claim.Open(octx, claim.Options{Store: store, Meta: meta, KeyPrefix: cfg.KeyPrefix})
-	cancel()
+	opened, err := openClaim(ctx, cfg, store, meta)
 	if err != nil {
 		return nil, fmt.Errorf("start node: %w", err)
 	}
@@ -206,6 +205,27 @@ func (n *Node) spawnStream(h *streamHandle) (*actor.PID, error) {
 	var inc incarnations
 	props := inc.props(n.guardian, func(i uint64) actor.Actor { return newStreamSupervisor(n, h, log, i) }, streamMailbox)
 	return n.root.SpawnNamed(props, "stream/"+h.spec.ID)
+}
+
+// openClaim opens the key prefix's claim (claim.Open), trying again on a transient failure
+// (a 500 or 503 SlowDown, a dropped connection, an etcd leader change) until ResolveTimeout:
+// the SDK's own retryer is off, and one answer of a busy store must not fail a start.
+// Every step of claim.Open is safe to repeat: its creates are conditional, its probe key
+// fresh each time. A refusal or any other error is returned at once.
+func openClaim(ctx context.Context, cfg Config, store *s3io.Store, meta *metadata.Store) (metadata.ClusterRecord, error) {
+	octx, cancel := context.WithTimeout(ctx, cfg.ResolveTimeout)
+	defer cancel()
+	var wait shell.Backoff
+	for attempt := 1; ; attempt++ {
+		opened, err := claim.Open(octx, claim.Options{Store: store, Meta: meta, KeyPrefix: cfg.KeyPrefix})
+		if err == nil || !(s3io.IsRetriable(err) || metadata.IsRetriable(err)) {
+			return opened, err
+		}
+		cfg.Logger.Warn().Err(err).Str("node", cfg.NodeID).Int("attempt", attempt).Msg("start: opening the key prefix failed transiently, retrying")
+		if werr := wait.Wait(octx); werr != nil {
+			return opened, fmt.Errorf("%w (%d attempts in %v)", err, attempt, cfg.ResolveTimeout)
+		}
+	}
 }
 
 // refuseDeleted reads the stream's etcd tombstone (one read, bounded by ResolveTimeout):

@@ -376,8 +376,35 @@ func (b *Backends) openStore(ctx context.Context, cfg s3io.Config, ensureBucket 
 			return fmt.Errorf("embedded s3: %w", err)
 		}
 	}
-	return b.ProbeS3(ctx)
+	// A busy store (503 SlowDown, a 500) is asked again a few times: every command opens
+	// its backends this way and should not fail on one answer of a loaded bucket. No answer
+	// at all (a refused connection, an unknown host) is most often a wrong endpoint: said at once.
+	wait := openProbeWait
+	for attempt := 1; ; attempt++ {
+		err := b.ProbeS3(ctx)
+		if err == nil || !s3io.IsBusy(err) || attempt == openProbeAttempts {
+			if err != nil && attempt > 1 {
+				err = fmt.Errorf("%w (%d attempts)", err, attempt)
+			}
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (%d attempts, then %v)", err, attempt, ctx.Err())
+		case <-t.C:
+		}
+		wait *= 2
+	}
 }
+
+// How often, and after what first pause (doubling), opening the backends asks a busy store
+// again: 5 attempts over about 1.5 s.
+const (
+	openProbeAttempts = 5
+	openProbeWait     = 100 * time.Millisecond
+)
 
 // keyFile holds the embedded endpoint's root keys, drawn once per data directory so that
 // commands and restarts use the same account.

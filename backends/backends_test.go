@@ -164,3 +164,40 @@ func TestExternal(t *testing.T) {
 		t.Fatalf("missing bucket: %v", err)
 	}
 }
+
+// TestExternalBusyStore: opening the backends asks a busy store (503 SlowDown, 500) again
+// a few times before giving up, and says how often it asked; a refusal (403) is said at once.
+func TestExternalBusyStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	etcd := etcdtest.Start(t)
+	srv := s3test.Start(t, s3test.Options{})
+	bucket := srv.NewBucket(t).Bucket
+	inj := s3test.NewInjector(t, srv)
+	cfg := inj.Config()
+	flags := map[string]string{"data_dir": t.TempDir(), "etcd_endpoints": strings.Join(etcd.Endpoints(), ","),
+		"s3_endpoint": cfg.Endpoint, "s3_bucket": bucket, "s3_path_style": "true", "s3_region": cfg.Region,
+		"s3_access_key": cfg.AccessKey, "s3_secret_key": cfg.SecretKey}
+	list := s3test.Rule{Method: "GET", QueryRegexp: `list-type=2`}
+	open := func(fault s3test.Fault, count int) (hits int, err error) {
+		inj.Clear()
+		before := inj.Hits()
+		r := list
+		r.Fault, r.Count = fault, count
+		inj.Add(r)
+		b, err := backends.ForCommand(ctx, settings(t, flags))
+		if err == nil {
+			b.Close()
+		}
+		return inj.Hits() - before, err
+	}
+	if hits, err := open(s3test.FaultSlowDown, 2); err != nil || hits != 2 {
+		t.Fatalf("two SlowDown answers, then an answer: got %v after %d faults", err, hits)
+	}
+	if hits, err := open(s3test.FaultInternalError, 0); err == nil || hits != 5 || !strings.Contains(err.Error(), "(5 attempts)") || !strings.Contains(err.Error(), "InternalError") {
+		t.Fatalf("a store answering 500 every time: got %v after %d faults", err, hits)
+	}
+	if hits, err := open(s3test.FaultForbidden, 0); err == nil || hits != 1 || strings.Contains(err.Error(), "attempts") || !strings.Contains(err.Error(), "AccessDenied") {
+		t.Fatalf("a refusal: got %v after %d faults", err, hits)
+	}
+}

@@ -177,6 +177,17 @@ func responseStatus(err error) int {
 // IsRetriable reports whether err is worth retrying at once (ClassRetriable).
 func IsRetriable(err error) bool { return Classify(err) == ClassRetriable }
 
+// IsBusy reports whether err is the store's answer asking to be tried again (a 5xx, 429,
+// SlowDown and the other throttling codes), as opposed to no answer at all: a caller that
+// must fail fast on a wrong endpoint can still ride out a busy one.
+func IsBusy(err error) bool {
+	if Classify(err) != ClassRetriable {
+		return false
+	}
+	var apiErr smithy.APIError
+	return responseStatus(err) != 0 || errors.As(err, &apiErr)
+}
+
 // IsNotFound reports whether err says the object or bucket does not exist (404, or
 // ErrNotFound from LocateEntry). It informs readers (a missing root object, a bucket to
 // create); it does not change the class.

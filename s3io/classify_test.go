@@ -122,6 +122,19 @@ func TestClassify(t *testing.T) {
 			t.Errorf("%s: IsRetriable = %v", tc.name, got)
 		}
 	}
+	// Busy: the store answered and asks again; no answer is not busy, nor is a refusal.
+	for _, busy := range []error{sdkResponse(500, "InternalError"), sdkResponse(503, "SlowDown"), sdkResponse(502, ""),
+		sdkResponse(429, "TooManyRequestsException"), sdkResponse(400, "RequestTimeout")} {
+		if !s3io.IsBusy(busy) {
+			t.Errorf("IsBusy(%v) = false", busy)
+		}
+	}
+	for _, notBusy := range []error{nil, sdkSend(opErr("dial", syscall.ECONNREFUSED)), sdkSend(&net.DNSError{Err: "no such host", Name: "s3.invalid"}),
+		sdkSend(timeoutErr{}), sdkResponse(403, "AccessDenied"), sdkResponse(404, "NoSuchBucket"), errors.New("something")} {
+		if s3io.IsBusy(notBusy) {
+			t.Errorf("IsBusy(%v) = true", notBusy)
+		}
+	}
 	if !s3io.IsNotFound(sdkResponse(404, "NoSuchKey")) || !s3io.IsNotFound(sdkResponse(404, "")) || s3io.IsNotFound(sdkResponse(403, "AccessDenied")) || s3io.IsNotFound(sdkSend(io.EOF)) {
 		t.Error("IsNotFound disagrees with the statuses")
 	}
