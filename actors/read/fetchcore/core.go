@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/streamtier/streamtier/chunk"
 	"github.com/streamtier/streamtier/fragment"
 )
 
@@ -27,7 +28,12 @@ type leaf struct {
 	needIndex bool   // the read starts inside it: plan nothing before the index is here
 	indexReq  uint64 // FetchIndex in flight (0: none)
 	indexFail int
-	asm       assembler
+	// index is the object's index once fetched: every chunk is checked against its record
+	// (id, timestamp, position) before it is delivered, for the header bytes the data CRC
+	// does not cover. idx is the record of the next chunk.
+	index []fragment.IndexRecord
+	idx   int
+	asm   assembler
 }
 
 // rng is a range of one object planned and not yet wholly handed to its assembler.
@@ -84,6 +90,7 @@ type Core struct {
 	ph         phase
 	err        error
 	lastID     uint64
+	lastIndex  uint64 // FetchIndex ids are numbered on their own: answered apart from ranges and timers
 	lastCopy   uint64 // Item.Copy of the last chunk across responses
 	out        []Effect
 
@@ -150,6 +157,11 @@ func (c *Core) emit(e Effect) { c.out = append(c.out, e) }
 func (c *Core) newID() uint64 {
 	c.lastID++
 	return c.lastID
+}
+
+func (c *Core) newIndexID() uint64 {
+	c.lastIndex++
+	return c.lastIndex
 }
 
 func (c *Core) fail(err error) {
@@ -328,15 +340,17 @@ func (c *Core) onIndex(e IndexFetched) {
 	}
 	delete(c.byIndex, e.ID)
 	lf.indexReq = 0
-	switch e.Outcome {
-	case Retriable:
+	switch {
+	case e.Outcome == Retriable, e.Outcome == NotFound && lf != c.leaves[0]:
+		// A 404 behind the head is retried until it is the head, as a range's is.
+		c.retries++
 		lf.indexFail++
 		c.arm(lf.indexFail, timerFor{index: lf})
 		return
-	case NotFound:
+	case e.Outcome == NotFound:
 		c.onNotFound(lf)
 		return
-	case Fatal:
+	case e.Outcome == Fatal:
 		c.fail(fmt.Errorf("index of fragment object %s: %w", lf.Key, e.Err))
 		return
 	}
@@ -345,14 +359,35 @@ func (c *Core) onIndex(e IndexFetched) {
 		c.fail(&CorruptError{Key: lf.Key, Position: fragment.ObjectHeaderSize, Reason: fmt.Sprintf("index does not start at the fragment's first offset %d", lf.First)})
 		return
 	}
+	lf.index = recs
+	if !lf.needIndex {
+		return
+	}
 	i := sort.Search(len(recs), func(i int) bool { return recs[i].ChunkID > c.pos }) - 1
 	r := recs[i]
 	if int64(r.Position) < fragment.ObjectHeaderSize || int64(r.Position) >= lf.regionEnd {
 		c.fail(&CorruptError{Key: lf.Key, Position: int64(r.Position), Reason: fmt.Sprintf("index record of chunk %d outside the chunk region", r.ChunkID)})
 		return
 	}
-	lf.needIndex, lf.planPos, lf.nextID = false, int64(r.Position), r.ChunkID
+	lf.needIndex, lf.planPos, lf.nextID, lf.idx = false, int64(r.Position), r.ChunkID, i
 	lf.asm.reset(int64(r.Position))
+}
+
+// checkIndexed compares the header of the chunk at object position pos with the index
+// record it must match (the next one), and moves past it: the data CRC covers the chunk's
+// data, the index its id, timestamp and place, so a flipped timestamp or a chunk out of
+// place is refused instead of delivered.
+func (lf *leaf) checkIndexed(h chunk.Header, pos int64) error {
+	if lf.idx >= len(lf.index) {
+		return &CorruptError{Key: lf.Key, Position: pos, Reason: fmt.Sprintf("chunk %d has no index record (the index lists %d chunks)", h.ChunkID, len(lf.index))}
+	}
+	r := lf.index[lf.idx]
+	if r.ChunkID != h.ChunkID || r.Timestamp != h.Timestamp || int64(r.Position) != pos {
+		return &CorruptError{Key: lf.Key, Position: pos, Reason: fmt.Sprintf("index record %d (id %d, ts %d, pos %d) disagrees with the chunk (id %d, ts %d, pos %d)",
+			lf.idx, r.ChunkID, r.Timestamp, r.Position, h.ChunkID, h.Timestamp, pos)}
+	}
+	lf.idx++
+	return nil
 }
 
 func (c *Core) onTimer(e TimerFired) {

@@ -81,10 +81,13 @@ func (c *Core) deliverReady() {
 			c.reserved -= r.reserved
 			c.ranges = c.ranges[1:]
 		}
-		for {
+		for lf.index != nil {
 			h, b, parts, ok, err := lf.asm.nextChunk(lf.Key, lf.regionEnd, lf.nextID, c.delivered)
 			if ok && h.NextID() <= c.pos {
 				err = &CorruptError{Key: lf.Key, Position: lf.asm.pos - h.Size(), Reason: fmt.Sprintf("chunk [%d,%d) lies below the read position %d", h.ChunkID, h.NextID(), c.pos)}
+			}
+			if ok && err == nil {
+				err = lf.checkIndexed(h, lf.asm.pos-h.Size())
 			}
 			if err != nil || !ok {
 				c.freeFrom(&lf.asm)
@@ -100,7 +103,7 @@ func (c *Core) deliverReady() {
 			c.deliver(Item{Kind: ItemChunk, Offset: h.ChunkID, End: h.NextID(), Header: h, Chunk: b, Parts: parts})
 			c.freeFrom(&lf.asm) // after the Deliver: the shell copied parts out of these pieces
 		}
-		if lf.needIndex || lf.planPos < lf.regionEnd || (len(c.ranges) > 0 && c.ranges[0].lf == lf) {
+		if lf.index == nil || lf.planPos < lf.regionEnd || (len(c.ranges) > 0 && c.ranges[0].lf == lf) {
 			return
 		}
 		if lf.asm.n > 0 {
@@ -109,6 +112,10 @@ func (c *Core) deliverReady() {
 		}
 		if lf.nextID != lf.End {
 			c.fail(&CorruptError{Key: lf.Key, Position: lf.regionEnd, Reason: fmt.Sprintf("chunks end at offset %d, the manifest says %d", lf.nextID, lf.End)})
+			return
+		}
+		if lf.idx != len(lf.index) {
+			c.fail(&CorruptError{Key: lf.Key, Position: lf.regionEnd, Reason: fmt.Sprintf("the index lists %d chunks, the chunk region holds %d", len(lf.index), lf.idx)})
 			return
 		}
 		c.pos = lf.End

@@ -73,4 +73,18 @@ func (o *testObject) corrupt(i int) {
 	o.bytes[at] ^= 0x40
 }
 
+// corruptTimestamp flips a bit of chunk i's header timestamp: the data CRC still holds,
+// the index record disagrees.
+func (o *testObject) corruptTimestamp(i int) {
+	o.bytes[int(o.records[i].Position)+8+7] ^= 0x01
+}
+
+// corruptIndex flips a bit of index record i's timestamp: the chunk is intact, the object's
+// index disagrees with it.
+func (o *testObject) corruptIndex(i int) {
+	at := fragment.ObjectHeaderSize + int(o.size) + i*fragment.IndexRecordSize + 8 + 7
+	o.bytes[at] ^= 0x01
+	o.records[i].Timestamp ^= 0x01 // the records a fetch returns are the parsed index
+}
+
 var _ = binary.BigEndian

@@ -1,7 +1,9 @@
 package fetchcore
 
 // plan issues range GETs (retries first, then new ranges in object order) while the
-// concurrency and the budget allow, and index fetches for leaves that need one.
+// concurrency and the budget allow, and the index fetch of every fragment it reaches (its
+// chunks are delivered once checked against it; a read that starts inside a fragment
+// plans nothing of it before the index says where its chunk begins).
 func (c *Core) plan() {
 	for _, r := range c.ranges {
 		if c.inflight >= c.srch.c {
@@ -15,16 +17,18 @@ func (c *Core) plan() {
 		if lf.Gap {
 			continue
 		}
-		if lf.needIndex {
-			if lf.indexReq == 0 && !c.indexTimerArmed(lf) {
-				if lf.Key == "" {
-					c.onNotFound(lf)
-					return
-				}
-				lf.indexReq = c.newID()
+		if lf.index == nil && lf.indexReq == 0 && !c.indexTimerArmed(lf) {
+			switch {
+			case lf.Key != "":
+				lf.indexReq = c.newIndexID()
 				c.byIndex[lf.indexReq] = lf
 				c.emit(FetchIndex{ID: lf.indexReq, Key: lf.Key, Size: lf.Size})
+			case lf.needIndex:
+				c.onNotFound(lf)
+				return
 			}
+		}
+		if lf.needIndex {
 			return // nothing after it before it is positioned
 		}
 		for lf.planPos < lf.regionEnd {
@@ -43,7 +47,9 @@ func (c *Core) plan() {
 			}
 			held := c.Held()
 			if held+n > c.budget {
-				alone := c.reserved == 0 && c.unconsumed == 0
+				// Nothing requested or waiting for the consumer: what is buffered is part of
+				// a chunk, unless the head's chunks wait for its index.
+				alone := c.reserved == 0 && c.unconsumed == 0 && (c.leaves[0].Gap || c.leaves[0].index != nil)
 				switch {
 				case alone:
 				case c.budget-held >= MinRange:

@@ -34,7 +34,16 @@ type scenario struct {
 	indexes map[uint64]string
 	now     time.Duration
 	held    int64 // bytes delivered and not consumed, as the consumer sees them
+	// manualIndex: the scenario answers index fetches itself (init index=manual); else
+	// the harness answers each at once, with the object's records, and says so.
+	manualIndex bool
 }
+
+// indexAnswered is the harness's line for an index fetch it answered itself.
+type indexAnswered struct{ id uint64 }
+
+func (indexAnswered) isEffect()        {}
+func (a indexAnswered) String() string { return fmt.Sprintf("(index id=%d answered)", a.id) }
 
 func (h *scenario) run(t *testing.T, d *datadriven.TestData) string {
 	var effs []Effect
@@ -64,7 +73,17 @@ func (h *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		h.gaps[name] = Leaf{First: argU(t, d, "first", 0), End: argU(t, d, "end", 0), Gap: true}
 		return "ok\n"
 	case "corrupt":
-		h.objects[arg(t, d, "key", "")].corrupt(int(argU(t, d, "chunk", 0)))
+		o, i := h.objects[arg(t, d, "key", "")], int(argU(t, d, "chunk", 0))
+		switch arg(t, d, "field", "data") {
+		case "data":
+			o.corrupt(i)
+		case "timestamp":
+			o.corruptTimestamp(i)
+		case "index":
+			o.corruptIndex(i)
+		default:
+			t.Fatalf("corrupt: unknown field")
+		}
 		return "ok\n"
 	case "init":
 		cfg := Config{
@@ -77,6 +96,7 @@ func (h *scenario) run(t *testing.T, d *datadriven.TestData) string {
 			return "error: " + err.Error() + "\n"
 		}
 		h.c = c
+		h.manualIndex = arg(t, d, "index", "") == "manual"
 		if d.HasArg("c") { // start the search elsewhere than one, to show several GETs in flight
 			c.srch.c = int(argU(t, d, "c", 1))
 			c.srch.probing = false
@@ -160,7 +180,27 @@ func (h *scenario) run(t *testing.T, d *datadriven.TestData) string {
 		t.Fatalf("unknown command %q", d.Cmd)
 	}
 	h.track(effs)
+	if !h.manualIndex {
+		effs = h.answerIndexes(effs)
+	}
 	return render(effs)
+}
+
+// answerIndexes answers every index fetch still outstanding in effs (and in what answering
+// brings), appending the answer's line and its effects.
+func (h *scenario) answerIndexes(effs []Effect) []Effect {
+	effs = append([]Effect(nil), effs...) // the core reuses its slice at the next Step
+	for i := 0; i < len(effs); i++ {
+		f, ok := effs[i].(FetchIndex)
+		if _, out := h.indexes[f.ID]; !ok || !out {
+			continue
+		}
+		delete(h.indexes, f.ID)
+		more := h.c.Step(IndexFetched{ID: f.ID, Records: h.objects[f.Key].records})
+		h.track(more)
+		effs = append(append(effs, indexAnswered{f.ID}), more...)
+	}
+	return effs
 }
 
 // pick is the gets a get command answers: id=N, or all outstanding ones in id order.
