@@ -13,11 +13,11 @@ func (c *Core) plan() {
 			c.issue(r)
 		}
 	}
-	for _, lf := range c.leaves {
+	for i, lf := range c.leaves {
 		if lf.Gap {
 			continue
 		}
-		if lf.index == nil && lf.indexReq == 0 && !c.indexTimerArmed(lf) {
+		if i < indexesHeld && lf.index == nil && lf.indexReq == 0 && !c.indexTimerArmed(lf) {
 			switch {
 			case lf.Key != "":
 				lf.indexReq = c.newIndexID()
@@ -66,6 +66,12 @@ func (c *Core) plan() {
 		}
 	}
 }
+
+// indexesHeld is how many leaves from the head have their index fetched: the head's, which
+// its chunks wait for, and the next one's, so that it is here when the head is done. No
+// more: an index is not counted in the budget, and a fragment of tiny chunks has one of
+// up to 40 % of its size (20 bytes per 48-byte chunk).
+const indexesHeld = 2
 
 func (c *Core) indexTimerArmed(lf *leaf) bool {
 	for _, t := range c.timers {
