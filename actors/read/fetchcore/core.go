@@ -374,17 +374,30 @@ func (c *Core) onIndex(e IndexFetched) {
 }
 
 // checkIndexed compares the header of the chunk at object position pos with the index
-// record it must match (the next one), and moves past it: the data CRC covers the chunk's
-// data, the index its id, timestamp and place, so a flipped timestamp or a chunk out of
-// place is refused instead of delivered.
+// record it must match (the next one) and with the record after it (or the leaf's end),
+// and moves past it. The data CRC covers a chunk's data only; the index says where the
+// chunk starts and what id and timestamp it carries, and the next record where it ends and
+// the id after it, so a flipped timestamp, record count or trailer length is refused
+// before the chunk is delivered, not found at the chunk after it.
 func (lf *leaf) checkIndexed(h chunk.Header, pos int64) error {
+	bad := func(format string, args ...any) error {
+		return &CorruptError{Key: lf.Key, Position: pos, Reason: fmt.Sprintf(format, args...)}
+	}
 	if lf.idx >= len(lf.index) {
-		return &CorruptError{Key: lf.Key, Position: pos, Reason: fmt.Sprintf("chunk %d has no index record (the index lists %d chunks)", h.ChunkID, len(lf.index))}
+		return bad("chunk %d has no index record (the index lists %d chunks)", h.ChunkID, len(lf.index))
 	}
 	r := lf.index[lf.idx]
 	if r.ChunkID != h.ChunkID || r.Timestamp != h.Timestamp || int64(r.Position) != pos {
-		return &CorruptError{Key: lf.Key, Position: pos, Reason: fmt.Sprintf("index record %d (id %d, ts %d, pos %d) disagrees with the chunk (id %d, ts %d, pos %d)",
-			lf.idx, r.ChunkID, r.Timestamp, r.Position, h.ChunkID, h.Timestamp, pos)}
+		return bad("index record %d (id %d, ts %d, pos %d) disagrees with the chunk (id %d, ts %d, pos %d)",
+			lf.idx, r.ChunkID, r.Timestamp, r.Position, h.ChunkID, h.Timestamp, pos)
+	}
+	nextID, nextPos := lf.End, lf.regionEnd
+	if lf.idx+1 < len(lf.index) {
+		nextID, nextPos = lf.index[lf.idx+1].ChunkID, int64(lf.index[lf.idx+1].Position)
+	}
+	if h.NextID() != nextID || pos+h.Size() != nextPos {
+		return bad("chunk %d ends at offset %d and position %d; the index puts the next chunk at offset %d and position %d",
+			h.ChunkID, h.NextID(), pos+h.Size(), nextID, nextPos)
 	}
 	lf.idx++
 	return nil

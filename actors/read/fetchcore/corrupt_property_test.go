@@ -8,8 +8,8 @@ import (
 )
 
 // TestPropertyCorruptHeaderNeverDelivered: one chunk of one object has a bit flipped where
-// its data CRC does not look (the header's timestamp) or its index record disagrees with
-// it. Whatever the range sizes, the budget and the order the answers come in, the read
+// its data CRC does not look (the header's timestamp, record count or trailer length) or
+// its index record disagrees with it. Whatever the range sizes, the budget and the order the answers come in, the read
 // delivers every chunk before that one byte for byte, never that chunk or any after it,
 // and fails with ErrCorrupt.
 func TestPropertyCorruptHeaderNeverDelivered(t *testing.T) {
@@ -30,10 +30,15 @@ func TestPropertyCorruptHeaderNeverDelivered(t *testing.T) {
 				pristine[r.ChunkID] = string(x.chunks[i])
 			}
 		}
-		if rapid.Bool().Draw(t, "in the index") {
-			o.corruptIndex(bad)
-		} else {
+		switch rapid.SampledFrom([]string{"timestamp", "index", "records", "trailer"}).Draw(t, "where") {
+		case "timestamp":
 			o.corruptTimestamp(bad)
+		case "index":
+			o.corruptIndex(bad)
+		case "records":
+			o.corruptHeader(bad, 7)
+		case "trailer":
+			o.corruptHeader(bad, 43)
 		}
 		badID := o.records[bad].ChunkID
 

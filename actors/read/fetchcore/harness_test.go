@@ -79,6 +79,13 @@ func (o *testObject) corruptTimestamp(i int) {
 	o.bytes[int(o.records[i].Position)+8+7] ^= 0x01
 }
 
+// corruptHeader flips a bit of byte at of chunk i's header: 7 is the low byte of the
+// record count (the chunk then ends at another offset), 43 the low byte of the trailer's
+// length (it ends at another position); the data CRC holds either way.
+func (o *testObject) corruptHeader(i, at int) {
+	o.bytes[int(o.records[i].Position)+at] ^= 0x02
+}
+
 // corruptIndex flips a bit of index record i's timestamp: the chunk is intact, the object's
 // index disagrees with it.
 func (o *testObject) corruptIndex(i int) {

@@ -81,6 +81,10 @@ func (h *scenario) run(t *testing.T, d *datadriven.TestData) string {
 			o.corruptTimestamp(i)
 		case "index":
 			o.corruptIndex(i)
+		case "records":
+			o.corruptHeader(i, 7)
+		case "trailer":
+			o.corruptHeader(i, 43)
 		default:
 			t.Fatalf("corrupt: unknown field")
 		}
