@@ -108,7 +108,7 @@ func (n *Node) MetadataReady(context.Context) error {
 	}
 	missing, behind := n.metrics.StreamsMetadataMissing.Load(), n.metrics.StreamsMetadataBehind.Load()
 	if missing+behind > 0 {
-		return fmt.Errorf("%d streams in metadata_missing and %d in metadata_behind (etcd lost or is behind the bucket): nothing is written for them; see `node status` and run `node recover`", missing, behind)
+		return fmt.Errorf("%d streams in metadata_missing and %d in metadata_behind (etcd lost or is behind the bucket): nothing is written for them; see `node status` and run `node recover` (with --after-restore when etcd was restored from a snapshot)", missing, behind)
 	}
 	return nil
 }

@@ -125,8 +125,12 @@ func resolveManifest(ctx context.Context, n *Node, h *streamHandle, stream strin
 			}
 		}
 		return res, fmt.Sprintf("stream %s: %s; %s", stream, d.Reason, deletedHint), nil, nil
-	case resolve.ActionMetadataMissing, resolve.ActionMetadataBehind:
+	case resolve.ActionMetadataMissing:
 		return res, "", &metadataStall{Phase: d.Action.String(), Reason: fmt.Sprintf("stream %s: %s (`node recover %s`)", stream, d.Reason, stream)}, nil
+	case resolve.ActionMetadataBehind:
+		// Other nodes may hold revisions of the record's newer timeline: the claim's
+		// generation must go up before they reconnect, which --after-restore does.
+		return res, "", &metadataStall{Phase: d.Action.String(), Reason: fmt.Sprintf("stream %s: %s (stop every node of the cluster, then `node recover --after-restore`, a dry run, and `node recover --yes --after-restore`; docs/operations.md, \"etcd restored from a snapshot\")", stream, d.Reason)}, nil
 	case resolve.ActionNew:
 		var de *metadata.DeletedError
 		if err := n.meta.Anchor(ctx, stream); errors.As(err, &de) {

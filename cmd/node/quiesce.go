@@ -15,8 +15,9 @@ import (
 // once: one stream that cannot finish in time must not keep the others from finishing.
 // A stream that cannot progress without an operator or more data is not waited for: one
 // stopped (deleted, deposed), one behind the remote tier (its log a prefix of what S3
-// holds: everything it has is durable) and one diverged (no chunk in common: only `node
-// truncate` or `node restore` moves it); status and the log said why.
+// holds: everything it has is durable), one diverged (no chunk in common: only `node
+// truncate` or `node restore` moves it) and one stalled on its metadata or on the node's
+// claim (only `node recover` or a restart moves it); status and the log said why.
 func (p *process) quiesce(ctx context.Context) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -80,9 +81,10 @@ func (p *process) settled(ctx context.Context, st *openStream, roots *bool, why 
 		case err != nil:
 			*why = "no status: " + err.Error()
 			return false
-		case s.Phase == "stopped", s.Phase == "diverged":
-			// Nothing of it will be persisted here without an operator; a stopped stream's
-			// roots are nobody's to reap (`node gc` collects them).
+		case s.Phase == "stopped", s.Phase == "diverged", s.Phase == "metadata_missing", s.Phase == "metadata_behind", s.Phase == "claim_changed":
+			// Nothing of it will be persisted here without an operator (`node truncate`,
+			// `node recover`, a restart on the new claim); a stopped stream's roots are
+			// nobody's to reap (`node gc` collects them).
 			p.log.Warn().Str("stream", st.id).Str("phase", s.Phase).Msg("stopping without waiting for this stream: it cannot progress by itself")
 			return true
 		case s.Phase == "behind" || quiet(s):

@@ -107,6 +107,10 @@ func recoverCmd(args []string, stdout, stderr io.Writer) int {
 	} else {
 		printRecover(stdout, b, out)
 	}
+	if behind := recordsBehind(reps); behind > 0 && !afterRestore {
+		fmt.Fprintf(stderr, "node recover: the etcd records of %d streams are behind the bucket's roots (etcd went back in time): if it was restored from a snapshot, "+
+			"stop every node of the cluster and run with --after-restore, so that writers of before the restore cannot persist over the rolled-back records (docs/operations.md, \"etcd restored from a snapshot\")\n", behind)
+	}
 	if claimErr != nil {
 		fmt.Fprintf(stderr, "node recover: %v\n", claimErr)
 	}
@@ -122,6 +126,18 @@ func recoverCmd(args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// recordsBehind counts the streams whose etcd record names an older root than the one
+// recovery chose: the mark of an etcd restored from a snapshot.
+func recordsBehind(reps []recovery.Report) int {
+	n := 0
+	for _, r := range reps {
+		if rec := r.Etcd.Record; rec != nil && rec.Seq != 0 && r.Root.Seq > rec.Seq {
+			n++
+		}
+	}
+	return n
 }
 
 func rowOf(r recovery.Report) recoverRow {

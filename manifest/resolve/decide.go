@@ -165,7 +165,7 @@ func Decide(in Input) Decision {
 		return d
 	case len(children)+len(others) > 0:
 		d.Action, d.Root = ActionMetadataBehind, newest
-		d.Reason = fmt.Sprintf("%s, but the bucket holds a newer lineage up to %s (etcd went back in time, e.g. restored from an older snapshot): nothing is written for this stream; repair with `node recover`", rec, newest)
+		d.Reason = fmt.Sprintf("%s, but the bucket holds a newer lineage up to %s (etcd went back in time, e.g. restored from an older snapshot): nothing is written for this stream; repair with `node recover --after-restore`", rec, newest)
 		if len(children) > 1 {
 			d.Reason = fmt.Sprintf("%s, but the bucket holds %d children of it that are not fenced strays (%s): nothing is written for this stream; repair with `node recover`", rec, len(children), rootList(children))
 		}
