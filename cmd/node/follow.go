@@ -45,7 +45,7 @@ func commitComplete(lg *segments.Log) error {
 func (p *process) addFollowed(st nodeconfig.StreamSettings) error {
 	lg, err := openFollowed(st)
 	if err != nil {
-		return err
+		return p.refuseUnopened(st, err)
 	}
 	ost := &openStream{id: st.ID, log: lg, follow: true, cfg: st}
 	p.register(ost)

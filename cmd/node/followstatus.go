@@ -45,13 +45,14 @@ func (f *followedNode) Status(ctx context.Context, id string) (actors.StreamStat
 	return st, err
 }
 
-// restarting is the status of every stream out of the node: a followed stream waiting to be
+// restarting is the status of every stream out of the node: a declared stream whose local
+// log could not be opened (stopped, with the error), a followed stream waiting to be
 // added back (its local log as the follower last opened it and why it is not back), and a
 // stream refused for good (a deleted id), stopped with the reason.
 func (p *process) restarting() []actors.StreamStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []actors.StreamStatus
+	out := slices.Clone(p.unopened)
 	for _, st := range p.streams {
 		if st.refused != "" {
 			lg := st.log

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -194,6 +195,9 @@ type process struct {
 	byID    map[string]*openStream
 	closed  bool
 	faults  []admin.Fault // embedded servers that stopped on their own
+	// unopened are the declared streams whose local log could not be opened at start (a
+	// damaged directory): stopped, with the error and what to do, while the others run.
+	unopened []actors.StreamStatus
 	// stopWatch ends the watch of the embedded servers, before they are closed on purpose.
 	stopWatch context.CancelFunc
 }
@@ -262,7 +266,7 @@ func (p *process) start(ctx context.Context) error {
 	opts := admin.Options{
 		Node: adminNode, NodeID: s.NodeID, Started: p.started, S3: p.b.Store.Metrics(), Etcd: p.etcdMetrics,
 		RebalanceThreshold: s.RebalanceThreshold, Log: p.log, Faults: p.faultList,
-		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}, {Name: "metadata", Check: node.MetadataReady}},
+		Ready: []admin.Check{{Name: "etcd", Check: p.b.ProbeEtcd}, {Name: "metadata", Check: node.MetadataReady}, {Name: "local_logs", Check: p.unopenedReady}},
 		Prices: &admin.Prices{PutPer1000: s.CostPutPer1000, ListPer1000: s.CostListPer1000, GetPer1000: s.CostGetPer1000,
 			StoragePerGBMonth: s.CostStoragePerGBMonth},
 	}
@@ -367,7 +371,7 @@ func (p *process) addStream(st nodeconfig.StreamSettings, demo *nodeconfig.Setti
 	}
 	lg, err := segments.Open(st.LogDir, segments.Options{MaxSegmentBytes: p.s.SegmentMaxBytes})
 	if err != nil {
-		return fmt.Errorf("stream %s: %w%s", st.ID, err, exhaustedHint(err, "the stream's log"))
+		return p.refuseUnopened(st, fmt.Errorf("stream %s: %w%s", st.ID, err, exhaustedHint(err, "the stream's log")))
 	}
 	ost := &openStream{id: st.ID, log: lg, cfg: st}
 	p.register(ost)
@@ -405,6 +409,40 @@ func (p *process) refuseDeleted(ost *openStream, err error) error {
 	p.mu.Unlock()
 	p.log.Error().Str("stream", ost.id).Str("reason", reason).Msg("stream refused: it was deleted; nothing is written for it")
 	return nil
+}
+
+// refuseUnopened keeps the node running when a declared stream's local log cannot be
+// opened (a damaged directory: a truncated segment, an index that disagrees with it): one
+// broken log must not stop the tiering of every other stream, whose local retention goes
+// on meanwhile. The stream is listed as stopped with the error and the repair, /readyz
+// fails naming it, and nothing of it is touched. Errors of the whole process (out of
+// descriptors or disk) and a directory another process holds still fail the start.
+func (p *process) refuseUnopened(st nodeconfig.StreamSettings, err error) error {
+	if actors.ExhaustedResource(err) != "" || errors.Is(err, segments.ErrLocked) {
+		return err
+	}
+	reason := fmt.Sprintf("%v; the local log cannot be opened: nothing of it is tiered or changed; repair the directory "+
+		"(`node segments dump %s` lists its chunks) or move it aside, then restart the node", err, st.LogDir)
+	p.mu.Lock()
+	p.unopened = append(p.unopened, actors.StreamStatus{Stream: st.ID, Phase: "stopped", StopReason: reason})
+	p.mu.Unlock()
+	p.log.Error().Str("stream", st.ID).Str("log_dir", st.LogDir).Err(err).Msg("stream not opened: its local log is damaged; the other streams run")
+	return nil
+}
+
+// unopenedReady is the /readyz check of the declared streams: an error naming those whose
+// local log could not be opened.
+func (p *process) unopenedReady(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.unopened) == 0 {
+		return nil
+	}
+	ids := make([]string, len(p.unopened))
+	for i, u := range p.unopened {
+		ids[i] = u.Stream
+	}
+	return fmt.Errorf("%d declared streams not opened, their local logs damaged (%s): see `node status`", len(ids), strings.Join(ids, ", "))
 }
 
 // register makes ost one of the process's streams: close closes its log, status and the
