@@ -119,7 +119,7 @@ func TestDormantStreamsThroughEtcdRestore(t *testing.T) {
 	}
 	until(t, 20*time.Second, "far stalls in metadata_behind", func() (bool, string) {
 		st, err := n.Status(ctx, "far")
-		return err == nil && st.Phase == "metadata_behind" && strings.Contains(st.MetadataReason, "node recover far"),
+		return err == nil && st.Phase == "metadata_behind" && strings.Contains(st.MetadataReason, "node recover --after-restore"),
 			fmt.Sprintf("phase %s dormant %t reason %q %v", st.Phase, st.Dormant, st.MetadataReason, err)
 	})
 	if rec, _ := record(t, w.Meta, "far"); rec.Seq != seqs["far"] {
