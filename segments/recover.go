@@ -250,6 +250,10 @@ func loadSealed(dir string, id uint64) (*segment, chunk.Header, error) {
 	if first.ChunkID != id {
 		return nil, chunk.Header{}, fmt.Errorf("%s: first record is chunk %d, the name says %d", IndexName(id), first.ChunkID, id)
 	}
+	if int64(last.Position)+chunk.HeaderSize > s.size {
+		return nil, chunk.Header{}, fmt.Errorf("%s is %d bytes, but its index (%s) puts chunk %d at position %d: the segment was cut short (or the index belongs to another file)",
+			s.name, s.size, IndexName(id), last.ChunkID, last.Position)
+	}
 	h, err := readHeaderAt(sf, int64(last.Position))
 	if err != nil {
 		return nil, chunk.Header{}, err

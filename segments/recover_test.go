@@ -192,7 +192,7 @@ func TestRecoveryRefusesDamagedLogs(t *testing.T) {
 		}, "file header"},
 		{"sealed segment shorter than its index says", func(t *testing.T, dir string, hs []chunk.Header) {
 			os.Truncate(filepath.Join(dir, SegmentName(hs[0].ChunkID)), 100)
-		}, SegmentName(hs0(0))},
+		}, SegmentName(hs0(0)) + " is 100 bytes, but its index"},
 		{"sealed segment with extra bytes", func(t *testing.T, dir string, hs []chunk.Header) {
 			appendFile(t, filepath.Join(dir, SegmentName(hs[5].ChunkID)), []byte{1})
 		}, SegmentName(hs0(5))},
