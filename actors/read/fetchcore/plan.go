@@ -67,11 +67,13 @@ func (c *Core) plan() {
 	}
 }
 
-// indexesHeld is how many leaves from the head have their index fetched: the head's, which
-// its chunks wait for, and the next one's, so that it is here when the head is done. No
-// more: an index is not counted in the budget, and a fragment of tiny chunks has one of
-// up to 40 % of its size (20 bytes per 48-byte chunk).
-const indexesHeld = 2
+// indexesHeld is how many leaves from the head may have their index fetched: every leaf
+// the planner reaches, up to this many. The index of a leaf must be here before its first
+// chunk goes out, and against a store 40 ms away a fragment is delivered faster than its
+// index can be asked for once it is next (two leaves ahead cost a third of the realistic
+// read's throughput). Indexes are not counted in the budget: 20 bytes a chunk, about 2 %
+// of a fragment of 1 KiB chunks, so 16 of 64 MiB fragments hold about 20 MiB.
+const indexesHeld = 16
 
 func (c *Core) indexTimerArmed(lf *leaf) bool {
 	for _, t := range c.timers {
