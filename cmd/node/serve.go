@@ -196,7 +196,8 @@ type process struct {
 	closed  bool
 	faults  []admin.Fault // embedded servers that stopped on their own
 	// unopened are the declared streams whose local log could not be opened at start (a
-	// damaged directory): stopped, with the error and what to do, while the others run.
+	// damaged directory, a followed one the broker has not created): stopped, with the
+	// error and what to do, while the others run.
 	unopened []actors.StreamStatus
 	// stopWatch ends the watch of the embedded servers, before they are closed on purpose.
 	stopWatch context.CancelFunc
@@ -412,7 +413,8 @@ func (p *process) refuseDeleted(ost *openStream, err error) error {
 }
 
 // refuseUnopened keeps the node running when a declared stream's local log cannot be
-// opened (a damaged directory: a truncated segment, an index that disagrees with it): one
+// opened (a damaged directory: a truncated segment, an index that disagrees with it; a
+// followed directory that does not exist yet): one
 // broken log must not stop the tiering of every other stream, whose local retention goes
 // on meanwhile. The stream is listed as stopped with the error and the repair, /readyz
 // fails naming it, and nothing of it is touched. Errors of the whole process (out of
@@ -426,7 +428,7 @@ func (p *process) refuseUnopened(st nodeconfig.StreamSettings, err error) error 
 	p.mu.Lock()
 	p.unopened = append(p.unopened, actors.StreamStatus{Stream: st.ID, Phase: "stopped", StopReason: reason})
 	p.mu.Unlock()
-	p.log.Error().Str("stream", st.ID).Str("log_dir", st.LogDir).Err(err).Msg("stream not opened: its local log is damaged; the other streams run")
+	p.log.Error().Str("stream", st.ID).Str("log_dir", st.LogDir).Err(err).Msg("stream not opened: its local log could not be opened; the other streams run")
 	return nil
 }
 
@@ -442,7 +444,7 @@ func (p *process) unopenedReady(context.Context) error {
 	for i, u := range p.unopened {
 		ids[i] = u.Stream
 	}
-	return fmt.Errorf("%d declared streams not opened, their local logs damaged (%s): see `node status`", len(ids), strings.Join(ids, ", "))
+	return fmt.Errorf("%d declared streams not opened, their local logs could not be opened (%s): see `node status`", len(ids), strings.Join(ids, ", "))
 }
 
 // register makes ost one of the process's streams: close closes its log, status and the
